@@ -1,0 +1,41 @@
+# holdfast — make help lists the targets.
+
+SQLC_VERSION ?= v1.31.1
+SQLC         := go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+SERVICES     := ./internal/services/services.sh
+GOTEST_FLAGS ?= -race -count=1
+BIN          := bin/holdfast
+
+# with-services runs a command with DATABASE_URL and REDIS_URL exported: the caller's,
+# or those of the PostgreSQL and Redis that services.sh starts for this checkout.
+with-services = set -a; eval "$$($(SERVICES) start)"; set +a;
+
+.DEFAULT_GOAL := help
+.PHONY: help services services-down generate verify test build run demo bench chaos
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+services: ## Start PostgreSQL and Redis on loopback for this checkout (unless DATABASE_URL / REDIS_URL are set)
+	@$(SERVICES) start
+
+services-down: ## Stop the PostgreSQL and Redis that `make services` started
+	@$(SERVICES) stop
+
+generate: ## Regenerate db/ from queries/ and migrations/ with sqlc $(SQLC_VERSION)
+	$(SQLC) generate
+
+verify: ## Fail on drift: sqlc diff and vet, go mod tidy, gofmt, go vet
+	$(SQLC) diff
+	$(SQLC) vet
+	go mod tidy -diff
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+
+test: ## Start the services, then run every test with the race detector
+	@$(with-services) \
+	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}"; \
+	go test $(GOTEST_FLAGS) ./...
+
+build: ## Build bin/holdfast
+	go build -o $(BIN) ./cmd/holdfast

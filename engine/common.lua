@@ -1,0 +1,64 @@
+-- common.lua: the argument checks and the ownership test that every holdfast script
+-- shares. scripts.go puts it after each script's shebang line and before its body.
+--
+-- Every script has the same key layout:
+--   KEYS[1]    <base>gen             the show's generation counter
+--   KEYS[2]    <base>sold            hash seat -> booking id
+--   KEYS[3]    <base>holder:<tag>    zset seat -> expiry ms of one holder (tag = ARGV[1])
+--   KEYS[4..]  <base>hold:<seat>     one per seat, in the order of the seat arguments
+-- and ARGV[1] is always the holder tag ("" or 32 lowercase hex digits), then the
+-- script's own fixed arguments, then the seat ids (and, for resync, one booking id each).
+
+local function bad(what) return redis.error_reply("HOLDFAST_BADARG " .. what) end
+
+local function now_ms()
+    local t = redis.call("TIME")
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function is_hex(s, len) return type(s) == "string" and #s == len and string.match(s, "^[0-9a-f]+$") ~= nil end
+
+local function is_uint(s, min, max)
+    local v = tonumber(s)
+    return v ~= nil and string.match(s, "^%d+$") ~= nil and v >= min and v <= max
+end
+
+-- layout checks the keys and the seat arguments. fixed counts ARGV[1..fixed]; each seat
+-- is followed by per_seat - 1 more arguments at the end; min_seats is 0 or 1.
+-- It returns the number of seats, or nil and an error reply.
+local function layout(fixed, per_seat, min_seats)
+    local n = #KEYS - 3
+    local tag = ARGV[1]
+    if n < min_seats or #ARGV ~= fixed + n * per_seat then return nil, bad("argument count") end
+    if tag ~= "" and not is_hex(tag, 32) then return nil, bad("holder tag") end
+    if string.sub(KEYS[1], -4) ~= ":gen" then return nil, bad("keys") end
+    local base = string.sub(KEYS[1], 1, -4)
+    if KEYS[2] ~= base .. "sold" or KEYS[3] ~= base .. "holder:" .. tag then return nil, bad("keys") end
+    local seen = {}
+    for i = 1, n do
+        local seat = ARGV[fixed + i]
+        if #seat < 1 or #seat > 64 or not string.match(seat, "^[%w][%w._-]*$") or seen[seat] then
+            return nil, bad("seat " .. i)
+        end
+        if KEYS[3 + i] ~= base .. "hold:" .. seat then return nil, bad("key " .. i) end
+        seen[seat] = true
+    end
+    return n
+end
+
+-- owned returns the creation time (ms) of the hold when every seat key holds exactly
+-- token:gen:<created>:tag with one creation time, or nil when any seat is not this hold.
+-- The token is compared here, inside Redis, and nowhere else.
+local function owned(n, token, gen, tag)
+    local created
+    for i = 1, n do
+        local v = redis.call("GET", KEYS[3 + i])
+        if not v then return nil end
+        local t, g, c, h = string.match(v, "^([0-9a-f]+):(%d+):(%d+):(.*)$")
+        if t ~= token or g ~= gen or h ~= tag or (created and c ~= created) then return nil end
+        created = c
+    end
+    return tonumber(created)
+end
+
+local function seat(i, fixed) return ARGV[fixed + i] end

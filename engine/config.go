@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config tunes an [Engine]. Every field is optional: the zero value means the default.
+type Config struct {
+	// KeyPrefix starts every Redis key of the engine, so several engines (or tests) can
+	// share one Redis. It must match the id pattern. Defaults to "holdfast".
+	KeyPrefix string
+
+	// DefaultHoldTTL is the life of a hold whose HoldRequest.TTL is zero.
+	// Defaults to 5 minutes.
+	DefaultHoldTTL time.Duration
+
+	// MaxHoldTTL bounds the TTL of one hold or one extension. Defaults to 15 minutes.
+	MaxHoldTTL time.Duration
+
+	// MaxHoldAge bounds the total life of a hold with all its extensions, measured by
+	// Redis's clock from the moment the hold was taken. Defaults to 30 minutes.
+	MaxHoldAge time.Duration
+
+	// MaxSeatsPerHold bounds the seats of one hold (and one booking). Defaults to 10.
+	MaxSeatsPerHold int
+
+	// MaxSeatsPerHolder bounds the seats one HolderID holds at once in one show; an
+	// empty HolderID has no cap. Defaults to 10.
+	MaxSeatsPerHolder int
+
+	// MaxSeatsPerShow bounds the inventory of one show. Defaults to 100,000.
+	MaxSeatsPerShow int
+
+	// LockTimeout bounds how long a confirmation or cancellation waits for a row lock
+	// in PostgreSQL before it fails with ErrUnavailable. Defaults to 2 seconds.
+	LockTimeout time.Duration
+
+	// StatementTimeout bounds each SQL statement of a confirmation or cancellation.
+	// Defaults to 5 seconds.
+	StatementTimeout time.Duration
+
+	// Logger receives the engine's logs; tokens and idempotency keys never appear in
+	// them. Defaults to a logger that discards everything.
+	Logger *slog.Logger
+
+	// Registerer receives the engine's Prometheus metrics (holdfast_*). Defaults to nil:
+	// metrics are kept but registered nowhere.
+	Registerer prometheus.Registerer
+}
+
+const (
+	defaultKeyPrefix         = "holdfast"
+	defaultHoldTTL           = 5 * time.Minute
+	defaultMaxHoldTTL        = 15 * time.Minute
+	defaultMaxHoldAge        = 30 * time.Minute
+	defaultMaxSeatsPerHold   = 10
+	defaultMaxSeatsPerHolder = 10
+	defaultMaxSeatsPerShow   = 100_000
+	defaultLockTimeout       = 2 * time.Second
+	defaultStatementTimeout  = 5 * time.Second
+
+	// minHoldTTL is the shortest hold Redis can keep: PX takes whole milliseconds.
+	minHoldTTL = time.Millisecond
+	// maxHoldTTLLimit is the hard ceiling for MaxHoldTTL and MaxHoldAge (one day).
+	maxHoldTTLLimit = 24 * time.Hour
+	// maxSeatsLimit is the hard ceiling for MaxSeatsPerHold and MaxSeatsPerHolder.
+	maxSeatsLimit = 1000
+)
+
+// withDefaults returns a validated copy of cfg with every zero field set.
+func (cfg *Config) withDefaults() (Config, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = defaultKeyPrefix
+	}
+	if err := validateID("Config.KeyPrefix", c.KeyPrefix); err != nil {
+		return c, err
+	}
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"Config.DefaultHoldTTL", &c.DefaultHoldTTL, defaultHoldTTL},
+		{"Config.MaxHoldTTL", &c.MaxHoldTTL, defaultMaxHoldTTL},
+		{"Config.MaxHoldAge", &c.MaxHoldAge, defaultMaxHoldAge},
+		{"Config.LockTimeout", &c.LockTimeout, defaultLockTimeout},
+		{"Config.StatementTimeout", &c.StatementTimeout, defaultStatementTimeout},
+	}
+	for _, d := range durations {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < minHoldTTL || *d.v > maxHoldTTLLimit {
+			return c, invalid(d.name, "%v is out of range [%v, %v]", *d.v, minHoldTTL, maxHoldTTLLimit)
+		}
+	}
+	if c.MaxHoldTTL > c.MaxHoldAge {
+		return c, invalid("Config.MaxHoldTTL", "%v exceeds MaxHoldAge %v", c.MaxHoldTTL, c.MaxHoldAge)
+	}
+	if c.DefaultHoldTTL > c.MaxHoldTTL {
+		return c, invalid("Config.DefaultHoldTTL", "%v exceeds MaxHoldTTL %v", c.DefaultHoldTTL, c.MaxHoldTTL)
+	}
+	counts := []struct {
+		name string
+		v    *int
+		def  int
+		max  int
+	}{
+		{"Config.MaxSeatsPerHold", &c.MaxSeatsPerHold, defaultMaxSeatsPerHold, maxSeatsLimit},
+		{"Config.MaxSeatsPerHolder", &c.MaxSeatsPerHolder, defaultMaxSeatsPerHolder, maxSeatsLimit},
+		{"Config.MaxSeatsPerShow", &c.MaxSeatsPerShow, defaultMaxSeatsPerShow, 1_000_000},
+	}
+	for _, n := range counts {
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+		if *n.v < 1 || *n.v > n.max {
+			return c, invalid(n.name, "%d is out of range [1, %d]", *n.v, n.max)
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}

@@ -1,0 +1,368 @@
+package engine
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/db"
+)
+
+// Outcomes of one confirmation transaction, internal to Confirm.
+var (
+	errStale            = errors.New("fence refused the generation")
+	errSeatClaimed      = errors.New("a seat is claimed already")
+	errKeyConflict      = errors.New("idempotency key used already")
+	errLostBeforeCommit = errors.New("hold lost before commit")
+)
+
+// resolveTimeout bounds the look-up that settles a COMMIT whose reply was lost.
+const resolveTimeout = 5 * time.Second
+
+// Confirm turns a current hold into a booking, in one PostgreSQL transaction that
+// advances each seat's fence (only for a strictly larger generation) and claims the
+// seats. The hold is checked in Redis before the transaction and again just before
+// COMMIT; after the commit its keys are replaced by the sold marker.
+//
+// Refusals: ErrHoldLost (the hold is not current), ErrStaleGeneration (the database has
+// accepted this generation or a larger one for a seat), ErrSeatsUnavailable (a seat is
+// claimed), ErrIdempotencyKeyReused. A backend failure is ErrUnavailable; when the
+// commit's outcome is unknown, Confirm settles it before answering, so success is never
+// reported for a booking that does not exist, and a booking that exists is reported.
+func (e *Engine) Confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Booking, error) {
+	start := time.Now()
+	b, err := e.confirm(ctx, h, opts)
+	result := resultOf(err)
+	if err == nil && b.Replayed {
+		result = "replay"
+	}
+	e.m.observe("confirm", start, result)
+	return b, err
+}
+
+// confirmation is one Confirm call's validated request.
+type confirmation struct {
+	sh    *show
+	seats []string
+	ks    []string
+	tag   string
+	h     Hold
+	key   string
+	fp    []byte
+}
+
+func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Booking, error) {
+	sh, seats, ks, tag, err := e.ownedHold(ctx, h)
+	if err != nil {
+		return Booking{}, err
+	}
+	if err := validateIdempotencyKey(opts.IdempotencyKey); err != nil {
+		return Booking{}, err
+	}
+	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
+		fp: fingerprint(sh.id, seats, h.Token, h.Generation)}
+
+	current, err := e.verify(ctx, c, h.Generation)
+	if err != nil {
+		return Booking{}, err
+	}
+	if !current {
+		// A retry whose first call succeeded finds the hold replaced by the sold marker.
+		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
+			return b, err
+		}
+		return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
+	}
+	if e.hooks.beforeWrite != nil {
+		e.hooks.beforeWrite(ctx)
+	}
+
+	gen := h.Generation
+	regenerated := false
+	for {
+		id := uuid.New()
+		at, err := e.confirmTx(ctx, c, gen, id)
+		switch {
+		case err == nil:
+			e.markSold(ctx, c.sh, c.seats, c.tag, id)
+			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
+			return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: h.HolderID,
+				Status: BookingConfirmed, ConfirmedAt: at}, nil
+
+		case errors.Is(err, errStale):
+			e.m.fenceRefusals.Inc()
+			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+				return b, err
+			}
+			if !regenerated {
+				// The hold may still be current while the database has seen its
+				// generation: Redis lost data and its counter went backwards. Raise the
+				// counter above the database's high-water mark, re-issue, try again.
+				newGen, ok, err := e.regenerate(ctx, c, gen)
+				if err != nil {
+					return Booking{}, err
+				}
+				if ok {
+					gen, regenerated = newGen, true
+					continue
+				}
+			}
+			e.event(ctx, sh.id, "refused_stale", gen, seats, h.HolderID)
+			return Booking{}, fmt.Errorf("%w: confirm: a seat's fence has seen generation %d", ErrStaleGeneration, gen)
+
+		case errors.Is(err, errSeatClaimed):
+			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+				return b, err
+			}
+			taken := e.repairMarkers(ctx, c)
+			e.event(ctx, sh.id, "refused_taken", gen, seats, h.HolderID)
+			return Booking{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
+
+		case errors.Is(err, errKeyConflict):
+			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+				return b, err
+			}
+			return Booking{}, fmt.Errorf("%w: idempotency key conflict but no booking found", ErrUnavailable)
+
+		case errors.Is(err, errLostBeforeCommit):
+			if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
+				return b, err
+			}
+			e.event(ctx, sh.id, "refused_lost", gen, seats, h.HolderID)
+			return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
+
+		default:
+			return Booking{}, err
+		}
+	}
+}
+
+// confirmTx runs the confirmation transaction, retried whole on 40001 and 40P01.
+func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, error) {
+	for attempt := 1; ; attempt++ {
+		at, err := e.confirmOnce(ctx, c, gen, id)
+		if !retryable(err) || attempt == maxTxAttempts {
+			if err != nil && !errors.Is(err, ErrUnavailable) && pgCode(err) != "" {
+				err = unavailable("postgres", err)
+			}
+			return at, err
+		}
+		if werr := sleepJitter(ctx, attempt); werr != nil {
+			return at, unavailable("postgres", err)
+		}
+	}
+}
+
+// confirmOnce is the transaction: fence, booking with its claims and event, the second
+// Redis check, COMMIT.
+func (e *Engine) confirmOnce(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, error) {
+	tx, err := e.pool.BeginTx(ctx, e.txOptions())
+	if err != nil {
+		return time.Time{}, unavailable("postgres", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	q := e.q.WithTx(tx)
+
+	advanced, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: c.sh.id, SeatIds: c.seats, Generation: gen})
+	if err != nil {
+		return time.Time{}, e.txErr(err)
+	}
+	if len(advanced) != len(c.seats) {
+		return time.Time{}, errStale
+	}
+	params := db.BookingCreateParams{ShowID: c.sh.id, BookingID: id, Generation: gen, HolderID: c.h.HolderID,
+		Fingerprint: c.fp, SeatIds: c.seats}
+	if c.key != "" {
+		params.IdempotencyKey.String, params.IdempotencyKey.Valid = c.key, true
+	}
+	at, err := q.BookingCreate(ctx, params)
+	if err != nil {
+		if cerr := claimErr(err); cerr != nil {
+			return time.Time{}, cerr
+		}
+		return time.Time{}, e.txErr(err)
+	}
+	if e.hooks.beforeCommit != nil {
+		e.hooks.beforeCommit(ctx)
+	}
+	current, err := e.verify(ctx, c, gen)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !current {
+		return time.Time{}, errLostBeforeCommit
+	}
+	pid := tx.Conn().PgConn().PID()
+	if err := tx.Commit(ctx); err != nil {
+		if pgCode(err) != "" {
+			// The server answered: the transaction did not commit.
+			return time.Time{}, e.txErr(err)
+		}
+		return e.resolveCommit(ctx, pid, id, err)
+	}
+	return at, nil
+}
+
+// claimErr maps the unique violations of BookingCreate: a seat claimed already
+// (errSeatClaimed), an idempotency key used already (errKeyConflict); nil otherwise.
+func claimErr(err error) error {
+	if pgCode(err) != "23505" {
+		return nil
+	}
+	switch pgConstraint(err) {
+	case "seat_claims_pkey":
+		return errSeatClaimed
+	case "bookings_idempotency_key_unique":
+		return errKeyConflict
+	}
+	return nil
+}
+
+// txErr keeps retryable codes visible to confirmTx and makes the rest ErrUnavailable.
+func (e *Engine) txErr(err error) error {
+	if retryable(err) {
+		return err
+	}
+	return e.pgErr(err)
+}
+
+// resolveCommit settles a COMMIT whose reply never came: the server may or may not have
+// committed. It ends the server process that ran the transaction, so the outcome is
+// final, waits until it is gone, then looks the booking up by its id.
+func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, commitErr error) (time.Time, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	unknown := func(err error) (time.Time, error) {
+		return time.Time{}, unavailable("postgres", fmt.Errorf("commit outcome unknown (%w): %w", commitErr, err))
+	}
+	if _, err := e.q.BackendTerminate(rctx, int32(pid)); err != nil {
+		return unknown(err)
+	}
+	for {
+		alive, err := e.q.BackendAlive(rctx, int32(pid))
+		if err != nil {
+			return unknown(err)
+		}
+		if !alive {
+			break
+		}
+		if err := sleepJitter(rctx, 2); err != nil {
+			return unknown(err)
+		}
+	}
+	row, err := e.q.BookingGet(rctx, id)
+	switch {
+	case err == nil:
+		e.log.WarnContext(ctx, "commit reply lost; the booking was committed", "booking_id", id)
+		return row.ConfirmedAt, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, unavailable("postgres", fmt.Errorf("commit failed: %w", commitErr))
+	default:
+		return unknown(err)
+	}
+}
+
+// verify reports whether the hold is current in Redis: every seat holds its token and
+// this generation.
+func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (bool, error) {
+	n, err := verifyScript.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64()
+	if err != nil {
+		return false, e.redisErr(err)
+	}
+	return n == 1, nil
+}
+
+// replay looks up the booking an earlier call with the same idempotency key created.
+// ok is false when there is no key or no such booking. A booking made by a different
+// request is ErrIdempotencyKeyReused. With remark, a confirmed booking's sold markers
+// are written again (the first call may have lost them).
+func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Booking, bool, error) {
+	if c.key == "" {
+		return Booking{}, false, nil
+	}
+	row, err := e.q.BookingGetByIdempotencyKey(ctx, db.BookingGetByIdempotencyKeyParams{
+		ShowID: c.sh.id, HolderID: c.h.HolderID, IdempotencyKey: c.key})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Booking{}, false, nil
+	}
+	if err != nil {
+		return Booking{}, false, e.pgErr(err)
+	}
+	if subtle.ConstantTimeCompare(row.Fingerprint, c.fp) != 1 {
+		return Booking{}, true, fmt.Errorf("%w: the key names another request", ErrIdempotencyKeyReused)
+	}
+	b := bookingFromRow(row)
+	b.Replayed = true
+	if remark && b.Status == BookingConfirmed {
+		e.markSold(ctx, c.sh, b.SeatIDs, c.tag, b.ID)
+	}
+	return b, true, nil
+}
+
+// regenerate re-issues a current hold's generation above the database's high-water
+// mark. ok is false when the hold is no longer current.
+func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (int64, bool, error) {
+	floor, err := e.q.SeatFenceMaxByShow(ctx, c.sh.id)
+	if err != nil {
+		return 0, false, e.pgErr(err)
+	}
+	res, err := regenScript.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen, floor}, c.seats)...).Slice()
+	if err != nil {
+		return 0, false, e.redisErr(err)
+	}
+	if s, _ := res[0].(string); s != "OK" {
+		return 0, false, nil
+	}
+	newGen, _ := res[1].(int64)
+	if repaired, _ := res[2].(int64); repaired == 1 {
+		e.m.counterRepairs.Inc()
+		e.event(ctx, c.sh.id, "counter_repaired", floor, c.seats, c.h.HolderID)
+		e.log.WarnContext(ctx, "generation counter was behind the database; raised it", "show_id", c.sh.id, "floor", floor, "generation", newGen)
+	}
+	return newGen, true, nil
+}
+
+// markSold replaces the hold keys of booked seats by the sold marker. The booking is
+// committed whatever happens here: a failure is logged, and the next confirm on those
+// seats, or Resync, repairs the marker.
+func (e *Engine) markSold(ctx context.Context, sh *show, seats []string, tag string, id uuid.UUID) {
+	ks, err := sh.scriptKeys(tag, seats)
+	if err == nil {
+		err = soldScript.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{id.String()}, seats)...).Err()
+	}
+	if err != nil {
+		e.log.WarnContext(ctx, "write sold markers", "show_id", sh.id, "booking_id", id, "error", err)
+	}
+}
+
+// repairMarkers writes the sold marker of the requested seats the database says are
+// claimed, and returns those seats (all requested seats when the claim is gone by now).
+func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
+	claims, err := e.q.SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.seats})
+	if err != nil || len(claims) == 0 {
+		return c.seats
+	}
+	taken := make([]string, len(claims))
+	for i, cl := range claims {
+		taken[i] = cl.SeatID
+		e.markSold(ctx, c.sh, []string{cl.SeatID}, "", cl.BookingID)
+	}
+	e.m.markerRepairs.Add(float64(len(claims)))
+	e.event(ctx, c.sh.id, "marker_repaired", c.h.Generation, taken, c.h.HolderID)
+	return taken
+}
+
+// event appends to the booking event log outside any transaction (refusals and repairs).
+// A failure is logged: the refusal stands either way.
+func (e *Engine) event(ctx context.Context, showID, kind string, gen int64, seats []string, holderID string) {
+	err := e.q.BookingEventInsert(ctx, db.BookingEventInsertParams{ShowID: showID, Kind: kind,
+		Generation: gen, SeatIds: seats, HolderID: holderID})
+	if err != nil {
+		e.log.WarnContext(ctx, "append booking event", "show_id", showID, "kind", kind, "error", err)
+	}
+}

@@ -1,0 +1,25 @@
+// Package engine is holdfast's seat-reservation engine: fenced holds in Redis and
+// confirmations in PostgreSQL.
+//
+// A customer holds seats for a few minutes while paying. The hold lives in Redis as one
+// key per seat, written all-or-nothing by one Lua script with SET NX semantics and a TTL
+// that Redis owns: holds expire by themselves. Each hold carries a generation from a
+// per-show Redis INCR counter, handed out in the same script, and a 128-bit random token
+// that only its owner knows.
+//
+// [Engine.Confirm] turns a hold into a booking in one PostgreSQL transaction. The
+// transaction advances each seat's fence only if the hold's generation is strictly
+// larger than every generation the database has accepted for that seat, then claims the
+// seats under a (show, seat) primary key. The hold is checked in Redis before the
+// transaction and again just before COMMIT. So an owner whose hold expired while it was
+// paused cannot book: its confirmation fails with [ErrHoldLost] or [ErrStaleGeneration],
+// and the seat's unique claim refuses a second booking whatever Redis says.
+//
+// Errors are sentinels matched with [errors.Is]; [SeatsUnavailableError] and
+// [InvalidArgumentError] carry details for [errors.As]. A Redis or PostgreSQL failure is
+// always [ErrUnavailable], never "seat taken" and never success.
+//
+// The Redis client should be created with ContextTimeoutEnabled so that go-redis honours
+// context deadlines; the engine refuses to work against a Redis whose maxmemory-policy
+// could evict holds (anything but noeviction).
+package engine

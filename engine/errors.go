@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The errors the engine returns. Match them with [errors.Is]; they may be wrapped.
+var (
+	// ErrInvalidArgument reports bad input; nothing was written. [InvalidArgumentError]
+	// names the field and the rule.
+	ErrInvalidArgument = errors.New("engine: invalid argument")
+	// ErrNotFound reports an unknown show, seat or booking.
+	ErrNotFound = errors.New("engine: not found")
+	// ErrSeatsUnavailable reports seats held by someone else or sold;
+	// [SeatsUnavailableError] names them.
+	ErrSeatsUnavailable = errors.New("engine: seats unavailable")
+	// ErrHoldLost reports a hold that is no longer current in Redis: it expired, was
+	// released, was confirmed already, or the token or generation is not the owner's.
+	ErrHoldLost = errors.New("engine: hold lost")
+	// ErrStaleGeneration reports a confirmation whose generation the database has seen
+	// already, or surpassed: a newer hold on one of its seats was confirmed first.
+	ErrStaleGeneration = errors.New("engine: stale generation")
+	// ErrIdempotencyKeyReused reports an idempotency key that this holder already used
+	// for a different request.
+	ErrIdempotencyKeyReused = errors.New("engine: idempotency key reused")
+	// ErrExtendLimit reports an extension past the maximum total age of a hold.
+	ErrExtendLimit = errors.New("engine: hold extend limit reached")
+	// ErrHolderLimit reports a hold that would take a holder past its cap of seats held
+	// at once in one show.
+	ErrHolderLimit = errors.New("engine: holder seat limit reached")
+	// ErrUnavailable reports that Redis or PostgreSQL failed or timed out; the outcome
+	// is not success and the seats are not known to be taken. The cause is wrapped.
+	ErrUnavailable = errors.New("engine: backend unavailable")
+)
+
+// SeatsUnavailableError names the requested seats that were held or sold.
+// It matches [ErrSeatsUnavailable].
+type SeatsUnavailableError struct {
+	ShowID  string
+	SeatIDs []string
+}
+
+func (e *SeatsUnavailableError) Error() string {
+	return fmt.Sprintf("engine: seats unavailable in show %s: %s", e.ShowID, strings.Join(e.SeatIDs, ", "))
+}
+
+// Is reports whether target is [ErrSeatsUnavailable].
+func (e *SeatsUnavailableError) Is(target error) bool { return target == ErrSeatsUnavailable }
+
+// InvalidArgumentError names the field that broke a rule. It matches [ErrInvalidArgument].
+type InvalidArgumentError struct {
+	Field string
+	Rule  string
+}
+
+func (e *InvalidArgumentError) Error() string {
+	return fmt.Sprintf("engine: invalid argument: %s: %s", e.Field, e.Rule)
+}
+
+// Is reports whether target is [ErrInvalidArgument].
+func (e *InvalidArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidArgumentError{Field: field, Rule: fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrNotFound, fmt.Sprintf(format, args...))
+}
+
+// unavailable wraps a backend failure as [ErrUnavailable], keeping the cause.
+func unavailable(backend string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, backend, err)
+}

@@ -1,0 +1,35 @@
+-- extend.lua: give a hold a new TTL, only for its owner, only within its maximum age.
+--
+-- KEYS       the common layout (common.lua)
+-- ARGV[1]    holder tag
+-- ARGV[2]    token
+-- ARGV[3]    generation
+-- ARGV[4]    new ttl in milliseconds, 1..86400000
+-- ARGV[5]    maximum total age of a hold in milliseconds
+-- ARGV[6..]  seat ids
+--
+-- Returns {"OK", expires_ms}, {"LOST"} (not this hold: nothing changed), or
+-- {"LIMIT", deadline_ms} (the new expiry would pass created + max age).
+
+local F = 5
+local n, err = layout(F, 1, 1)
+if not n then return err end
+local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
+if not is_hex(token, 32) then return bad("token") end
+if not is_uint(gen, 1, 9007199254740991) then return bad("generation") end
+if not is_uint(ARGV[4], 1, 86400000) then return bad("ttl") end
+if not is_uint(ARGV[5], 1, 86400000) then return bad("max age") end
+local ttl, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local created = owned(n, token, gen, tag)
+if not created then return {"LOST"} end
+local now = now_ms()
+if now + ttl > created + max_age then return {"LIMIT", created + max_age} end
+for i = 1, n do
+    redis.call("PEXPIRE", KEYS[3 + i], ttl)
+    if tag ~= "" then redis.call("ZADD", KEYS[3], "XX", now + ttl, seat(i, F)) end
+end
+if tag ~= "" and redis.call("EXISTS", KEYS[3]) == 1 and redis.call("PTTL", KEYS[3]) < ttl then
+    redis.call("PEXPIRE", KEYS[3], ttl)
+end
+return {"OK", now + ttl}

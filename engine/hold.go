@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Hold holds every requested seat under one new token, or none: when any seat is held by
+// someone else or sold, it returns a [*SeatsUnavailableError] naming those seats and
+// changes nothing. The hold expires by itself after req.TTL (Redis owns the clock).
+func (e *Engine) Hold(ctx context.Context, req HoldRequest) (Hold, error) {
+	start := time.Now()
+	h, err := e.hold(ctx, req)
+	e.m.observe("hold", start, resultOf(err))
+	return h, err
+}
+
+func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
+	if err := validateID("HoldRequest.ShowID", req.ShowID); err != nil {
+		return Hold{}, err
+	}
+	if err := validateSeatIDs("HoldRequest.SeatIDs", req.SeatIDs, e.cfg.MaxSeatsPerHold); err != nil {
+		return Hold{}, err
+	}
+	ttl := req.TTL
+	if ttl == 0 {
+		ttl = e.cfg.DefaultHoldTTL
+	}
+	if ttl < minHoldTTL || ttl > e.cfg.MaxHoldTTL {
+		return Hold{}, invalid("HoldRequest.TTL", "%v is out of range [%v, %v]", req.TTL, minHoldTTL, e.cfg.MaxHoldTTL)
+	}
+	if err := validateHolderID(req.HolderID); err != nil {
+		return Hold{}, err
+	}
+	sh, err := e.show(ctx, req.ShowID)
+	if err != nil {
+		return Hold{}, err
+	}
+	seats := slices.Sorted(slices.Values(req.SeatIDs))
+	tag := holderTag(req.HolderID)
+	ks, err := sh.scriptKeys(tag, seats)
+	if err != nil {
+		return Hold{}, err
+	}
+	if err := e.checkRedis(ctx); err != nil {
+		return Hold{}, err
+	}
+	token := newToken()
+	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder}, seats)
+	for attempt := 0; ; attempt++ {
+		res, err := holdScript.Run(ctx, e.rdb, ks, args...).Slice()
+		if err != nil {
+			return Hold{}, e.redisErr(err)
+		}
+		switch status, _ := res[0].(string); status {
+		case "OK":
+			gen, _ := res[1].(int64)
+			exp, _ := res[2].(int64)
+			return Hold{ShowID: sh.id, SeatIDs: seats, Token: token, Generation: gen,
+				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
+		case "TAKEN":
+			taken := make([]string, 0, len(res)-1)
+			for _, v := range res[1:] {
+				s, _ := v.(string)
+				taken = append(taken, s)
+			}
+			return Hold{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
+		case "LIMIT":
+			held, _ := res[1].(int64)
+			return Hold{}, fmt.Errorf("%w: holder holds %d seats in show %s, %d more would pass the cap of %d",
+				ErrHolderLimit, held, sh.id, len(seats), e.cfg.MaxSeatsPerHolder)
+		case "NOSTATE":
+			// Redis has no counter for the show: it lost its data (restart without
+			// persistence, failover) or never had it. Rebuild the show's markers and
+			// counter from the database before granting anything, then try once more.
+			if attempt > 0 {
+				return Hold{}, fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
+			}
+			e.log.WarnContext(ctx, "redis has no generation counter for the show; resyncing", "show_id", sh.id)
+			if err := e.resync(ctx, sh, "merge"); err != nil {
+				return Hold{}, err
+			}
+		default:
+			return Hold{}, fmt.Errorf("%w: unexpected hold script reply %v", ErrUnavailable, res)
+		}
+	}
+}
+
+// ownedHold validates a presented hold and returns its show, sorted seats, script keys
+// and holder tag.
+func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []string, string, error) {
+	if err := validateID("Hold.ShowID", h.ShowID); err != nil {
+		return nil, nil, nil, "", err
+	}
+	if err := validateSeatIDs("Hold.SeatIDs", h.SeatIDs, e.cfg.MaxSeatsPerHold); err != nil {
+		return nil, nil, nil, "", err
+	}
+	if !validToken(h.Token) {
+		return nil, nil, nil, "", invalid("Hold.Token", "must be 32 lowercase hex digits")
+	}
+	if h.Generation <= 0 {
+		return nil, nil, nil, "", invalid("Hold.Generation", "%d, must be positive", h.Generation)
+	}
+	if err := validateHolderID(h.HolderID); err != nil {
+		return nil, nil, nil, "", err
+	}
+	sh, err := e.show(ctx, h.ShowID)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	seats := slices.Sorted(slices.Values(h.SeatIDs))
+	tag := holderTag(h.HolderID)
+	ks, err := sh.scriptKeys(tag, seats)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	return sh, seats, ks, tag, nil
+}
+
+// Extend gives a hold a new TTL from now. Only the owner can: a hold that expired, was
+// released or confirmed, or a token or generation that is not the owner's, is
+// ErrHoldLost and changes nothing. An expiry past the hold's maximum total age
+// (Config.MaxHoldAge from when it was taken, by Redis's clock) is ErrExtendLimit.
+func (e *Engine) Extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, error) {
+	start := time.Now()
+	h, err := e.extend(ctx, h, ttl)
+	e.m.observe("extend", start, resultOf(err))
+	return h, err
+}
+
+func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, error) {
+	if ttl < minHoldTTL || ttl > e.cfg.MaxHoldTTL {
+		return Hold{}, invalid("ttl", "%v is out of range [%v, %v]", ttl, minHoldTTL, e.cfg.MaxHoldTTL)
+	}
+	sh, seats, ks, tag, err := e.ownedHold(ctx, h)
+	if err != nil {
+		return Hold{}, err
+	}
+	args := scriptArgs(tag, []any{h.Token, h.Generation, ttl.Milliseconds(), e.cfg.MaxHoldAge.Milliseconds()}, seats)
+	res, err := extendScript.Run(ctx, e.rdb, ks, args...).Slice()
+	if err != nil {
+		return Hold{}, e.redisErr(err)
+	}
+	switch status, _ := res[0].(string); status {
+	case "OK":
+		exp, _ := res[1].(int64)
+		h.ShowID, h.SeatIDs, h.ExpiresAt = sh.id, seats, time.UnixMilli(exp)
+		return h, nil
+	case "LOST":
+		return Hold{}, fmt.Errorf("%w: extend: the hold is not current", ErrHoldLost)
+	case "LIMIT":
+		deadline, _ := res[1].(int64)
+		return Hold{}, fmt.Errorf("%w: the hold may live until %s (max age %v)", ErrExtendLimit,
+			time.UnixMilli(deadline).UTC().Format(time.RFC3339Nano), e.cfg.MaxHoldAge)
+	default:
+		return Hold{}, fmt.Errorf("%w: unexpected extend script reply %v", ErrUnavailable, res)
+	}
+}
+
+// Release drops a hold at once. Only the owner can: otherwise ErrHoldLost, and nothing
+// changes.
+func (e *Engine) Release(ctx context.Context, h Hold) error {
+	start := time.Now()
+	err := e.release(ctx, h)
+	e.m.observe("release", start, resultOf(err))
+	return err
+}
+
+func (e *Engine) release(ctx context.Context, h Hold) error {
+	_, seats, ks, tag, err := e.ownedHold(ctx, h)
+	if err != nil {
+		return err
+	}
+	res, err := releaseScript.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats)...).Text()
+	if err != nil {
+		return e.redisErr(err)
+	}
+	if res != "OK" {
+		return fmt.Errorf("%w: release: the hold is not current", ErrHoldLost)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+-- hold.lua: hold every requested seat of a show under one token, or none of them.
+-- Idempotent by token: a repeated call with the same token returns the same hold and
+-- moves the counter once (go-redis retries a command whose reply was lost).
+--
+-- KEYS       the common layout (common.lua)
+-- ARGV[1]    holder tag
+-- ARGV[2]    token: 32 lowercase hex digits
+-- ARGV[3]    ttl in milliseconds, 1..86400000
+-- ARGV[4]    holder cap: seats this holder may hold at once in this show, 0 = no cap
+-- ARGV[5..]  seat ids
+--
+-- Returns {"OK", generation, expires_ms, created_ms}, {"TAKEN", seat, ...},
+-- {"LIMIT", held}, or {"NOSTATE"} when the counter is missing (Redis lost the show).
+
+local F = 4
+local n, err = layout(F, 1, 1)
+if not n then return err end
+local tag, token = ARGV[1], ARGV[2]
+if not is_hex(token, 32) then return bad("token") end
+if not is_uint(ARGV[3], 1, 86400000) then return bad("ttl") end
+if not is_uint(ARGV[4], 0, 1000000) then return bad("holder cap") end
+local ttl, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+
+local now = now_ms()
+local mine, taken, first = 0, {"TAKEN"}, nil
+for i = 1, n do
+    local v = redis.call("GET", KEYS[3 + i])
+    if v then
+        if string.sub(v, 1, 33) == token .. ":" then
+            mine = mine + 1
+            first = first or v
+        else
+            taken[#taken + 1] = seat(i, F)
+        end
+    elseif redis.call("HEXISTS", KEYS[2], seat(i, F)) == 1 then
+        taken[#taken + 1] = seat(i, F)
+    end
+end
+if mine == n then
+    -- A retry of this very hold: answer as the first call did.
+    local gen, created = string.match(first, "^[0-9a-f]+:(%d+):(%d+):")
+    return {"OK", tonumber(gen), now + redis.call("PTTL", KEYS[4]), tonumber(created)}
+end
+if mine > 0 then return bad("token holds other seats") end
+if #taken > 1 then return taken end
+
+local capped = tag ~= "" and cap > 0
+if capped then
+    redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now)
+    local held = redis.call("ZCARD", KEYS[3])
+    if held + n > cap then return {"LIMIT", held} end
+end
+
+local gen = redis.call("INCR", KEYS[1])
+local value = token .. ":" .. gen .. ":" .. now .. ":" .. tag
+for i = 1, n do
+    redis.call("SET", KEYS[3 + i], value, "PX", ttl)
+    if capped then redis.call("ZADD", KEYS[3], now + ttl, seat(i, F)) end
+end
+if capped and redis.call("PTTL", KEYS[3]) < ttl then redis.call("PEXPIRE", KEYS[3], ttl) end
+return {"OK", gen, now + ttl, now}

@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+const (
+	maxIDLen             = 64
+	tokenLen             = 32 // 128 bits, lowercase hex
+	maxHolderIDLen       = 128
+	maxIdempotencyKeyLen = 255
+)
+
+// validID reports whether s matches ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$: no braces or
+// colons, which would break the Redis hash tag and the key layout.
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > maxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func validateID(field, s string) error {
+	if !validID(s) {
+		return invalid(field, "%q must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", s)
+	}
+	return nil
+}
+
+// validateSeatIDs checks a list of seat ids: each well formed, no duplicates, between 1
+// and max of them.
+func validateSeatIDs(field string, seats []string, max int) error {
+	if len(seats) == 0 {
+		return invalid(field, "no seats")
+	}
+	if len(seats) > max {
+		return invalid(field, "%d seats, at most %d", len(seats), max)
+	}
+	for i, s := range seats {
+		if !validID(s) {
+			return invalid(field, "seat %q must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", s)
+		}
+		// Holds have at most a few seats: a quadratic scan beats a map here. Larger
+		// lists (show inventories) are checked after sorting.
+		if max <= 64 && slices.Contains(seats[:i], s) {
+			return invalid(field, "seat %q appears twice", s)
+		}
+	}
+	if max > 64 {
+		sorted := slices.Clone(seats)
+		slices.Sort(sorted)
+		for i := 1; i < len(sorted); i++ {
+			if sorted[i] == sorted[i-1] {
+				return invalid(field, "seat %q appears twice", sorted[i])
+			}
+		}
+	}
+	return nil
+}
+
+func validToken(t string) bool {
+	if len(t) != tokenLen {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func validateHolderID(h string) error {
+	if len(h) > maxHolderIDLen {
+		return invalid("HolderID", "%d bytes, at most %d", len(h), maxHolderIDLen)
+	}
+	if !utf8.ValidString(h) {
+		return invalid("HolderID", "not valid UTF-8")
+	}
+	for _, r := range h {
+		if r < 0x20 || r == 0x7f {
+			return invalid("HolderID", "contains a control character")
+		}
+	}
+	return nil
+}
+
+func validateIdempotencyKey(k string) error {
+	if len(k) > maxIdempotencyKeyLen {
+		return invalid("ConfirmOptions.IdempotencyKey", "%d bytes, at most %d", len(k), maxIdempotencyKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return invalid("ConfirmOptions.IdempotencyKey", "only printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// newToken returns 128 random bits from crypto/rand as 32 lowercase hex digits.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return hex.EncodeToString(b[:])
+}
+
+// holderTag is what a hold stores of its holder: a hash, so that customer ids never land
+// in Redis keys or values. Empty for an empty holder.
+func holderTag(holderID string) string {
+	if holderID == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("holdfast-holder\x00" + holderID))
+	return hex.EncodeToString(sum[:16])
+}
+
+// fingerprint identifies a confirm request for its idempotency key: the show, the seats
+// (sorted), the token and the generation presented. Fields are length-prefixed so that
+// no two different requests share an encoding.
+func fingerprint(showID string, sortedSeats []string, token string, generation int64) []byte {
+	h := sha256.New()
+	var n [8]byte
+	put := func(s string) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	put("holdfast-confirm-v1")
+	put(showID)
+	binary.BigEndian.PutUint64(n[:], uint64(len(sortedSeats)))
+	h.Write(n[:])
+	for _, s := range sortedSeats {
+		put(s)
+	}
+	put(token)
+	put(strconv.FormatInt(generation, 10))
+	return h.Sum(nil)
+}
+
+// keys builds a show's Redis keys. Every key of a show carries the hash tag {show}, so
+// all of a show's keys live in one Redis Cluster slot and one script can touch them.
+//
+//	<prefix>:{<show>}:hold:<seat>     string "<token>:<generation>:<created_ms>:<holder tag>"
+//	<prefix>:{<show>}:gen             INCR counter, never deleted
+//	<prefix>:{<show>}:sold            hash seat -> booking id
+//	<prefix>:{<show>}:holder:<tag>    zset seat -> expiry ms, the holder's live seats
+type keys struct{ base string }
+
+func newKeys(prefix, showID string) keys { return keys{base: prefix + ":{" + showID + "}:"} }
+
+func (k keys) gen() string               { return k.base + "gen" }
+func (k keys) sold() string              { return k.base + "sold" }
+func (k keys) hold(seatID string) string { return k.base + "hold:" + seatID }
+func (k keys) holder(tag string) string  { return k.base + "holder:" + tag }

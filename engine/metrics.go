@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the engine's Prometheus collectors. Labels are low-cardinality: an
+// operation and a result, never a token, holder or show.
+type metrics struct {
+	ops            *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	fenceRefusals  prometheus.Counter
+	counterRepairs prometheus.Counter
+	markerRepairs  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_operations_total",
+			Help: "Engine operations by operation (hold, extend, release, confirm, cancel) and result.",
+		}, []string{"op", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "holdfast_operation_duration_seconds",
+			Help:    "Latency of engine operations by operation.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
+		}, []string{"op"}),
+		fenceRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_fence_refusals_total",
+			Help: "Confirmations the PostgreSQL fence refused because it had seen the generation or a larger one.",
+		}),
+		counterRepairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_counter_repairs_total",
+			Help: "Times a show's Redis generation counter was found below the database's high-water mark and raised.",
+		}),
+		markerRepairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_marker_repairs_total",
+			Help: "Sold markers written to Redis because the database had a claim Redis did not know about.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// observe records one finished operation.
+func (m *metrics) observe(op string, start time.Time, result string) {
+	m.ops.WithLabelValues(op, result).Inc()
+	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+// resultOf names an operation's outcome for the result label.
+func resultOf(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrSeatsUnavailable):
+		return "taken"
+	case errors.Is(err, ErrHoldLost):
+		return "lost"
+	case errors.Is(err, ErrStaleGeneration):
+		return "stale"
+	case errors.Is(err, ErrIdempotencyKeyReused):
+		return "key_reused"
+	case errors.Is(err, ErrExtendLimit), errors.Is(err, ErrHolderLimit):
+		return "limit"
+	case errors.Is(err, ErrInvalidArgument):
+		return "invalid"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	default:
+		return "error"
+	}
+}

@@ -1,0 +1,23 @@
+-- release.lua: drop a hold, only for its owner.
+--
+-- KEYS       the common layout (common.lua)
+-- ARGV[1]    holder tag
+-- ARGV[2]    token
+-- ARGV[3]    generation
+-- ARGV[4..]  seat ids
+--
+-- Returns "OK", or "LOST" (not this hold: nothing changed).
+
+local F = 3
+local n, err = layout(F, 1, 1)
+if not n then return err end
+local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
+if not is_hex(token, 32) then return bad("token") end
+if not is_uint(gen, 1, 9007199254740991) then return bad("generation") end
+
+if not owned(n, token, gen, tag) then return "LOST" end
+for i = 1, n do
+    redis.call("DEL", KEYS[3 + i])
+    if tag ~= "" then redis.call("ZREM", KEYS[3], seat(i, F)) end
+end
+return "OK"

@@ -1,0 +1,308 @@
+package engine
+
+// SQL-level integration tests: the schema and the sqlc queries, against a real
+// PostgreSQL, with concurrent sessions.
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+func sqlShow(t *testing.T, pool *pgxpool.Pool, show string, seats ...string) {
+	t.Helper()
+	q := db.New(pool)
+	if _, err := q.ShowInsert(t.Context(), show); err != nil {
+		t.Fatalf("insert show: %v", err)
+	}
+	if err := q.SeatsInsert(t.Context(), db.SeatsInsertParams{ShowID: show, SeatIds: seats}); err != nil {
+		t.Fatalf("insert seats: %v", err)
+	}
+}
+
+func fence(t *testing.T, pool *pgxpool.Pool, show, seat string) int64 {
+	t.Helper()
+	g, err := db.New(pool).SeatFenceGet(t.Context(), db.SeatFenceGetParams{ShowID: show, SeatID: seat})
+	if err != nil {
+		t.Fatalf("read fence: %v", err)
+	}
+	return g
+}
+
+func bookingParams(show string, gen int64, holder string, seats ...string) db.BookingCreateParams {
+	return db.BookingCreateParams{ShowID: show, BookingID: uuid.New(), Generation: gen, HolderID: holder,
+		Fingerprint: make([]byte, 32), SeatIds: seats}
+}
+
+// waitLocked waits until the server process pid waits on a lock.
+func waitLocked(t *testing.T, pool *pgxpool.Pool, pid uint32) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		err := pool.QueryRow(t.Context(),
+			"SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&waiting)
+		if err == nil && waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never waited on a lock", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestSQLFenceTwoTransactions(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Database(t)
+	ctx := t.Context()
+	cases := []struct {
+		first, second int64
+		secondWins    bool
+	}{
+		{5, 6, true},  // the larger comes last: it advances the fence
+		{6, 5, false}, // the smaller comes last, after the larger committed: refused
+		{6, 6, false}, // an equal generation is refused
+	}
+	for i, c := range cases {
+		show := "fence" + string(rune('a'+i))
+		sqlShow(t, pool, show, "A1")
+		tx1, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got1, err := db.New(pool).WithTx(tx1).SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: show, SeatIds: []string{"A1"}, Generation: c.first})
+		if err != nil || len(got1) != 1 {
+			t.Fatalf("first advance: %v %v", got1, err)
+		}
+		tx2, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan []string, 1)
+		go func() {
+			got, err := db.New(pool).WithTx(tx2).SeatFencesAdvance(context.Background(), db.SeatFencesAdvanceParams{ShowID: show, SeatIds: []string{"A1"}, Generation: c.second})
+			if err != nil {
+				t.Errorf("second advance: %v", err)
+			}
+			done <- got
+		}()
+		waitLocked(t, pool, tx2.Conn().PgConn().PID()) // the second blocks on the first
+		if err := tx1.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got2 := <-done
+		if err := tx2.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if won := len(got2) == 1; won != c.secondWins {
+			t.Errorf("%d then %d: second advanced = %v, want %v", c.first, c.second, won, c.secondWins)
+		}
+		if f, want := fence(t, pool, show, "A1"), max(c.first, c.second); f != want {
+			t.Errorf("%d then %d: fence %d, want %d", c.first, c.second, f, want)
+		}
+	}
+}
+
+func TestSQLClaimIsUnique(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Database(t)
+	ctx := t.Context()
+	sqlShow(t, pool, "claim", "A1", "A2")
+	book := func(gen int64, seats ...string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			q := db.New(pool).WithTx(tx)
+			adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: "claim", SeatIds: seats, Generation: gen})
+			if err != nil {
+				return err
+			}
+			if len(adv) != len(seats) {
+				t.Fatalf("generation %d did not pass the fence", gen)
+			}
+			_, err = q.BookingCreate(ctx, bookingParams("claim", gen, "", seats...))
+			return err
+		})
+	}
+	if err := book(5, "A1"); err != nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	// The second passes its fence (6 > 5) but the seat is claimed.
+	err := book(6, "A1", "A2")
+	if !errors.Is(claimErr(err), errSeatClaimed) {
+		t.Fatalf("second claim: %v, want a unique violation mapped to errSeatClaimed", err)
+	}
+	var claims int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM seat_claims WHERE show_id = 'claim'").Scan(&claims); err != nil || claims != 1 {
+		t.Fatalf("claims = %d (%v), want 1", claims, err)
+	}
+	if f := fence(t, pool, "claim", "A2"); f != 0 {
+		t.Fatalf("the refused transaction moved A2's fence to %d", f)
+	}
+}
+
+func TestSQLCancelledBookingKeepsItsFence(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Database(t)
+	ctx := t.Context()
+	sqlShow(t, pool, "cancel", "A1")
+	q := db.New(pool)
+	if _, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: "cancel", SeatIds: []string{"A1"}, Generation: 5}); err != nil {
+		t.Fatal(err)
+	}
+	p := bookingParams("cancel", 5, "", "A1")
+	if _, err := q.BookingCreate(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.SeatClaimsDeleteByBooking(ctx, db.SeatClaimsDeleteByBookingParams{ShowID: "cancel", BookingID: p.BookingID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.BookingCancel(ctx, db.BookingCancelParams{ShowID: "cancel", BookingID: p.BookingID}); err != nil {
+		t.Fatal(err)
+	}
+	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: "cancel", SeatIds: []string{"A1"}, Generation: 5})
+	if err != nil || len(adv) != 0 {
+		t.Fatalf("generation 5 passed the fence again after cancel: %v %v", adv, err)
+	}
+	if f := fence(t, pool, "cancel", "A1"); f != 5 {
+		t.Fatalf("fence %d after cancel, want 5", f)
+	}
+}
+
+func TestSQLIdempotencyKeyIsUniquePerHolder(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Database(t)
+	ctx := t.Context()
+	sqlShow(t, pool, "idem", "A1", "A2", "A3")
+	q := db.New(pool)
+	p1 := bookingParams("idem", 1, "alice", "A1")
+	p1.IdempotencyKey.String, p1.IdempotencyKey.Valid = "key-1", true
+	if _, err := q.BookingCreate(ctx, p1); err != nil {
+		t.Fatal(err)
+	}
+	p2 := bookingParams("idem", 2, "alice", "A2")
+	p2.IdempotencyKey = p1.IdempotencyKey
+	if _, err := q.BookingCreate(ctx, p2); !errors.Is(claimErr(err), errKeyConflict) {
+		t.Fatalf("second booking with alice's key: %v, want errKeyConflict", err)
+	}
+	p3 := bookingParams("idem", 3, "bob", "A3")
+	p3.IdempotencyKey = p1.IdempotencyKey
+	if _, err := q.BookingCreate(ctx, p3); err != nil {
+		t.Fatalf("bob may use the same key: %v", err)
+	}
+}
+
+func TestSQLConstraintsRefuseBadRows(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Database(t)
+	ctx := t.Context()
+	sqlShow(t, pool, "cons", "A1")
+	q := db.New(pool)
+	p := bookingParams("cons", 7, "", "A1")
+	if _, err := q.BookingCreate(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		run  func() error
+		code string
+	}{
+		{"show id with a colon", func() error { _, err := q.ShowInsert(ctx, "a:b"); return err }, "23514"},
+		{"show id with braces", func() error { _, err := q.ShowInsert(ctx, "{x}"); return err }, "23514"},
+		{"show id of 65 characters", func() error { _, err := q.ShowInsert(ctx, string(make65())); return err }, "23514"},
+		{"seat id with a space", func() error {
+			return q.SeatsInsert(ctx, db.SeatsInsertParams{ShowID: "cons", SeatIds: []string{"B 1"}})
+		}, "23514"},
+		{"generation zero", func() error { _, err := q.BookingCreate(ctx, bookingParams("cons", 0, "", "A1")); return err }, "23514"},
+		{"negative generation", func() error { _, err := q.BookingCreate(ctx, bookingParams("cons", -3, "", "A1")); return err }, "23514"},
+		{"unknown seat", func() error { _, err := q.BookingCreate(ctx, bookingParams("cons", 9, "", "Z9")); return err }, "23503"},
+		{"unknown show", func() error { _, err := q.BookingCreate(ctx, bookingParams("nope", 9, "", "A1")); return err }, "23503"},
+		{"unknown status", func() error {
+			_, err := pool.Exec(ctx, "UPDATE bookings SET status = 'refunded' WHERE booking_id = $1", p.BookingID)
+			return err
+		}, "23514"},
+		{"cancelled without a time", func() error {
+			_, err := pool.Exec(ctx, "UPDATE bookings SET status = 'cancelled' WHERE booking_id = $1", p.BookingID)
+			return err
+		}, "23514"},
+		{"event log update", func() error {
+			_, err := pool.Exec(ctx, "UPDATE booking_events SET generation = 1")
+			return err
+		}, "23001"},
+		{"event log delete", func() error {
+			_, err := pool.Exec(ctx, "DELETE FROM booking_events")
+			return err
+		}, "23001"},
+	}
+	for _, c := range cases {
+		err := c.run()
+		if got := pgCode(err); got != c.code {
+			t.Errorf("%s: error %v (code %q), want code %s", c.name, err, got, c.code)
+		}
+	}
+}
+
+func make65() []byte {
+	b := make([]byte, 65)
+	for i := range b {
+		b[i] = 'a'
+	}
+	return b
+}
+
+func TestSQLFenceUnderManyWriters(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Database(t)
+	sqlShow(t, pool, "many", "A1")
+	var (
+		mu       sync.Mutex
+		accepted []int64
+		wg       sync.WaitGroup
+	)
+	for range 32 {
+		wg.Go(func() {
+			for range 5 {
+				gen := rand.Int64N(1000) + 1
+				err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+					adv, err := db.New(pool).WithTx(tx).SeatFencesAdvance(context.Background(),
+						db.SeatFencesAdvanceParams{ShowID: "many", SeatIds: []string{"A1"}, Generation: gen})
+					if err != nil {
+						return err
+					}
+					if len(adv) == 1 {
+						// The row lock is held until commit, so appends happen in commit order.
+						mu.Lock()
+						accepted = append(accepted, gen)
+						mu.Unlock()
+					}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("advance: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(accepted) == 0 {
+		t.Fatal("no generation accepted")
+	}
+	for i := 1; i < len(accepted); i++ {
+		if accepted[i] <= accepted[i-1] {
+			t.Fatalf("accepted generations not strictly increasing: %v", accepted)
+		}
+	}
+	if f := fence(t, pool, "many", "A1"); f != slices.Max(accepted) || f != accepted[len(accepted)-1] {
+		t.Fatalf("fence %d, want the largest accepted %d", f, slices.Max(accepted))
+	}
+}

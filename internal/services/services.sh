@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# services.sh — a PostgreSQL cluster and a Redis for this checkout, on loopback.
+#
+#   services.sh start   install what is missing, start both (idempotent), wait until
+#                       they answer, print DATABASE_URL= and REDIS_URL= on stdout
+#   services.sh stop    stop exactly the processes "start" started (by pid file)
+#   services.sh status  say what runs
+#
+# When DATABASE_URL and REDIS_URL are both set, "start" only prints them: the caller
+# brings its own services. Progress goes to stderr so that stdout can be eval'ed.
+#
+# Ports: HOLDFAST_PG_PORT (55432) and HOLDFAST_REDIS_PORT (56379), chosen so they never
+# collide with a system PostgreSQL on 5432 or Redis on 6379. Data lives under
+# HOLDFAST_SERVICES_DIR (default: .local/ in the checkout, git-ignored). PostgreSQL
+# refuses to run as root, so when invoked as root it runs as the "postgres" user.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PG_PORT="${HOLDFAST_PG_PORT:-55432}"
+REDIS_PORT="${HOLDFAST_REDIS_PORT:-56379}"
+DIR="${HOLDFAST_SERVICES_DIR:-$ROOT/.local}"
+
+log() { echo "services: $*" >&2; }
+die() { echo "services: $*" >&2; exit 1; }
+
+is_root() { [ "$(id -u)" = 0 ]; }
+
+# as_pg runs a command as the PostgreSQL owner: "postgres" when we are root, else ourselves.
+as_pg() {
+	if is_root; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+apt_install() {
+	is_root || die "$* missing and not root: install it (apt-get install $*) or set DATABASE_URL / REDIS_URL"
+	command -v apt-get >/dev/null || die "$* missing and no apt-get: install it by hand or set DATABASE_URL / REDIS_URL"
+	log "installing $* with apt-get"
+	if [ ! -f "$DIR/.apt-updated" ]; then
+		apt-get update -qq >&2
+		mkdir -p "$DIR" && touch "$DIR/.apt-updated"
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+pg_bindir() {
+	local d
+	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+		if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+			echo "$d"
+			return 0
+		fi
+	done
+	if command -v pg_config >/dev/null && [ -x "$(pg_config --bindir)/initdb" ]; then
+		pg_config --bindir
+		return 0
+	fi
+	return 1
+}
+
+ensure_packages() {
+	if ! pg_bindir >/dev/null; then
+		apt_install postgresql
+	fi
+	if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+		apt_install redis-server
+	fi
+}
+
+# pick_dir makes sure the PostgreSQL owner can reach the data folder; a checkout under
+# /root is closed to "postgres", so root falls back to a folder of its own under /var/tmp.
+pick_dir() {
+	mkdir -p "$DIR"
+	if is_root && ! runuser -u postgres -- test -x "$DIR"; then
+		local alt
+		alt="/var/tmp/holdfast-$(echo -n "$ROOT" | sha1sum | cut -c1-12)"
+		log "$DIR is not reachable by the postgres user; using $alt"
+		DIR="$alt"
+		mkdir -p "$DIR"
+	fi
+}
+
+pg_running() {
+	local bin="$1"
+	[ -f "$DIR/pg/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$DIR/pg" status >/dev/null 2>&1
+}
+
+start_pg() {
+	local bin
+	bin="$(pg_bindir)"
+	if pg_running "$bin"; then
+		log "postgresql already running on 127.0.0.1:$PG_PORT"
+	else
+		if [ ! -f "$DIR/pg/PG_VERSION" ]; then
+			log "initdb in $DIR/pg"
+			mkdir -p "$DIR/pg"
+			if is_root; then chown postgres: "$DIR/pg"; fi
+			as_pg "$bin/initdb" -D "$DIR/pg" -U holdfast -A trust -E UTF8 --no-locale >/dev/null
+		fi
+		if is_root; then
+			touch "$DIR/pg.log" && chown postgres: "$DIR/pg.log"
+		fi
+		log "starting postgresql on 127.0.0.1:$PG_PORT"
+		as_pg "$bin/pg_ctl" -D "$DIR/pg" -l "$DIR/pg.log" -w -t 60 \
+			-o "-c listen_addresses=127.0.0.1 -c port=$PG_PORT -c unix_socket_directories='' -c max_connections=300 -c shared_buffers=256MB" \
+			start >/dev/null || { tail -20 "$DIR/pg.log" >&2; die "postgresql did not start"; }
+	fi
+	local i
+	for i in $(seq 1 60); do
+		if "$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; then break; fi
+		sleep 0.5
+	done
+	"$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" || die "postgresql does not answer on 127.0.0.1:$PG_PORT"
+	if ! "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U holdfast -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='holdfast'" | grep -q 1; then
+		"$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U holdfast -d postgres -qc "CREATE DATABASE holdfast" >/dev/null
+	fi
+}
+
+redis_running() {
+	redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG
+}
+
+start_redis() {
+	if redis_running; then
+		log "redis already running on 127.0.0.1:$REDIS_PORT"
+	else
+		mkdir -p "$DIR/redis"
+		log "starting redis on 127.0.0.1:$REDIS_PORT"
+		redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --daemonize yes \
+			--pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log" --dir "$DIR/redis" \
+			--save '' --appendonly no --maxmemory-policy noeviction --maxclients 10000 \
+			--protected-mode yes >&2
+	fi
+	local i
+	for i in $(seq 1 60); do
+		if redis_running; then break; fi
+		sleep 0.25
+	done
+	redis_running || { tail -20 "$DIR/redis.log" >&2 2>/dev/null; die "redis does not answer on 127.0.0.1:$REDIS_PORT"; }
+}
+
+stop_all() {
+	pick_dir
+	local bin
+	if [ -f "$DIR/redis.pid" ]; then
+		local pid
+		pid="$(cat "$DIR/redis.pid")"
+		if kill -0 "$pid" 2>/dev/null; then
+			log "stopping redis (pid $pid)"
+			kill "$pid"
+			for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+		fi
+		rm -f "$DIR/redis.pid"
+	fi
+	if bin="$(pg_bindir)" && pg_running "$bin"; then
+		log "stopping postgresql"
+		as_pg "$bin/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null
+	fi
+}
+
+case "${1:-start}" in
+start)
+	if [ -n "${DATABASE_URL:-}" ] && [ -n "${REDIS_URL:-}" ]; then
+		log "DATABASE_URL and REDIS_URL are set; starting nothing"
+	else
+		ensure_packages
+		pick_dir
+		if [ -z "${DATABASE_URL:-}" ]; then start_pg; else log "DATABASE_URL is set; not starting postgresql"; fi
+		if [ -z "${REDIS_URL:-}" ]; then start_redis; else log "REDIS_URL is set; not starting redis"; fi
+	fi
+	echo "DATABASE_URL=${DATABASE_URL:-postgres://holdfast@127.0.0.1:$PG_PORT/holdfast?sslmode=disable}"
+	echo "REDIS_URL=${REDIS_URL:-redis://127.0.0.1:$REDIS_PORT/0}"
+	;;
+stop)
+	stop_all
+	;;
+status)
+	pick_dir
+	if bin="$(pg_bindir)" && pg_running "$bin"; then echo "postgresql: running on 127.0.0.1:$PG_PORT"; else echo "postgresql: stopped"; fi
+	if command -v redis-cli >/dev/null && redis_running; then echo "redis: running on 127.0.0.1:$REDIS_PORT"; else echo "redis: stopped"; fi
+	;;
+*)
+	die "usage: services.sh start|stop|status"
+	;;
+esac

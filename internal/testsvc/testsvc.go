@@ -1,0 +1,367 @@
+// Package testsvc connects tests to the real PostgreSQL and Redis that
+// internal/services/services.sh starts (or that TEST_DATABASE_URL / TEST_REDIS_URL name),
+// and gives each test its own database and Redis key prefix.
+//
+// When CI=true, a service that cannot be reached fails the test; elsewhere the test is
+// skipped with a message naming the variable to set.
+package testsvc
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/migrations"
+)
+
+const (
+	defaultDatabaseURL = "postgres://holdfast@127.0.0.1:55432/holdfast?sslmode=disable"
+	defaultRedisURL    = "redis://127.0.0.1:56379/0"
+)
+
+// DatabaseURL is the server the tests use: TEST_DATABASE_URL, else the local default.
+func DatabaseURL() string {
+	if v := os.Getenv("TEST_DATABASE_URL"); v != "" {
+		return v
+	}
+	return defaultDatabaseURL
+}
+
+// RedisURL is the Redis the tests use: TEST_REDIS_URL, else the local default.
+func RedisURL() string {
+	if v := os.Getenv("TEST_REDIS_URL"); v != "" {
+		return v
+	}
+	return defaultRedisURL
+}
+
+// unreachable fails the test under CI and skips it elsewhere.
+func unreachable(t testing.TB, variable, url string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("cannot reach %s (%s): %v; run `make services` or set %s", variable, redact(url), err, variable)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "unparsable URL"
+	}
+	return p.Redacted()
+}
+
+// RandomName returns prefix followed by 12 random hex digits.
+func RandomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+)
+
+// adminConn connects to the server's maintenance database.
+func adminConn(ctx context.Context, t testing.TB) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(DatabaseURL())
+	if err != nil {
+		t.Fatalf("parse TEST_DATABASE_URL: %v", err)
+	}
+	cfg.Database = "postgres"
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		unreachable(t, "TEST_DATABASE_URL", DatabaseURL(), err)
+	}
+	return conn
+}
+
+// migrationsHash names the template database after the migrations it holds.
+func migrationsHash() string {
+	h := sha256.New()
+	_ = fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := fs.ReadFile(migrations.FS, path)
+		h.Write([]byte(path))
+		h.Write(b)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// ensureTemplate creates (once per server and migration set) a migrated template
+// database, under an advisory lock so that parallel test binaries agree.
+func ensureTemplate(ctx context.Context, t testing.TB, admin *pgx.Conn) (string, error) {
+	templateOnce.Do(func() {
+		name := "holdfast_tmpl_" + migrationsHash()
+		templateName = name
+		if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock(727274)"); err != nil {
+			templateErr = err
+			return
+		}
+		defer admin.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(727274)")
+		var exists bool
+		if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+			templateErr = err
+			return
+		}
+		if exists {
+			return
+		}
+		building := name + "_build"
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+building+" WITH (FORCE)")
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+building); err != nil {
+			templateErr = err
+			return
+		}
+		pool, err := pgxpool.New(ctx, urlWithDatabase(t, building))
+		if err != nil {
+			templateErr = err
+			return
+		}
+		templateErr = migrations.Up(ctx, pool)
+		pool.Close()
+		if templateErr != nil {
+			return
+		}
+		_, templateErr = admin.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+name)
+	})
+	return templateName, templateErr
+}
+
+func urlWithDatabase(t testing.TB, name string) string {
+	u, err := url.Parse(DatabaseURL())
+	if err != nil {
+		t.Fatalf("parse TEST_DATABASE_URL: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Database returns a pool on a new database of the test's own, migrated, dropped when
+// the test ends. It is cheap: a copy of a migrated template.
+func Database(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := newDatabase(t, true)
+	return pool
+}
+
+// EmptyDatabase returns a pool on a new database without any migration, and its URL.
+func EmptyDatabase(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	return newDatabase(t, false)
+}
+
+func newDatabase(t testing.TB, migrated bool) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
+	admin := adminConn(ctx, t)
+	defer admin.Close(ctx)
+	name := RandomName("holdfast_t_")
+	stmt := "CREATE DATABASE " + name
+	if migrated {
+		tmpl, err := ensureTemplate(ctx, t, admin)
+		if err != nil {
+			t.Fatalf("build the template database: %v", err)
+		}
+		stmt += " TEMPLATE " + tmpl
+	}
+	if _, err := admin.Exec(ctx, stmt); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	dsn := urlWithDatabase(t, name)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("parse database url: %v", err)
+	}
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect to test database: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		admin := adminConn(context.Background(), t)
+		defer admin.Close(context.Background())
+		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+		}
+	})
+	return pool, dsn
+}
+
+// RedisOptions are the options tests use: go-redis honours context deadlines.
+func RedisOptions(t testing.TB, rawURL string) *redis.Options {
+	t.Helper()
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		t.Fatalf("parse redis url: %v", err)
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.PoolSize = 64
+	return opt
+}
+
+// Redis returns a client of the shared test Redis. Tests share it: each must use its own
+// key prefix (KeyPrefix) and must never flush it.
+func Redis(t testing.TB) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(RedisOptions(t, RedisURL()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		unreachable(t, "TEST_REDIS_URL", RedisURL(), err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// KeyPrefix returns a Redis key prefix of the test's own.
+func KeyPrefix(t testing.TB) string { return RandomName("t") }
+
+// CountKeys counts the keys under prefix.
+func CountKeys(t testing.TB, rdb redis.UniversalClient, prefix string) int {
+	t.Helper()
+	var n int
+	iter := rdb.Scan(context.Background(), 0, prefix+":*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		n++
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("scan redis: %v", err)
+	}
+	return n
+}
+
+// RedisServer is a redis-server process of the test's own, for tests that flush,
+// restart, pause or stop Redis.
+type RedisServer struct {
+	t    testing.TB
+	Port int
+	dir  string
+	cmd  *exec.Cmd
+	args []string
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StartRedis starts a private redis-server on loopback without persistence, with
+// maxmemory-policy noeviction and any extra arguments ("--maxmemory", "2mb", ...).
+// It is stopped when the test ends.
+func StartRedis(t testing.TB, extra ...string) *RedisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		msg := "redis-server is not installed; run `make services` (it installs it)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	s := &RedisServer{t: t, Port: FreePort(t), dir: t.TempDir()}
+	s.args = append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "yes"}, extra...)
+	s.start(bin)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *RedisServer) start(bin string) {
+	s.t.Helper()
+	s.cmd = exec.Command(bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
+		if err == nil {
+			fmt.Fprintf(c, "PING\r\n")
+			buf := make([]byte, 16)
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			n, _ := c.Read(buf)
+			c.Close()
+			if strings.HasPrefix(string(buf[:n]), "+PONG") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server on %s did not answer", s.Addr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Addr is host:port.
+func (s *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// URL is the redis:// URL of the server.
+func (s *RedisServer) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Client returns a client of this server, closed when the test ends.
+func (s *RedisServer) Client() *redis.Client {
+	rdb := redis.NewClient(RedisOptions(s.t, s.URL()))
+	s.t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// Stop ends the server (SIGKILL: no persistence, nothing to save).
+func (s *RedisServer) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart kills the server and starts a new one on the same port: all data is lost.
+func (s *RedisServer) Restart() {
+	s.t.Helper()
+	s.Stop()
+	bin, _ := exec.LookPath("redis-server")
+	s.start(bin)
+}
+
+// Pause freezes the server (SIGSTOP); Resume thaws it.
+func (s *RedisServer) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume thaws a paused server.
+func (s *RedisServer) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }

@@ -1,0 +1,103 @@
+package migrations_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/internal/testsvc"
+	"github.com/holdfast/holdfast/migrations"
+)
+
+// catalog describes every user object of the public schema, one sorted line each.
+func catalog(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var s *string
+	err := pool.QueryRow(t.Context(), `
+SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+    SELECT 'column ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' ||
+           coalesce(column_default, '') || ' ' || is_identity
+    FROM information_schema.columns WHERE table_schema = 'public' AND table_name <> 'goose_db_version'
+    UNION ALL
+    SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace = 'public'::regnamespace AND conrelid::regclass::text <> 'goose_db_version'
+    UNION ALL
+    SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename <> 'goose_db_version'
+    UNION ALL
+    SELECT 'view ' || viewname || ' ' || definition FROM pg_views WHERE schemaname = 'public'
+    UNION ALL
+    SELECT 'function ' || pg_get_functiondef(oid) FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+    UNION ALL
+    SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal
+) objects(x)`).Scan(&s)
+	if err != nil {
+		t.Fatalf("read catalog: %v", err)
+	}
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func TestUpDownUpLeavesTheSameSchema(t *testing.T) {
+	t.Parallel()
+	pool, _ := testsvc.EmptyDatabase(t)
+	ctx := t.Context()
+	if got := catalog(t, pool); got != "" {
+		t.Fatalf("empty database has objects:\n%s", got)
+	}
+	if err := migrations.Up(ctx, pool); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	first := catalog(t, pool)
+	for _, want := range []string{"seat_fences", "seat_claims", "booking_events", "bookings_idempotency_key_unique", "booking_details"} {
+		if !strings.Contains(first, want) {
+			t.Fatalf("schema after up lacks %s", want)
+		}
+	}
+	p, err := migrations.NewProvider(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down to 0: %v", err)
+	}
+	if got := catalog(t, pool); got != "" {
+		t.Fatalf("objects left after down to 0:\n%s", got)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if again := catalog(t, pool); again != first {
+		t.Fatalf("schema differs after up, down, up:\nfirst:\n%s\nagain:\n%s", first, again)
+	}
+}
+
+func TestConcurrentUpIsSerialized(t *testing.T) {
+	t.Parallel()
+	pool, _ := testsvc.EmptyDatabase(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = migrations.Up(context.Background(), pool) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("migrator %d: %v", i, err)
+		}
+	}
+	p, err := migrations.NewProvider(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pending, err := p.HasPending(t.Context())
+	if err != nil || pending {
+		t.Fatalf("pending after concurrent up: %v %v", pending, err)
+	}
+}

@@ -1,0 +1,52 @@
+-- name: BookingCreate :one
+-- BookingCreate records a confirmed booking in one statement: the booking, its seats,
+-- the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
+-- the "confirmed" event. Run it after SeatFencesAdvance accepted every seat.
+WITH booking AS (
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint)
+    VALUES (@show_id, @booking_id, @generation::bigint, @holder_id, sqlc.narg(idempotency_key), @fingerprint)
+    RETURNING show_id, booking_id, confirmed_at
+), booked_seats AS (
+    INSERT INTO booking_seats (show_id, booking_id, seat_id)
+    SELECT booking.show_id, booking.booking_id, s
+    FROM booking, unnest(@seat_ids::text[]) AS s
+    RETURNING show_id, booking_id, seat_id
+), claims AS (
+    INSERT INTO seat_claims (show_id, seat_id, booking_id, generation)
+    SELECT show_id, seat_id, booking_id, @generation::bigint
+    FROM booked_seats
+    ORDER BY seat_id
+    RETURNING seat_id
+), event AS (
+    INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
+    SELECT show_id, booking_id, 'confirmed', @generation::bigint, @seat_ids::text[], @holder_id
+    FROM booking
+    RETURNING event_id
+)
+SELECT confirmed_at FROM booking;
+
+-- name: BookingGet :one
+SELECT * FROM booking_details WHERE booking_id = @booking_id;
+
+-- name: BookingGetByIdempotencyKey :one
+SELECT * FROM booking_details
+WHERE booking_id = (
+    SELECT b.booking_id FROM bookings b
+    WHERE b.show_id = @show_id AND b.holder_id = @holder_id AND b.idempotency_key = @idempotency_key::text
+);
+
+-- name: BookingGetForUpdate :one
+SELECT show_id, booking_id, generation, holder_id, status
+FROM bookings WHERE booking_id = @booking_id
+FOR UPDATE;
+
+-- name: BookingCancel :one
+UPDATE bookings SET status = 'cancelled', cancelled_at = now()
+WHERE show_id = @show_id AND booking_id = @booking_id AND status = 'confirmed'
+RETURNING cancelled_at;
+
+-- name: BookingEventInsert :exec
+-- BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
+-- is written by BookingCreate).
+INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
+VALUES (@show_id, sqlc.narg(booking_id), @kind, @generation::bigint, @seat_ids::text[], @holder_id);
