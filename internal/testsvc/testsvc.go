@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
@@ -84,20 +85,15 @@ var (
 )
 
 // adminConn connects to the server's maintenance database.
-func adminConn(ctx context.Context, t testing.TB) *pgx.Conn {
-	t.Helper()
+func adminConn(ctx context.Context) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(DatabaseURL())
 	if err != nil {
-		t.Fatalf("parse TEST_DATABASE_URL: %v", err)
+		return nil, fmt.Errorf("parse TEST_DATABASE_URL: %w", err)
 	}
 	cfg.Database = "postgres"
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
-	if err != nil {
-		unreachable(t, "TEST_DATABASE_URL", DatabaseURL(), err)
-	}
-	return conn
+	return pgx.ConnectConfig(cctx, cfg)
 }
 
 // migrationsHash names the template database after the migrations it holds.
@@ -117,7 +113,7 @@ func migrationsHash() string {
 
 // ensureTemplate creates (once per server and migration set) a migrated template
 // database, under an advisory lock so that parallel test binaries agree.
-func ensureTemplate(ctx context.Context, t testing.TB, admin *pgx.Conn) (string, error) {
+func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	templateOnce.Do(func() {
 		name := "holdfast_tmpl_" + migrationsHash()
 		templateName = name
@@ -140,7 +136,7 @@ func ensureTemplate(ctx context.Context, t testing.TB, admin *pgx.Conn) (string,
 			templateErr = err
 			return
 		}
-		pool, err := pgxpool.New(ctx, urlWithDatabase(t, building))
+		pool, err := pgxpool.New(ctx, urlWithDatabase(building))
 		if err != nil {
 			templateErr = err
 			return
@@ -155,13 +151,61 @@ func ensureTemplate(ctx context.Context, t testing.TB, admin *pgx.Conn) (string,
 	return templateName, templateErr
 }
 
-func urlWithDatabase(t testing.TB, name string) string {
+func urlWithDatabase(name string) string {
 	u, err := url.Parse(DatabaseURL())
 	if err != nil {
-		t.Fatalf("parse TEST_DATABASE_URL: %v", err)
+		return ""
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// errUnreachable marks a server that did not answer.
+type errUnreachable struct{ err error }
+
+func (e errUnreachable) Error() string { return e.err.Error() }
+
+// OpenDatabase creates a new database (a copy of the migrated template when migrated)
+// and returns a pool on it, its URL, and a function that drops it.
+func OpenDatabase(ctx context.Context, migrated bool) (*pgxpool.Pool, string, func() error, error) {
+	admin, err := adminConn(ctx)
+	if err != nil {
+		return nil, "", nil, errUnreachable{err}
+	}
+	defer admin.Close(ctx)
+	name := RandomName("holdfast_t_")
+	stmt := "CREATE DATABASE " + name
+	if migrated {
+		tmpl, err := ensureTemplate(ctx, admin)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("build the template database: %w", err)
+		}
+		stmt += " TEMPLATE " + tmpl
+	}
+	if _, err := admin.Exec(ctx, stmt); err != nil {
+		return nil, "", nil, fmt.Errorf("create test database: %w", err)
+	}
+	dsn := urlWithDatabase(name)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	drop := func() error {
+		pool.Close()
+		admin, err := adminConn(context.Background())
+		if err != nil {
+			return err
+		}
+		defer admin.Close(context.Background())
+		_, err = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		return err
+	}
+	return pool, dsn, drop, nil
 }
 
 // Database returns a pool on a new database of the test's own, migrated, dropped when
@@ -180,37 +224,17 @@ func EmptyDatabase(t testing.TB) (*pgxpool.Pool, string) {
 
 func newDatabase(t testing.TB, migrated bool) (*pgxpool.Pool, string) {
 	t.Helper()
-	ctx := context.Background()
-	admin := adminConn(ctx, t)
-	defer admin.Close(ctx)
-	name := RandomName("holdfast_t_")
-	stmt := "CREATE DATABASE " + name
-	if migrated {
-		tmpl, err := ensureTemplate(ctx, t, admin)
-		if err != nil {
-			t.Fatalf("build the template database: %v", err)
-		}
-		stmt += " TEMPLATE " + tmpl
+	pool, dsn, drop, err := OpenDatabase(context.Background(), migrated)
+	var ue errUnreachable
+	if errors.As(err, &ue) {
+		unreachable(t, "TEST_DATABASE_URL", DatabaseURL(), ue.err)
 	}
-	if _, err := admin.Exec(ctx, stmt); err != nil {
-		t.Fatalf("create test database: %v", err)
-	}
-	dsn := urlWithDatabase(t, name)
-	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		t.Fatalf("parse database url: %v", err)
-	}
-	cfg.MaxConns = 40
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect to test database: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		pool.Close()
-		admin := adminConn(context.Background(), t)
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
+		if err := drop(); err != nil {
+			t.Errorf("drop test database: %v", err)
 		}
 	})
 	return pool, dsn

@@ -1,0 +1,310 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func TestConfirmBooksAndMarksSold(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1", "A2", "A3")
+	h := v.hold("s1", time.Minute, "alice", "A2", "A1")
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	if err != nil {
+		t.Fatalf("confirm: %v", err)
+	}
+	if b.Status != BookingConfirmed || !slices.Equal(b.SeatIDs, []string{"A1", "A2"}) || b.Generation != h.Generation || b.HolderID != "alice" || b.Replayed {
+		t.Fatalf("booking %+v", b)
+	}
+	got, err := v.e.Booking(t.Context(), b.ID)
+	if err != nil || got.ID != b.ID || got.Status != BookingConfirmed || !slices.Equal(got.SeatIDs, b.SeatIDs) {
+		t.Fatalf("Booking(id) = %+v, %v", got, err)
+	}
+	// The hold keys are replaced by the sold marker: a new hold is refused at once.
+	if v.holdValue("s1", "A1") != "" || v.soldMarkers("s1")["A1"] != b.ID.String() {
+		t.Fatalf("after confirm: hold %q, markers %v", v.holdValue("s1", "A1"), v.soldMarkers("s1"))
+	}
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{"A3", "A1"}}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("hold on a sold seat: %v", err)
+	}
+	// The same hold cannot confirm twice.
+	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("second confirm without a key: %v, want ErrHoldLost", err)
+	}
+	states, err := v.e.Seats(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SeatStatus{SeatSold, SeatSold, SeatFree}
+	for i, s := range states {
+		if s.Status != want[i] {
+			t.Fatalf("seat map %+v", states)
+		}
+	}
+	if v.bookings("s1") != 1 || v.count("SELECT count(*) FROM booking_events WHERE kind = 'confirmed'") != 1 {
+		t.Fatal("want one booking and one confirmed event")
+	}
+}
+
+// TestLateConfirm: the owner whose hold expired confirms before, and after, the new owner.
+func TestLateConfirm(t *testing.T) {
+	t.Parallel()
+	for _, lateFirst := range []bool{true, false} {
+		v := newEnv(t)
+		v.show("s1", "A1")
+		old := v.hold("s1", 80*time.Millisecond, "alice", "A1")
+		v.waitExpired(old)
+		cur := v.hold("s1", time.Minute, "bob", "A1")
+		var lateErr error
+		if lateFirst {
+			_, lateErr = v.e.Confirm(t.Context(), old, ConfirmOptions{})
+		}
+		if _, err := v.e.Confirm(t.Context(), cur, ConfirmOptions{}); err != nil {
+			t.Fatalf("current owner confirm: %v", err)
+		}
+		if !lateFirst {
+			_, lateErr = v.e.Confirm(t.Context(), old, ConfirmOptions{})
+		}
+		if !errors.Is(lateErr, ErrHoldLost) && !errors.Is(lateErr, ErrStaleGeneration) {
+			t.Fatalf("late confirm (first=%v): %v, want ErrHoldLost or ErrStaleGeneration", lateFirst, lateErr)
+		}
+		if n := v.bookings("s1"); n != 1 {
+			t.Fatalf("%d bookings, want 1", n)
+		}
+	}
+}
+
+// TestPausedOwnerMeetsTheFence: the owner pauses between its Redis check and its write;
+// meanwhile its hold expires and a newer holder books the seat. The fence refuses it.
+func TestPausedOwnerMeetsTheFence(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1")
+	other := v.twin()
+	old := v.hold("s1", 100*time.Millisecond, "alice", "A1")
+	var newer Booking
+	v.e.hooks.beforeWrite = func(ctx context.Context) {
+		v.waitExpired(old)
+		h, err := other.Hold(ctx, HoldRequest{ShowID: "s1", SeatIDs: []string{"A1"}, HolderID: "bob"})
+		if err != nil {
+			t.Errorf("newer hold: %v", err)
+			return
+		}
+		if newer, err = other.Confirm(ctx, h, ConfirmOptions{}); err != nil {
+			t.Errorf("newer confirm: %v", err)
+		}
+	}
+	_, err := v.e.Confirm(t.Context(), old, ConfirmOptions{})
+	if !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("paused owner: %v, want ErrStaleGeneration", err)
+	}
+	if n := v.bookings("s1"); n != 1 {
+		t.Fatalf("%d bookings, want 1", n)
+	}
+	if c := v.claims("s1"); c["A1"] != newer.ID.String() {
+		t.Fatalf("claim %v, want the newer booking %s", c, newer.ID)
+	}
+	if n := v.count("SELECT count(*) FROM booking_events WHERE kind = 'refused_stale' AND generation = $1", old.Generation); n != 1 {
+		t.Fatalf("%d refused_stale events, want 1", n)
+	}
+}
+
+// TestHoldLostBeforeCommit: the hold expires after the writes, before COMMIT. The second
+// Redis check rolls everything back.
+func TestHoldLostBeforeCommit(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1", "A2")
+	h := v.hold("s1", 100*time.Millisecond, "alice", "A1", "A2")
+	v.e.hooks.beforeCommit = func(context.Context) { v.waitExpired(h) }
+	before := v.dbSnapshot()
+	_, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "k1"})
+	if !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("confirm: %v, want ErrHoldLost", err)
+	}
+	v.e.hooks.beforeCommit = nil
+	if n := v.count("SELECT count(*) FROM bookings") + v.count("SELECT count(*) FROM seat_claims") +
+		v.count("SELECT count(*) FROM seat_fences WHERE generation > 0"); n != 0 {
+		t.Fatalf("a rolled-back confirm left %d rows", n)
+	}
+	after := v.dbSnapshot()
+	if n := v.count("SELECT count(*) FROM booking_events WHERE kind = 'refused_lost'"); n != 1 || len(after) <= len(before) {
+		t.Fatalf("want exactly the refused_lost event added, got %d", n)
+	}
+	// The seats are free for the next holder.
+	h2 := v.hold("s1", time.Minute, "bob", "A1", "A2")
+	if _, err := v.e.Confirm(t.Context(), h2, ConfirmOptions{}); err != nil {
+		t.Fatalf("next holder: %v", err)
+	}
+}
+
+func TestIdempotentConfirm(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1", "A2", "A3")
+	h := v.hold("s1", time.Minute, "alice", "A1")
+	first, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "order-17"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A retry after a lost response: the hold keys are gone, the key finds the booking.
+	again, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "order-17"})
+	if err != nil || again.ID != first.ID || !again.Replayed || !slices.Equal(again.SeatIDs, first.SeatIDs) {
+		t.Fatalf("retry: %+v, %v; want booking %s replayed", again, err, first.ID)
+	}
+	// The same key with another request.
+	other := v.hold("s1", time.Minute, "alice", "A2")
+	if _, err := v.e.Confirm(t.Context(), other, ConfirmOptions{IdempotencyKey: "order-17"}); !errors.Is(err, ErrIdempotencyKeyReused) {
+		t.Fatalf("same key, other hold: %v, want ErrIdempotencyKeyReused", err)
+	}
+	if v.holdValue("s1", "A2") == "" {
+		t.Fatal("the refused request lost its hold")
+	}
+	// Another holder replaying alice's key and hold never sees alice's booking.
+	stolen := h
+	stolen.HolderID = "mallory"
+	b, err := v.e.Confirm(t.Context(), stolen, ConfirmOptions{IdempotencyKey: "order-17"})
+	if err == nil || b.ID == first.ID {
+		t.Fatalf("mallory replaying alice's key got %+v, %v", b, err)
+	}
+	// Mallory's own key with alice's booked hold: nothing either.
+	if _, err := v.e.Confirm(t.Context(), stolen, ConfirmOptions{IdempotencyKey: "m-1"}); !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("mallory: %v, want ErrHoldLost", err)
+	}
+	if v.bookings("s1") != 1 {
+		t.Fatal("want one booking")
+	}
+}
+
+func TestConcurrentRetriesWithOneKeyBookOnce(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1", "A2")
+	h := v.hold("s1", time.Minute, "alice", "A1", "A2")
+	const n = 16
+	ids := make([]uuid.UUID, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			b, err := v.e.Confirm(context.Background(), h, ConfirmOptions{IdempotencyKey: "dup"})
+			ids[i], errs[i] = b.ID, err
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("retry %d: %v", i, errs[i])
+		}
+		if ids[i] != ids[0] {
+			t.Fatalf("retries returned different bookings: %v", ids)
+		}
+	}
+	if v.bookings("s1") != 1 {
+		t.Fatal("want exactly one booking")
+	}
+}
+
+func TestCancelKeepsTheFence(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1")
+	h := v.hold("s1", time.Minute, "alice", "A1")
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.e.Cancel(t.Context(), b.ID); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	got, err := v.e.Booking(t.Context(), b.ID)
+	if err != nil || got.Status != BookingCancelled || got.CancelledAt == nil {
+		t.Fatalf("after cancel: %+v %v", got, err)
+	}
+	if err := v.e.Cancel(t.Context(), b.ID); err != nil {
+		t.Fatalf("cancel twice: %v", err)
+	}
+	if len(v.soldMarkers("s1")) != 0 || len(v.claims("s1")) != 0 {
+		t.Fatal("cancel left a marker or a claim")
+	}
+	// The old hold cannot book again.
+	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); !errors.Is(err, ErrHoldLost) && !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("old hold after cancel: %v", err)
+	}
+	if f := v.count("SELECT generation FROM seat_fences WHERE seat_id = 'A1'"); int64(f) != h.Generation {
+		t.Fatalf("fence %d after cancel, want %d", f, h.Generation)
+	}
+	// A new holder can.
+	h2 := v.hold("s1", time.Minute, "bob", "A1")
+	b2, err := v.e.Confirm(t.Context(), h2, ConfirmOptions{})
+	if err != nil || h2.Generation <= h.Generation {
+		t.Fatalf("new holder: %v (generation %d after %d)", err, h2.Generation, h.Generation)
+	}
+	if v.claims("s1")["A1"] != b2.ID.String() {
+		t.Fatal("claim is not the new booking's")
+	}
+	if err := v.e.Cancel(t.Context(), uuid.New()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("cancel unknown: %v", err)
+	}
+	if _, err := v.e.Booking(t.Context(), uuid.New()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown booking: %v", err)
+	}
+}
+
+// TestManyBuyersOneSeatEndToEnd: many goroutines hold and confirm the same seats; every
+// seat ends with at most one booking and every success is in the database.
+func TestManyBuyersEndToEnd(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	seats := seatNames(8)
+	v.show("s1", seats...)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var booked []Booking
+	for i := range 64 {
+		wg.Go(func() {
+			ctx := context.Background()
+			s := seats[i%len(seats)]
+			h, err := v.e.Hold(ctx, HoldRequest{ShowID: "s1", SeatIDs: []string{s}, TTL: 50 * time.Millisecond})
+			if err != nil {
+				if !errors.Is(err, ErrSeatsUnavailable) {
+					t.Errorf("hold: %v", err)
+				}
+				return
+			}
+			time.Sleep(time.Duration(i%3) * 30 * time.Millisecond) // some pay late
+			b, err := v.e.Confirm(ctx, h, ConfirmOptions{})
+			switch {
+			case err == nil:
+				mu.Lock()
+				booked = append(booked, b)
+				mu.Unlock()
+			case errors.Is(err, ErrHoldLost), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrSeatsUnavailable):
+			default:
+				t.Errorf("confirm: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if v.doubleBookings() != 0 {
+		t.Fatal("a seat is booked twice")
+	}
+	for _, b := range booked {
+		if got, err := v.e.Booking(t.Context(), b.ID); err != nil || got.Status != BookingConfirmed {
+			t.Fatalf("acknowledged booking %s: %v", b.ID, err)
+		}
+	}
+	if len(booked) != v.bookings("s1") {
+		t.Fatalf("%d acknowledged, %d in the database", len(booked), v.bookings("s1"))
+	}
+}

@@ -1,0 +1,516 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// privateEnv is an engine on a Redis server of the test's own, which it may flush,
+// restart or stop.
+func privateEnv(t *testing.T, tweak ...func(*Config)) (*env, *testsvc.RedisServer) {
+	t.Helper()
+	srv := testsvc.StartRedis(t)
+	return newEnvWith(t, testsvc.Database(t), srv.Client(), tweak...), srv
+}
+
+// sell books the given seats, one booking each, and returns seat -> booking id.
+func (v *env) sell(show string, seats ...string) map[string]string {
+	v.t.Helper()
+	out := map[string]string{}
+	for _, s := range seats {
+		h := v.hold(show, time.Minute, "", s)
+		b, err := v.e.Confirm(v.t.Context(), h, ConfirmOptions{})
+		if err != nil {
+			v.t.Fatalf("confirm %s: %v", s, err)
+		}
+		out[s] = b.ID.String()
+	}
+	return out
+}
+
+func TestRedisLosesEverything(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"flushall", "restart"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			v, srv := privateEnv(t)
+			seats := seatNames(6)
+			v.show("s1", seats...)
+			sold := v.sell("s1", seats[0], seats[1], seats[2])
+			if how == "flushall" {
+				if err := v.rdb.FlushAll(t.Context()).Err(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				srv.Restart()
+			}
+			// A sold seat Redis forgot is refused at once: the engine notices the lost
+			// counter and rebuilds the show from the database before granting.
+			if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{seats[0]}}); !errors.Is(err, ErrSeatsUnavailable) {
+				t.Fatalf("hold on a sold seat after the loss: %v, want ErrSeatsUnavailable", err)
+			}
+			if got := v.soldMarkers("s1"); !maps.Equal(got, sold) {
+				t.Fatalf("markers after the loss %v, want %v", got, sold)
+			}
+			// New holds confirm on the first call, with generations above the fence.
+			h := v.hold("s1", time.Minute, "", seats[3], seats[4])
+			b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+			if err != nil {
+				t.Fatalf("confirm after the loss: %v", err)
+			}
+			if b.Generation <= 3 {
+				t.Fatalf("generation %d after the loss, want above the fence 3", b.Generation)
+			}
+			if v.doubleBookings() != 0 || v.bookings("s1") != 4 {
+				t.Fatal("double booking or lost booking")
+			}
+		})
+	}
+}
+
+// TestCounterWentBackwards: Redis kept its keys but its counter is behind the database
+// (a failover to a replica that missed writes). A hold on a seat whose fence is above the
+// re-issued generation still confirms on the first call.
+func TestCounterWentBackwards(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	v := newEnv(t, func(c *Config) { c.Registerer = reg })
+	seats := seatNames(4)
+	v.show("s1", seats...)
+	sold := v.sell("s1", seats...) // generations 1..4; S003's fence is 4
+	if err := v.e.Cancel(t.Context(), uuid.MustParse(sold[seats[3]])); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.rdb.Set(t.Context(), newKeys(v.cfg.KeyPrefix, "s1").gen(), 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := v.hold("s1", time.Minute, "", seats[3])
+	if h.Generation != 2 {
+		t.Fatalf("setup: generation %d", h.Generation)
+	}
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	if err != nil {
+		t.Fatalf("confirm with a regressed counter: %v", err)
+	}
+	if b.Generation <= 4 {
+		t.Fatalf("booking generation %d, want above the high-water mark 4", b.Generation)
+	}
+	if c := v.counter("s1"); c < b.Generation {
+		t.Fatalf("counter %d below the booking's generation %d", c, b.Generation)
+	}
+	if n := testutil.ToFloat64(v.e.m.counterRepairs); n != 1 {
+		t.Fatalf("counter repairs %v, want 1", n)
+	}
+	if n := v.count("SELECT count(*) FROM booking_events WHERE kind = 'counter_repaired'"); n != 1 {
+		t.Fatalf("%d counter_repaired events", n)
+	}
+	if v.doubleBookings() != 0 {
+		t.Fatal("double booking")
+	}
+}
+
+// TestForgottenSoldMarker: Redis lost one sold marker; a hold on the seat is granted but
+// its confirm hits the database claim, is refused, and repairs the marker.
+func TestForgottenSoldMarker(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1", "A2")
+	sold := v.sell("s1", "A1")
+	if err := v.rdb.HDel(t.Context(), newKeys(v.cfg.KeyPrefix, "s1").sold(), "A1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := v.hold("s1", time.Minute, "", "A1", "A2")
+	_, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	var sue *SeatsUnavailableError
+	if !errors.As(err, &sue) || len(sue.SeatIDs) != 1 || sue.SeatIDs[0] != "A1" {
+		t.Fatalf("confirm on a sold seat Redis forgot: %v, want seats unavailable naming A1", err)
+	}
+	if v.soldMarkers("s1")["A1"] != sold["A1"] {
+		t.Fatal("the marker was not repaired")
+	}
+	if v.bookings("s1") != 1 || v.claims("s1")["A2"] != "" {
+		t.Fatal("the refused confirm wrote")
+	}
+}
+
+func TestResyncRestoresMarkers(t *testing.T) {
+	t.Parallel()
+	v, _ := privateEnv(t)
+	seats := seatNames(10)
+	v.show("s1", seats...)
+	sold := v.sell("s1", seats[1], seats[4], seats[7])
+	held := v.hold("s1", time.Minute, "", seats[2])
+	ctx := t.Context()
+	k := newKeys(v.cfg.KeyPrefix, "s1")
+	// Damage: a lost marker, a stale marker, a hold on a sold seat, a counter behind.
+	v.rdb.HDel(ctx, k.sold(), seats[4])
+	v.rdb.HSet(ctx, k.sold(), seats[9], "00000000-0000-4000-8000-000000000000")
+	v.rdb.Set(ctx, k.hold(seats[7]), newToken()+":1:1:", time.Minute)
+	v.rdb.Set(ctx, k.gen(), 0, 0)
+	if err := v.e.Resync(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := v.soldMarkers("s1"); !maps.Equal(got, sold) {
+		t.Fatalf("markers %v, want %v", got, sold)
+	}
+	if v.holdValue("s1", seats[7]) != "" {
+		t.Fatal("a hold on a sold seat survived Resync")
+	}
+	if !strings.HasPrefix(v.holdValue("s1", seats[2]), held.Token) {
+		t.Fatal("Resync dropped a live hold on a free seat")
+	}
+	if c := v.counter("s1"); c < 3 {
+		t.Fatalf("counter %d after Resync, want at least the high-water mark 3", c)
+	}
+	// Everything after FLUSHALL too.
+	v.rdb.FlushAll(ctx)
+	if err := v.e.Resync(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := v.soldMarkers("s1"); !maps.Equal(got, sold) {
+		t.Fatalf("markers after FLUSHALL and Resync %v, want %v", got, sold)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", seatNames(12)...)
+	good := v.hold("s1", time.Minute, "alice", "S000")
+	redisBefore, dbBefore := v.redisSnapshot(), v.dbSnapshot()
+	long := strings.Repeat("a", 65)
+	with := func(f func(*Hold)) Hold { h := good; h.SeatIDs = append([]string(nil), good.SeatIDs...); f(&h); return h }
+	holds := []struct {
+		name string
+		req  HoldRequest
+		want error
+	}{
+		{"show with braces", HoldRequest{ShowID: "{s1}", SeatIDs: []string{"S001"}}, ErrInvalidArgument},
+		{"show with a colon", HoldRequest{ShowID: "s:1", SeatIDs: []string{"S001"}}, ErrInvalidArgument},
+		{"empty show", HoldRequest{ShowID: "", SeatIDs: []string{"S001"}}, ErrInvalidArgument},
+		{"show of 65 characters", HoldRequest{ShowID: long, SeatIDs: []string{"S001"}}, ErrInvalidArgument},
+		{"seat with a colon", HoldRequest{ShowID: "s1", SeatIDs: []string{"S:1"}}, ErrInvalidArgument},
+		{"seat with braces", HoldRequest{ShowID: "s1", SeatIDs: []string{"{S001}"}}, ErrInvalidArgument},
+		{"empty seat", HoldRequest{ShowID: "s1", SeatIDs: []string{""}}, ErrInvalidArgument},
+		{"seat of 65 characters", HoldRequest{ShowID: "s1", SeatIDs: []string{long}}, ErrInvalidArgument},
+		{"no seats", HoldRequest{ShowID: "s1"}, ErrInvalidArgument},
+		{"duplicate seats", HoldRequest{ShowID: "s1", SeatIDs: []string{"S001", "S002", "S001"}}, ErrInvalidArgument},
+		{"11 seats", HoldRequest{ShowID: "s1", SeatIDs: seatNames(12)[1:12]}, ErrInvalidArgument},
+		{"negative TTL", HoldRequest{ShowID: "s1", SeatIDs: []string{"S001"}, TTL: -time.Second}, ErrInvalidArgument},
+		{"sub-millisecond TTL", HoldRequest{ShowID: "s1", SeatIDs: []string{"S001"}, TTL: time.Microsecond}, ErrInvalidArgument},
+		{"TTL too long", HoldRequest{ShowID: "s1", SeatIDs: []string{"S001"}, TTL: time.Hour}, ErrInvalidArgument},
+		{"holder with a newline", HoldRequest{ShowID: "s1", SeatIDs: []string{"S001"}, HolderID: "a\nb"}, ErrInvalidArgument},
+		{"unknown show", HoldRequest{ShowID: "nope", SeatIDs: []string{"S001"}}, ErrNotFound},
+		{"unknown seat", HoldRequest{ShowID: "s1", SeatIDs: []string{"S001", "Z9"}}, ErrNotFound},
+	}
+	for _, c := range holds {
+		if _, err := v.e.Hold(t.Context(), c.req); !errors.Is(err, c.want) {
+			t.Errorf("hold %s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	var iae *InvalidArgumentError
+	if _, err := v.e.Hold(t.Context(), holds[9].req); !errors.As(err, &iae) || iae.Field != "HoldRequest.SeatIDs" {
+		t.Errorf("duplicate seats: %v, want an InvalidArgumentError naming HoldRequest.SeatIDs", err)
+	}
+	presented := []struct {
+		name string
+		h    Hold
+		want error
+	}{
+		{"forged token", with(func(h *Hold) { h.Token = newToken() }), ErrHoldLost},
+		{"malformed token", with(func(h *Hold) { h.Token = "not-a-token" }), ErrInvalidArgument},
+		{"uppercase token", with(func(h *Hold) { h.Token = strings.ToUpper(h.Token) }), ErrInvalidArgument},
+		{"forged generation", with(func(h *Hold) { h.Generation++ }), ErrHoldLost},
+		{"zero generation", with(func(h *Hold) { h.Generation = 0 }), ErrInvalidArgument},
+		{"seat outside the hold", with(func(h *Hold) { h.SeatIDs = []string{"S005"} }), ErrHoldLost},
+		{"extra seat", with(func(h *Hold) { h.SeatIDs = append(h.SeatIDs, "S005") }), ErrHoldLost},
+		{"unknown seat", with(func(h *Hold) { h.SeatIDs = []string{"Z9"} }), ErrNotFound},
+		{"other holder", with(func(h *Hold) { h.HolderID = "bob" }), ErrHoldLost},
+		{"unknown show", with(func(h *Hold) { h.ShowID = "nope" }), ErrNotFound},
+		{"bad show", with(func(h *Hold) { h.ShowID = "a{b" }), ErrInvalidArgument},
+	}
+	for _, c := range presented {
+		if _, err := v.e.Confirm(t.Context(), c.h, ConfirmOptions{}); !errors.Is(err, c.want) {
+			t.Errorf("confirm %s: %v, want %v", c.name, err, c.want)
+		}
+		if _, err := v.e.Extend(t.Context(), c.h, time.Minute); !errors.Is(err, c.want) {
+			t.Errorf("extend %s: %v, want %v", c.name, err, c.want)
+		}
+		if err := v.e.Release(t.Context(), c.h); !errors.Is(err, c.want) {
+			t.Errorf("release %s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if _, err := v.e.Confirm(t.Context(), good, ConfirmOptions{IdempotencyKey: "has space"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("idempotency key with a space: %v", err)
+	}
+	if _, err := v.e.Confirm(t.Context(), good, ConfirmOptions{IdempotencyKey: strings.Repeat("k", 256)}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("idempotency key of 256 bytes: %v", err)
+	}
+	if _, err := v.e.Extend(t.Context(), good, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("extend by 0: %v", err)
+	}
+	for _, c := range []struct {
+		show  string
+		seats []string
+	}{{"bad:show", []string{"A"}}, {"s2", nil}, {"s2", []string{"A", "A"}}, {"s2", []string{"A}"}}, {"s1", []string{"S000"}}} {
+		if err := v.e.CreateShow(t.Context(), c.show, c.seats); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("CreateShow(%q, %v): %v, want ErrInvalidArgument", c.show, c.seats, err)
+		}
+	}
+	if _, err := v.e.Seats(t.Context(), "nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Seats(unknown): %v", err)
+	}
+	if redisAfter, dbAfter := v.redisSnapshot(), v.dbSnapshot(); redisAfter != redisBefore || dbAfter != dbBefore {
+		t.Fatalf("bad input changed state:\nredis before %s\nredis after  %s\ndb before %s\ndb after  %s", redisBefore, redisAfter, dbBefore, dbAfter)
+	}
+	if _, err := New(v.pool, v.rdb, &Config{MaxSeatsPerHold: -1}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("New with a negative MaxSeatsPerHold: %v", err)
+	}
+	if _, err := New(v.pool, v.rdb, &Config{KeyPrefix: "a{b}"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("New with a bad prefix: %v", err)
+	}
+	if created, err := v.e.EnsureShow(t.Context(), "s1", seatNames(12)); err != nil || created {
+		t.Errorf("EnsureShow of an existing show with the same seats: %v %v", created, err)
+	}
+}
+
+func TestBackendsDownAreUnavailable(t *testing.T) {
+	t.Parallel()
+	v, srv := privateEnv(t)
+	v.show("s1", "A1", "A2")
+	h := v.hold("s1", time.Minute, "", "A1")
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := v.e.Hold(ctx, HoldRequest{ShowID: "s1", SeatIDs: []string{"A2"}})
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("hold with Redis down: %v, want ErrUnavailable", err)
+	}
+	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("confirm with Redis down: %v, want ErrUnavailable", err)
+	}
+	if err := v.e.Release(ctx, h); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("release with Redis down: %v", err)
+	}
+	if err := v.e.Ready(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ready with Redis down: %v", err)
+	}
+	if elapsed := time.Since(start); elapsed > 5*time.Second {
+		t.Fatalf("calls with Redis down took %v: they must end with the context", elapsed)
+	}
+	if v.bookings("s1") != 0 {
+		t.Fatal("a booking was written with Redis down")
+	}
+
+	// PostgreSQL down: a pool on a port where nothing listens.
+	dead, err := pgxpool.New(t.Context(), "postgres://holdfast@127.0.0.1:"+strconv.Itoa(testsvc.FreePort(t))+"/x?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	w := newEnvWith(t, dead, testsvc.Redis(t))
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel2()
+	if err := w.e.CreateShow(ctx2, "s1", []string{"A1"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("create show with PostgreSQL down: %v", err)
+	}
+	if _, err := w.e.Hold(ctx2, HoldRequest{ShowID: "s1", SeatIDs: []string{"A1"}}); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("hold with PostgreSQL down: %v, want ErrUnavailable", err)
+	}
+}
+
+
+func TestEvictingRedisIsRefused(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.StartRedis(t, "--maxmemory-policy", "allkeys-lru")
+	v := newEnvWith(t, testsvc.Database(t), srv.Client())
+	if err := v.e.CreateShow(t.Context(), "s1", []string{"A1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{"A1"}})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "noeviction") {
+		t.Fatalf("hold on an evicting Redis: %v, want ErrUnavailable naming noeviction", err)
+	}
+	if err := v.e.Ready(t.Context()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ready on an evicting Redis: %v", err)
+	}
+	v.rdb.ConfigSet(t.Context(), "maxmemory-policy", "noeviction")
+	if err := v.e.Ready(t.Context()); err != nil {
+		t.Fatalf("ready after setting noeviction: %v", err)
+	}
+	v.hold("s1", time.Minute, "", "A1")
+}
+
+func TestRedisOutOfMemory(t *testing.T) {
+	t.Parallel()
+	v, _ := privateEnv(t)
+	v.show("s1", seatNames(10)...)
+	h := v.hold("s1", time.Minute, "", "S000")
+	before := v.redisSnapshot()
+	v.rdb.ConfigSet(t.Context(), "maxmemory", "1")
+	_, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{"S001", "S002"}})
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("hold out of memory: %v, want ErrUnavailable", err)
+	}
+	v.rdb.ConfigSet(t.Context(), "maxmemory", "0")
+	if after := v.redisSnapshot(); after != before {
+		t.Fatalf("an out-of-memory hold wrote:\n%s\n%s", before, after)
+	}
+	v.rdb.ConfigSet(t.Context(), "maxmemory", "1")
+	if err := v.e.Release(t.Context(), h); err == nil {
+		// Release only deletes; Redis 7 may still refuse a write script when over
+		// maxmemory. Either way it must not claim success without deleting.
+		if v.holdValue("s1", "S000") != "" {
+			t.Fatal("release reported success but kept the hold")
+		}
+	} else if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("release out of memory: %v", err)
+	}
+	v.rdb.ConfigSet(t.Context(), "maxmemory", "0")
+}
+
+func TestScriptFlushBetweenCalls(t *testing.T) {
+	t.Parallel()
+	v, _ := privateEnv(t)
+	v.show("s1", "A1", "A2")
+	h := v.hold("s1", time.Minute, "", "A1")
+	v.rdb.ScriptFlush(t.Context())
+	h2 := v.hold("s1", time.Minute, "", "A2")
+	v.rdb.ScriptFlush(t.Context())
+	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
+		t.Fatalf("confirm after SCRIPT FLUSH: %v", err)
+	}
+	v.rdb.ScriptFlush(t.Context())
+	if err := v.e.Release(t.Context(), h2); err != nil {
+		t.Fatalf("release after SCRIPT FLUSH: %v", err)
+	}
+}
+
+// TestRowLockTimeout: another session holds the seat's fence row; Confirm gives up
+// after the lock timeout with ErrUnavailable and leaves no transaction open.
+func TestRowLockTimeout(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.LockTimeout = 200 * time.Millisecond })
+	v.show("s1", "A1")
+	h := v.hold("s1", time.Minute, "", "A1")
+	tx, err := v.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "SELECT * FROM seat_fences WHERE seat_id = 'A1' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = v.e.Confirm(ctx, h, ConfirmOptions{})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("confirm behind a row lock: %v, want ErrUnavailable", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("confirm waited for the context instead of the lock timeout")
+	}
+	tx.Rollback(t.Context())
+	if n := v.count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'"); n != 0 {
+		t.Fatalf("%d sessions left idle in a transaction", n)
+	}
+	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
+		t.Fatalf("confirm once the lock is gone: %v", err)
+	}
+}
+
+func TestLogsAndMetricsKeepSecrets(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	reg := prometheus.NewRegistry()
+	v := newEnv(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Registerer = reg
+	})
+	v.show("s1", "A1", "A2", "A3")
+	var secrets []string
+	h := v.hold("s1", time.Minute, "alice", "A1")
+	secrets = append(secrets, h.Token)
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "secret-key-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets = append(secrets, "secret-key-1")
+	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "secret-key-1"}); err != nil {
+		t.Fatal(err)
+	}
+	v.e.Cancel(t.Context(), b.ID)
+	h2 := v.hold("s1", time.Minute, "alice", "A2")
+	secrets = append(secrets, h2.Token)
+	v.rdb.Set(t.Context(), newKeys(v.cfg.KeyPrefix, "s1").gen(), 1, 0)
+	h3 := v.hold("s1", time.Minute, "alice", "A3")
+	secrets = append(secrets, h3.Token)
+	if _, err := v.e.Confirm(t.Context(), h3, ConfirmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v.e.Extend(t.Context(), h2, time.Minute)
+	v.e.Release(t.Context(), h2)
+	v.e.Confirm(t.Context(), h2, ConfirmOptions{})
+
+	mu.Lock()
+	logs := buf.String()
+	mu.Unlock()
+	if !strings.Contains(logs, "booking confirmed") {
+		t.Fatalf("expected log lines, got %q", logs)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics strings.Builder
+	for _, f := range fams {
+		metrics.WriteString(f.String())
+	}
+	for _, s := range secrets {
+		if strings.Contains(logs, s) {
+			t.Fatalf("a secret reached the logs: %s", logs)
+		}
+		if strings.Contains(metrics.String(), s) {
+			t.Fatal("a secret reached the metrics")
+		}
+	}
+	if strings.Contains(metrics.String(), "alice") || strings.Contains(logs, "alice") {
+		t.Fatal("a holder id reached the logs or metrics")
+	}
+	if got := testutil.ToFloat64(v.e.m.ops.WithLabelValues("confirm", "replay")); got != 1 {
+		t.Fatalf("confirm replay count %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(v.e.m.ops.WithLabelValues("confirm", "lost")); got != 1 {
+		t.Fatalf("confirm lost count %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(v.e.m.ops.WithLabelValues("hold", "ok")); got != 3 {
+		t.Fatalf("hold ok count %v, want 3", got)
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,218 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// env is one test's engine with its own database and Redis key prefix.
+type env struct {
+	t    *testing.T
+	e    *Engine
+	pool *pgxpool.Pool
+	rdb  redis.UniversalClient
+	cfg  Config
+}
+
+// newEnv makes an engine on a fresh database and the shared test Redis (own prefix).
+// tweak may change the Config before New.
+func newEnv(t *testing.T, tweak ...func(*Config)) *env {
+	t.Helper()
+	return newEnvWith(t, testsvc.Database(t), testsvc.Redis(t), tweak...)
+}
+
+func newEnvWith(t *testing.T, pool *pgxpool.Pool, rdb redis.UniversalClient, tweak ...func(*Config)) *env {
+	t.Helper()
+	cfg := Config{KeyPrefix: testsvc.KeyPrefix(t)}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	e, err := New(pool, rdb, &cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return &env{t: t, e: e, pool: pool, rdb: rdb, cfg: e.cfg}
+}
+
+// twin is a second engine (another process, say) on the same database and Redis.
+func (v *env) twin() *Engine {
+	v.t.Helper()
+	cfg := v.cfg
+	e, err := New(v.pool, v.rdb, &cfg)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return e
+}
+
+func seatNames(n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprintf("S%03d", i)
+	}
+	return s
+}
+
+func (v *env) show(id string, seats ...string) {
+	v.t.Helper()
+	if err := v.e.CreateShow(v.t.Context(), id, seats); err != nil {
+		v.t.Fatalf("CreateShow(%s): %v", id, err)
+	}
+}
+
+func (v *env) hold(show string, ttl time.Duration, holder string, seats ...string) Hold {
+	v.t.Helper()
+	h, err := v.e.Hold(v.t.Context(), HoldRequest{ShowID: show, SeatIDs: seats, TTL: ttl, HolderID: holder})
+	if err != nil {
+		v.t.Fatalf("Hold(%s %v): %v", show, seats, err)
+	}
+	return h
+}
+
+func (v *env) count(query string, args ...any) int {
+	v.t.Helper()
+	var n int
+	if err := v.pool.QueryRow(v.t.Context(), query, args...).Scan(&n); err != nil {
+		v.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// bookings counts a show's confirmed bookings.
+func (v *env) bookings(show string) int {
+	return v.count("SELECT count(*) FROM bookings WHERE show_id = $1 AND status = 'confirmed'", show)
+}
+
+// doubleBookings counts seats claimed by more than one confirmed booking, checked
+// independently of the claim table's primary key: through booking_seats.
+func (v *env) doubleBookings() int {
+	return v.count(`SELECT count(*) FROM (
+		SELECT bs.show_id, bs.seat_id FROM booking_seats bs
+		JOIN bookings b USING (show_id, booking_id)
+		WHERE b.status = 'confirmed'
+		GROUP BY bs.show_id, bs.seat_id HAVING count(*) > 1) d`)
+}
+
+// waitExpired waits until Redis dropped every hold key of h (PTTL -2), or fails.
+func (v *env) waitExpired(h Hold) {
+	v.t.Helper()
+	k := newKeys(v.cfg.KeyPrefix, h.ShowID)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range h.SeatIDs {
+		for {
+			d, err := v.rdb.PTTL(context.Background(), k.hold(s)).Result()
+			if err != nil {
+				v.t.Fatalf("PTTL: %v", err)
+			}
+			if d == -2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				v.t.Fatalf("hold on %s never expired (PTTL %v)", s, d)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// holdValue is the raw Redis value of a seat's hold key ("" when absent).
+func (v *env) holdValue(show, seat string) string {
+	v.t.Helper()
+	s, err := v.rdb.Get(context.Background(), newKeys(v.cfg.KeyPrefix, show).hold(seat)).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		v.t.Fatalf("GET: %v", err)
+	}
+	return s
+}
+
+func (v *env) counter(show string) int64 {
+	v.t.Helper()
+	n, err := v.rdb.Get(context.Background(), newKeys(v.cfg.KeyPrefix, show).gen()).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		v.t.Fatalf("GET gen: %v", err)
+	}
+	return n
+}
+
+func (v *env) soldMarkers(show string) map[string]string {
+	v.t.Helper()
+	m, err := v.rdb.HGetAll(context.Background(), newKeys(v.cfg.KeyPrefix, show).sold()).Result()
+	if err != nil {
+		v.t.Fatalf("HGETALL: %v", err)
+	}
+	return m
+}
+
+// claims is the database's seat -> booking id map of a show.
+func (v *env) claims(show string) map[string]string {
+	v.t.Helper()
+	rows, err := v.e.q.SeatClaimListByShow(v.t.Context(), show)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, r := range rows {
+		m[r.SeatID] = r.BookingID.String()
+	}
+	return m
+}
+
+// redisSnapshot is every key under the engine's prefix with its value, for "nothing
+// changed" assertions.
+func (v *env) redisSnapshot() string {
+	v.t.Helper()
+	ctx := context.Background()
+	var out []string
+	iter := v.rdb.Scan(ctx, 0, v.cfg.KeyPrefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		typ := v.rdb.Type(ctx, k).Val()
+		var val string
+		switch typ {
+		case "string":
+			val = v.rdb.Get(ctx, k).Val()
+		case "hash":
+			val = fmt.Sprint(v.rdb.HGetAll(ctx, k).Val())
+		case "zset":
+			val = fmt.Sprint(v.rdb.ZRangeWithScores(ctx, k, 0, -1).Val())
+		}
+		out = append(out, k+"="+val)
+	}
+	if err := iter.Err(); err != nil {
+		v.t.Fatal(err)
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
+}
+
+// dbSnapshot is the engine's tables' contents (without timestamps).
+func (v *env) dbSnapshot() string {
+	v.t.Helper()
+	var s *string
+	err := v.pool.QueryRow(v.t.Context(), `SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+		SELECT 'fence ' || show_id || ' ' || seat_id || ' ' || generation FROM seat_fences
+		UNION ALL SELECT 'claim ' || show_id || ' ' || seat_id || ' ' || booking_id FROM seat_claims
+		UNION ALL SELECT 'booking ' || show_id || ' ' || booking_id || ' ' || status FROM bookings
+		UNION ALL SELECT 'event ' || show_id || ' ' || event_id || ' ' || kind FROM booking_events
+		UNION ALL SELECT 'seat ' || show_id || ' ' || seat_id FROM seats) t(x)`).Scan(&s)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if s == nil {
+		return ""
+	}
+	return *s
+}
