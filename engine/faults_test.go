@@ -194,7 +194,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 	good := v.hold("s1", time.Minute, "alice", "S000")
 	redisBefore, dbBefore := v.redisSnapshot(), v.dbSnapshot()
 	long := strings.Repeat("a", 65)
-	with := func(f func(*Hold)) Hold { h := good; h.SeatIDs = append([]string(nil), good.SeatIDs...); f(&h); return h }
+	with := func(f func(*Hold)) Hold {
+		h := good
+		h.SeatIDs = append([]string(nil), good.SeatIDs...)
+		f(&h)
+		return h
+	}
 	holds := []struct {
 		name string
 		req  HoldRequest
@@ -334,7 +339,6 @@ func TestBackendsDownAreUnavailable(t *testing.T) {
 		t.Fatalf("hold with PostgreSQL down: %v, want ErrUnavailable", err)
 	}
 }
-
 
 func TestEvictingRedisIsRefused(t *testing.T) {
 	t.Parallel()
