@@ -39,3 +39,9 @@ test: ## Start the services, then run every test with the race detector
 
 build: ## Build bin/holdfast
 	go build -o $(BIN) ./cmd/holdfast
+
+run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are set), migrate, serve the demo show on LISTEN_ADDR (127.0.0.1:8080)
+	@$(with-services) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo
+
+demo: build ## Simulate a sale opening against `make run`'s server (200 buyers, 500 seats)
+	@$(with-services) ./$(BIN) demo --url "http://$${LISTEN_ADDR:-127.0.0.1:8080}"

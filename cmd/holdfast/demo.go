@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/demo"
+)
+
+// runDemo simulates a sale opening against a live server (--url), or against one it
+// starts in-process on loopback.
+func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("holdfast demo", flag.ContinueOnError)
+	var (
+		backends backendFlags
+		eng      engineFlags
+		baseURL  = fs.String("url", getenv("HOLDFAST_URL"), "a running `holdfast serve` (env HOLDFAST_URL); empty: start one in-process")
+		show     = fs.String("show", fmt.Sprintf("sale-%d", time.Now().Unix()), "show to create and sell")
+		seats    = fs.Int("seats", 500, "seats of the show")
+		buyers   = fs.Int("buyers", 200, "concurrent buyers")
+		ttl      = fs.Duration("hold-ttl", time.Second, "TTL buyers ask for (late payers wait past it)")
+		duration = fs.Duration("duration", time.Minute, "stop by then even if seats remain")
+	)
+	backends.register(fs, getenv)
+	eng.register(fs, getenv)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if *seats < 1 || *buyers < 1 || *ttl < time.Millisecond || *duration <= 0 {
+		return usageErr("--seats, --buyers, --hold-ttl and --duration must be positive")
+	}
+	pool, err := backends.openPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	url := *baseURL
+	if url == "" {
+		svc, err := openService(ctx, &backends, &eng, slog.New(slog.DiscardHandler), 1000, 1000)
+		if err != nil {
+			return err
+		}
+		defer svc.close()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: svc.api.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		url = "http://" + ln.Addr().String()
+		fmt.Fprintf(stdout, "demo: serving in-process on %s\n", url)
+	}
+	fmt.Fprintf(stdout, "demo: %d buyers open the sale of %s (%d seats) at %s\n", *buyers, *show, *seats, url)
+	sum, err := demo.Run(ctx, demo.Options{BaseURL: url, Pool: pool, ShowID: *show, Seats: *seats, Buyers: *buyers,
+		HoldTTL: *ttl, Duration: *duration, Progress: stderr})
+	if err != nil {
+		return err
+	}
+	sum.Print(stdout)
+	if !sum.OK() {
+		return fmt.Errorf("the sale broke a promise: %d double bookings, %d acknowledged bookings missing, %d replay mismatches",
+			sum.DoubleBookings, sum.MissingAcked, sum.ReplayMismatch)
+	}
+	return nil
+}

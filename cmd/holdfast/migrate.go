@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/holdfast/holdfast/migrations"
+)
+
+// migrate runs goose over the embedded migrations, with the session locker.
+// Exit codes: 0 done (status: up to date), 1 failed, 2 usage, 3 status: pending.
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("holdfast migrate up|down|status", flag.ContinueOnError)
+	var backends backendFlags
+	backends.register(fs, getenv)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return usageErr("migrate takes one of up, down, status")
+	}
+	action := fs.Arg(0)
+	if action != "up" && action != "down" && action != "status" {
+		return usageErr("migrate %q: want up, down or status", action)
+	}
+	pool, err := backends.openPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	p, err := migrations.NewProvider(pool)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	switch action {
+	case "up":
+		res, err := p.Up(ctx)
+		for _, r := range res {
+			fmt.Fprintf(stdout, "applied %s (%s)\n", r.Source.Path, r.Duration.Round(1e6))
+		}
+		if err != nil {
+			return fmt.Errorf("migrate up: %w", err)
+		}
+		v, err := p.GetDBVersion(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "database at version %d\n", v)
+	case "down":
+		r, err := p.Down(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate down: %w", err)
+		}
+		fmt.Fprintf(stdout, "rolled back %s\n", r.Source.Path)
+	case "status":
+		st, err := p.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate status: %w", err)
+		}
+		pending := 0
+		for _, s := range st {
+			state := "applied"
+			if s.State == goose.StatePending {
+				state = "pending"
+				pending++
+			}
+			fmt.Fprintf(stdout, "%-8s %s\n", state, s.Source.Path)
+		}
+		if pending > 0 {
+			return &exitError{code: exitPending, msg: fmt.Sprintf("%d migrations pending; run `holdfast migrate up`", pending)}
+		}
+	}
+	return nil
+}

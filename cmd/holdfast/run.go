@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/engine"
+)
+
+// Exit codes a shell script can rely on.
+const (
+	exitFailure = 1 // the command failed
+	exitUsage   = 2 // bad command line or configuration
+	exitPending = 3 // migrate status: migrations are pending
+)
+
+// exitError ends the process with a code; msg (if any) goes to stderr.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+const usage = `holdfast — seat reservations that hold on the busiest minute of the year
+
+Usage:
+  holdfast serve   [flags]              serve the HTTP API
+  holdfast migrate up|down|status       apply, roll back one, or list the migrations
+  holdfast demo    [flags]              simulate a sale opening against a live server
+  holdfast bench   [flags]              measure throughput against raw Redis and PostgreSQL
+
+Every command reads DATABASE_URL and REDIS_URL (or --database-url / --redis-url).
+Run "holdfast <command> -h" for its flags.
+`
+
+// run is the whole program, with its environment passed in so that tests can run it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return &exitError{code: exitUsage}
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], getenv, stdout, stderr)
+	case "migrate":
+		return migrate(ctx, args[1:], getenv, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, args[1:], getenv, stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageErr("unknown command %q", args[0])
+	}
+}
+
+// backendFlags are the connection settings every command shares.
+type backendFlags struct {
+	databaseURL  string
+	redisURL     string
+	redisCluster bool
+	pgMaxConns   int
+}
+
+func (b *backendFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&b.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
+	fs.StringVar(&b.redisURL, "redis-url", getenv("REDIS_URL"),
+		"Redis URL, or a comma-separated list of host:port for Redis Cluster (env REDIS_URL)")
+	fs.BoolVar(&b.redisCluster, "redis-cluster", getenv("REDIS_CLUSTER") == "true", "treat REDIS_URL as a Redis Cluster (env REDIS_CLUSTER=true)")
+	fs.IntVar(&b.pgMaxConns, "pg-max-conns", 32, "PostgreSQL pool size")
+}
+
+// openPool connects to PostgreSQL, saying how to fix a missing or bad setting.
+func (b *backendFlags) openPool(ctx context.Context) (*pgxpool.Pool, error) {
+	if b.databaseURL == "" {
+		return nil, usageErr("DATABASE_URL is not set; run `make services` and use the URL it prints, or pass --database-url")
+	}
+	cfg, err := pgxpool.ParseConfig(b.databaseURL)
+	if err != nil {
+		return nil, usageErr("DATABASE_URL is not a valid PostgreSQL URL: %v", redactErr(err, b.databaseURL))
+	}
+	if b.pgMaxConns < 1 {
+		return nil, usageErr("--pg-max-conns must be at least 1")
+	}
+	cfg.MaxConns = int32(b.pgMaxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("PostgreSQL at %s does not answer (%w); is it running? `make services` starts one", redactURL(b.databaseURL), err)
+	}
+	return pool, nil
+}
+
+// openRedis connects to one Redis (a redis:// URL) or a Redis Cluster (a list of
+// host:port, or --redis-cluster), with context deadlines honoured.
+func (b *backendFlags) openRedis(ctx context.Context) (redis.UniversalClient, error) {
+	if b.redisURL == "" {
+		return nil, usageErr("REDIS_URL is not set; run `make services` and use the URL it prints, or pass --redis-url")
+	}
+	var rdb redis.UniversalClient
+	if b.redisCluster || strings.Contains(b.redisURL, ",") {
+		var addrs []string
+		for _, a := range strings.Split(b.redisURL, ",") {
+			a = strings.TrimSpace(a)
+			if u, err := url.Parse(a); err == nil && u.Host != "" {
+				a = u.Host
+			}
+			addrs = append(addrs, a)
+		}
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: 256})
+	} else {
+		opt, err := redis.ParseURL(b.redisURL)
+		if err != nil {
+			return nil, usageErr("REDIS_URL is not a valid redis:// URL: %v", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		opt.PoolSize = 256
+		rdb = redis.NewClient(opt)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("Redis at %s does not answer (%w); is it running? `make services` starts one", redactURL(b.redisURL), err)
+	}
+	return rdb, nil
+}
+
+// engineFlags are the engine's Config fields as flags with environment defaults.
+type engineFlags struct {
+	keyPrefix         string
+	defaultHoldTTL    time.Duration
+	maxHoldTTL        time.Duration
+	maxHoldAge        time.Duration
+	maxSeatsPerHold   int
+	maxSeatsPerHolder int
+}
+
+func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&f.keyPrefix, "key-prefix", getenv("HOLDFAST_KEY_PREFIX"), "Redis key prefix (env HOLDFAST_KEY_PREFIX; default holdfast)")
+	fs.DurationVar(&f.defaultHoldTTL, "default-hold-ttl", 0, "hold TTL when a request names none (default 5m)")
+	fs.DurationVar(&f.maxHoldTTL, "max-hold-ttl", 0, "longest TTL of one hold or extension (default 15m)")
+	fs.DurationVar(&f.maxHoldAge, "max-hold-age", 0, "longest total life of a hold with its extensions (default 30m)")
+	fs.IntVar(&f.maxSeatsPerHold, "max-seats-per-hold", 0, "most seats in one hold (default 10)")
+	fs.IntVar(&f.maxSeatsPerHolder, "max-seats-per-holder", 0, "most seats one holder holds at once per show (default 10)")
+}
+
+func (f *engineFlags) config() engine.Config {
+	return engine.Config{KeyPrefix: f.keyPrefix, DefaultHoldTTL: f.defaultHoldTTL, MaxHoldTTL: f.maxHoldTTL,
+		MaxHoldAge: f.maxHoldAge, MaxSeatsPerHold: f.maxSeatsPerHold, MaxSeatsPerHolder: f.maxSeatsPerHolder}
+}
+
+// parseFlags parses a command's flags; -h prints them and is not an error.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return &exitError{code: 0}
+		}
+		return &exitError{code: exitUsage}
+	}
+	return nil
+}
+
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+func redactErr(err error, secretURL string) string {
+	return strings.ReplaceAll(err.Error(), secretURL, redactURL(secretURL))
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/httpapi"
+)
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("holdfast serve", flag.ContinueOnError)
+	var (
+		backends  backendFlags
+		eng       engineFlags
+		addr      = fs.String("addr", envOr(getenv, "LISTEN_ADDR", "127.0.0.1:8080"), "listen address host:port (env LISTEN_ADDR)")
+		rateLimit = fs.Float64("rate-limit", 20, "holds and confirmations per second per holder")
+		rateBurst = fs.Int("rate-burst", 40, "burst of holds and confirmations per holder")
+		drainWait = fs.Duration("shutdown-timeout", 15*time.Second, "how long in-flight requests may take after SIGINT/SIGTERM")
+		demoShow  = fs.String("demo-show", "", "create this show (if missing) before serving")
+		demoSeats = fs.Int("demo-seats", 500, "seats of --demo-show")
+	)
+	backends.register(fs, getenv)
+	eng.register(fs, getenv)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(*addr); err != nil {
+		return usageErr("--addr %q is not host:port (for example 127.0.0.1:8080)", *addr)
+	}
+	if *rateLimit <= 0 || *rateBurst < 1 {
+		return usageErr("--rate-limit must be positive and --rate-burst at least 1")
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	svc, err := openService(ctx, &backends, &eng, log, *rateLimit, *rateBurst)
+	if err != nil {
+		return err
+	}
+	defer svc.close()
+	if *demoShow != "" {
+		if _, err := svc.engine.EnsureShow(ctx, *demoShow, demoSeatIDs(*demoSeats)); err != nil {
+			return fmt.Errorf("create demo show %s: %w", *demoShow, err)
+		}
+	}
+	api := svc.api
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	fmt.Fprintf(stdout, "holdfast: listening on http://%s\n", ln.Addr())
+	if *demoShow != "" {
+		printWalkthrough(stdout, ln.Addr().String(), *demoShow)
+	}
+	log.Info("serving", "addr", ln.Addr().String())
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Stop accepting, report not ready, let in-flight requests finish, then close.
+	api.SetDraining()
+	log.Info("shutting down", "timeout", drainWait.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *drainWait)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// printWalkthrough shows a new user the API in three curl commands.
+func printWalkthrough(w io.Writer, addr, show string) {
+	fmt.Fprintf(w, `
+Try it (another terminal):
+
+  # 1. hold two seats for 2 minutes, as customer alice
+  H=$(curl -s -X POST http://%[1]s/v1/shows/%[2]s/holds -H 'Holder-Id: alice' \
+        -d '{"seats":["R01-001","R01-002"],"ttl_ms":120000}'); echo "$H"
+
+  # 2. confirm the hold (retrying with the same Idempotency-Key returns the same booking)
+  curl -s -X POST http://%[1]s/v1/bookings -H 'Holder-Id: alice' -H 'Idempotency-Key: order-1' -d "$H"
+
+  # 3. the seat map: R01-001 and R01-002 are sold
+  curl -s http://%[1]s/v1/shows/%[2]s/seats | head -c 300; echo
+
+  make demo    # 200 buyers open a sale against this server
+  Ctrl-C stops the server; make services-down stops PostgreSQL and Redis.
+
+`, addr, show)
+}
+
+// demoSeatIDs names n seats by row and number: R01-001 …
+func demoSeatIDs(n int) []string {
+	seats := make([]string, n)
+	for i := range seats {
+		seats[i] = fmt.Sprintf("R%02d-%03d", i/25+1, i%25+1)
+	}
+	return seats
+}
+
+// service is the engine and its HTTP API over open backends.
+type service struct {
+	pool   *pgxpool.Pool
+	rdb    redis.UniversalClient
+	engine *engine.Engine
+	api    *httpapi.Server
+}
+
+// openService connects to the backends, builds the engine and its API, and refuses to
+// start when the backends are not ready (unmigrated database, evicting Redis).
+func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, log *slog.Logger, rateLimit float64, rateBurst int) (*service, error) {
+	pool, err := backends.openPool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := backends.openRedis(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	svc := &service{pool: pool, rdb: rdb}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := eng.config()
+	cfg.Logger, cfg.Registerer = log, reg
+	if svc.engine, err = engine.New(pool, rdb, &cfg); err != nil {
+		svc.close()
+		return nil, usageErr("engine configuration: %v", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := svc.engine.Ready(rctx); err != nil {
+		svc.close()
+		return nil, fmt.Errorf("not starting: %w", err)
+	}
+	var migrated bool
+	if err := pool.QueryRow(rctx, "SELECT to_regclass('seat_fences') IS NOT NULL").Scan(&migrated); err != nil || !migrated {
+		svc.close()
+		return nil, fmt.Errorf("not starting: the database is not migrated; run `holdfast migrate up`")
+	}
+	if svc.api, err = httpapi.New(svc.engine, httpapi.Options{Logger: log, Registry: reg, RateLimit: rateLimit, RateBurst: rateBurst}); err != nil {
+		svc.close()
+		return nil, err
+	}
+	return svc, nil
+}
+
+func (s *service) close() {
+	s.rdb.Close()
+	s.pool.Close()
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}

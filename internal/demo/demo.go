@@ -1,0 +1,438 @@
+// Package demo simulates a sale opening against a live holdfast HTTP API: many buyers
+// at once, some abandoning, some releasing, some paying late, some retrying a confirm
+// whose response was "lost". It then checks the outcome independently with SQL.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Options describe one simulated sale.
+type Options struct {
+	BaseURL  string        // the API, e.g. http://127.0.0.1:8080
+	Pool     *pgxpool.Pool // the same database, for the independent check
+	ShowID   string        // created with Seats seats
+	Seats    int
+	Buyers   int           // concurrent buyers
+	HoldTTL  time.Duration // TTL buyers ask for; late payers wait past it
+	Duration time.Duration // stop by then even if seats remain
+	Progress io.Writer     // a live progress line, or nil
+}
+
+// Summary is what happened.
+type Summary struct {
+	Elapsed        time.Duration
+	Requests       int64
+	Outcomes       map[string]int64 // "op status/type" -> count
+	Bookings       int              // confirmed bookings in the database
+	SeatsSold      int              // claimed seats in the database
+	Seats          int
+	DoubleBookings int // seats in two confirmed bookings (must be 0)
+	MissingAcked   int // bookings the API acknowledged that the database lacks (must be 0)
+	ReplayMismatch int64
+	Latency        map[string][3]time.Duration // op -> p50, p90, p99
+}
+
+type client struct {
+	base string
+	http *http.Client
+}
+
+// problem is the part of an error answer the buyers use.
+type problem struct {
+	Type  string   `json:"type"`
+	Seats []string `json:"seats"`
+}
+
+// call sends one request, backing off and trying again while the holder is rate
+// limited (as a well-behaved client does), and decodes a JSON answer into out.
+func (c *client) call(ctx context.Context, method, path, holder, key string, body, out any) (int, string, error) {
+	st, typ, _, err := c.callP(ctx, method, path, holder, key, body, out)
+	return st, typ, err
+}
+
+func (c *client) callP(ctx context.Context, method, path, holder, key string, body, out any) (int, string, []string, error) {
+	for attempt := 1; ; attempt++ {
+		st, p, err := c.once(ctx, method, path, holder, key, body, out)
+		if err != nil || st != http.StatusTooManyRequests || attempt == 20 {
+			return st, strings.TrimPrefix(p.Type, "urn:holdfast:problem:"), p.Seats, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, "rate-limited", nil, ctx.Err()
+		case <-time.After(time.Duration(50+rand.IntN(100*attempt)) * time.Millisecond):
+		}
+	}
+}
+
+func (c *client) once(ctx context.Context, method, path, holder, key string, body, out any) (int, problem, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, problem{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if holder != "" {
+		req.Header.Set("Holder-Id", holder)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, problem{}, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var p problem
+	if resp.StatusCode >= 400 {
+		_ = json.Unmarshal(data, &p)
+		return resp.StatusCode, p, nil
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, p, err
+		}
+	}
+	return resp.StatusCode, p, nil
+}
+
+type hold struct {
+	Show       string    `json:"show"`
+	Seats      []string  `json:"seats"`
+	Token      string    `json:"token"`
+	Generation int64     `json:"generation"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+type booking struct {
+	ID    string   `json:"id"`
+	Seats []string `json:"seats"`
+}
+
+// recorder counts outcomes and latencies.
+type recorder struct {
+	mu        sync.Mutex
+	outcomes  map[string]int64
+	latencies map[string][]time.Duration
+	requests  atomic.Int64
+	acked     []string
+	holdsOK   atomic.Int64
+	booked    atomic.Int64
+	mismatch  atomic.Int64
+}
+
+func (r *recorder) add(op string, status int, typ string, d time.Duration) {
+	r.requests.Add(1)
+	key := fmt.Sprintf("%s %d", op, status)
+	if typ != "" {
+		key += " " + typ
+	}
+	r.mu.Lock()
+	r.outcomes[key]++
+	r.latencies[op] = append(r.latencies[op], d)
+	r.mu.Unlock()
+}
+
+// Run simulates the sale and checks it.
+func Run(ctx context.Context, o Options) (Summary, error) {
+	if o.Seats < 1 || o.Buyers < 1 {
+		return Summary{}, fmt.Errorf("demo needs seats and buyers")
+	}
+	c := &client{base: strings.TrimRight(o.BaseURL, "/"), http: &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: o.Buyers, MaxConnsPerHost: o.Buyers},
+	}}
+	seats := make([]string, o.Seats)
+	for i := range seats {
+		seats[i] = fmt.Sprintf("R%02d-%03d", i/25+1, i%25+1)
+	}
+	status, typ, err := c.call(ctx, http.MethodPut, "/v1/shows/"+o.ShowID, "", "", map[string]any{"seats": seats}, nil)
+	if err != nil || status >= 300 {
+		return Summary{}, fmt.Errorf("create show %s: status %d %s %v", o.ShowID, status, typ, err)
+	}
+	rec := &recorder{outcomes: map[string]int64{}, latencies: map[string][]time.Duration{}}
+	view := newSeatView(seats)
+	ctx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	start := time.Now()
+
+	stopProgress := make(chan struct{})
+	var progressDone sync.WaitGroup
+	if o.Progress != nil {
+		progressDone.Go(func() {
+			t := time.NewTicker(500 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopProgress:
+					return
+				case <-t.C:
+					el := time.Since(start).Seconds()
+					fmt.Fprintf(o.Progress, "\r[%5.1fs] seats sold %d/%d  holds granted %d  bookings %d  requests %d (%.0f/s)   ",
+						el, view.soldCount(), o.Seats, rec.holdsOK.Load(), rec.booked.Load(), rec.requests.Load(), float64(rec.requests.Load())/el)
+				}
+			}
+		})
+	}
+
+	var wg sync.WaitGroup
+	for b := range o.Buyers {
+		wg.Go(func() { buyer(ctx, c, o, view, rec, fmt.Sprintf("buyer-%04d", b)) })
+	}
+	// The sale ends when the seat map shows every seat sold (or at the deadline).
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			var m struct {
+				Seats []struct {
+					Seat   string `json:"seat"`
+					Status string `json:"status"`
+				} `json:"seats"`
+			}
+			if st, _, err := c.call(ctx, http.MethodGet, "/v1/shows/"+o.ShowID+"/seats", "", "", nil, &m); err == nil && st == 200 {
+				sold := 0
+				for _, s := range m.Seats {
+					if s.Status == "sold" {
+						sold++
+						view.markSold(s.Seat)
+					}
+				}
+				if sold == o.Seats {
+					cancel()
+					return
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stopProgress)
+	progressDone.Wait()
+	if o.Progress != nil {
+		fmt.Fprintln(o.Progress)
+	}
+
+	sum := Summary{Elapsed: elapsed, Requests: rec.requests.Load(), Outcomes: rec.outcomes, Seats: o.Seats,
+		ReplayMismatch: rec.mismatch.Load(), Latency: map[string][3]time.Duration{}}
+	for op, ls := range rec.latencies {
+		slices.Sort(ls)
+		sum.Latency[op] = [3]time.Duration{pct(ls, 50), pct(ls, 90), pct(ls, 99)}
+	}
+	return sum, check(context.WithoutCancel(ctx), o, rec, &sum)
+}
+
+// check verifies the sale with SQL, independently of the engine.
+func check(ctx context.Context, o Options, rec *recorder, sum *Summary) error {
+	q := func(sql string, args ...any) (n int, err error) {
+		err = o.Pool.QueryRow(ctx, sql, args...).Scan(&n)
+		return
+	}
+	var err error
+	if sum.Bookings, err = q("SELECT count(*) FROM bookings WHERE show_id = $1 AND status = 'confirmed'", o.ShowID); err != nil {
+		return err
+	}
+	if sum.SeatsSold, err = q("SELECT count(*) FROM seat_claims WHERE show_id = $1", o.ShowID); err != nil {
+		return err
+	}
+	if sum.DoubleBookings, err = q(`SELECT count(*) FROM (
+		SELECT bs.seat_id FROM booking_seats bs JOIN bookings b USING (show_id, booking_id)
+		WHERE bs.show_id = $1 AND b.status = 'confirmed'
+		GROUP BY bs.seat_id HAVING count(*) > 1) d`, o.ShowID); err != nil {
+		return err
+	}
+	rec.mu.Lock()
+	acked := slices.Clone(rec.acked)
+	rec.mu.Unlock()
+	found, err := q("SELECT count(*) FROM bookings WHERE show_id = $1 AND booking_id::text = ANY($2::text[])", o.ShowID, acked)
+	if err != nil {
+		return err
+	}
+	sum.MissingAcked = len(acked) - found
+	return nil
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+// buyer keeps trying to buy 1–4 seats, mostly among the best 10%, until the sale ends.
+func buyer(ctx context.Context, c *client, o Options, view *seatView, rec *recorder, holder string) {
+	for ctx.Err() == nil {
+		want := view.pick(1 + rand.IntN(4))
+		if len(want) == 0 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		var h hold
+		t := time.Now()
+		st, typ, taken, err := c.callP(ctx, http.MethodPost, "/v1/shows/"+o.ShowID+"/holds", holder, "",
+			map[string]any{"seats": want, "ttl_ms": o.HoldTTL.Milliseconds()}, &h)
+		if err != nil {
+			continue
+		}
+		rec.add("hold", st, typ, time.Since(t))
+		if st == http.StatusConflict {
+			view.markBusy(taken, o.HoldTTL/2) // look elsewhere for a while
+		}
+		if st != http.StatusCreated {
+			continue
+		}
+		rec.holdsOK.Add(1)
+		key := fmt.Sprintf("%s-%d", holder, h.Generation)
+		switch r := rand.IntN(100); {
+		case r < 10: // abandon: the hold expires by itself
+		case r < 20: // change of mind
+			t = time.Now()
+			st, typ, _ := c.call(ctx, http.MethodPost, "/v1/holds/release", holder, "", h, nil)
+			rec.add("release", st, typ, time.Since(t))
+		case r < 30: // pays late, after the hold expired
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(o.HoldTTL + 200*time.Millisecond):
+			}
+			confirm(ctx, c, rec, holder, key, h, false)
+		case r < 40: // the response is "lost": retry with the same key
+			confirm(ctx, c, rec, holder, key, h, true)
+		default:
+			confirm(ctx, c, rec, holder, key, h, false)
+		}
+	}
+}
+
+func confirm(ctx context.Context, c *client, rec *recorder, holder, key string, h hold, retry bool) {
+	var b booking
+	t := time.Now()
+	st, typ, err := c.call(ctx, http.MethodPost, "/v1/bookings", holder, key, h, &b)
+	if err != nil {
+		return
+	}
+	rec.add("confirm", st, typ, time.Since(t))
+	if st == http.StatusCreated {
+		rec.booked.Add(1)
+		rec.mu.Lock()
+		rec.acked = append(rec.acked, b.ID)
+		rec.mu.Unlock()
+	}
+	if retry && st == http.StatusCreated {
+		var again booking
+		t = time.Now()
+		st2, typ2, err := c.call(ctx, http.MethodPost, "/v1/bookings", holder, key, h, &again)
+		if err != nil {
+			return
+		}
+		rec.add("confirm-retry", st2, typ2, time.Since(t))
+		if st2 != http.StatusOK || again.ID != b.ID {
+			rec.mismatch.Add(1)
+		}
+	}
+}
+
+// seatView is the buyers' shared idea of which seats may be free.
+type seatView struct {
+	mu    sync.Mutex
+	seats []string
+	sold  map[string]bool
+	busy  map[string]time.Time // held by someone, until about then
+}
+
+func newSeatView(seats []string) *seatView {
+	return &seatView{seats: seats, sold: map[string]bool{}, busy: map[string]time.Time{}}
+}
+
+func (v *seatView) markBusy(seats []string, d time.Duration) {
+	v.mu.Lock()
+	until := time.Now().Add(d)
+	for _, s := range seats {
+		v.busy[s] = until
+	}
+	v.mu.Unlock()
+}
+
+func (v *seatView) markSold(s string) {
+	v.mu.Lock()
+	v.sold[s] = true
+	v.mu.Unlock()
+}
+
+func (v *seatView) soldCount() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.sold)
+}
+
+// pick chooses up to n seats not known sold, 80% of the time among the best 10%.
+func (v *seatView) pick(n int) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var free, best []string
+	bestN := max(1, len(v.seats)/10)
+	now := time.Now()
+	for i, s := range v.seats {
+		if v.sold[s] || now.Before(v.busy[s]) {
+			continue
+		}
+		free = append(free, s)
+		if i < bestN {
+			best = append(best, s)
+		}
+	}
+	pool := free
+	if len(best) > 0 && rand.IntN(100) < 80 {
+		pool = best
+	}
+	rand.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
+	return slices.Clone(pool[:min(n, len(pool))])
+}
+
+// Print writes the summary for a person.
+func (s Summary) Print(w io.Writer) {
+	fmt.Fprintf(w, "sale over in %s: %d/%d seats sold in %d bookings, %d requests (%.0f/s)\n",
+		s.Elapsed.Round(time.Millisecond), s.SeatsSold, s.Seats, s.Bookings, s.Requests, float64(s.Requests)/s.Elapsed.Seconds())
+	fmt.Fprintln(w, "outcomes:")
+	keys := make([]string, 0, len(s.Outcomes))
+	for k := range s.Outcomes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %-40s %d\n", k, s.Outcomes[k])
+	}
+	fmt.Fprintln(w, "latency (p50 / p90 / p99):")
+	ops := make([]string, 0, len(s.Latency))
+	for k := range s.Latency {
+		ops = append(ops, k)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		l := s.Latency[op]
+		fmt.Fprintf(w, "  %-14s %8s %8s %8s\n", op, l[0].Round(10*time.Microsecond), l[1].Round(10*time.Microsecond), l[2].Round(10*time.Microsecond))
+	}
+	fmt.Fprintf(w, "independent SQL check: double bookings %d, acknowledged bookings missing %d, replay mismatches %d\n",
+		s.DoubleBookings, s.MissingAcked, s.ReplayMismatch)
+}
+
+// OK reports whether the sale kept every promise.
+func (s Summary) OK() bool { return s.DoubleBookings == 0 && s.MissingAcked == 0 && s.ReplayMismatch == 0 }
