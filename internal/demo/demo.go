@@ -435,4 +435,6 @@ func (s Summary) Print(w io.Writer) {
 }
 
 // OK reports whether the sale kept every promise.
-func (s Summary) OK() bool { return s.DoubleBookings == 0 && s.MissingAcked == 0 && s.ReplayMismatch == 0 }
+func (s Summary) OK() bool {
+	return s.DoubleBookings == 0 && s.MissingAcked == 0 && s.ReplayMismatch == 0
+}
