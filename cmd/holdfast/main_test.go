@@ -172,8 +172,8 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	}()
 	fmt.Fprint(pw, `{"seats":`)
 	time.Sleep(100 * time.Millisecond) // the request is being read
-	stop()                              // SIGTERM
-	time.Sleep(200 * time.Millisecond)  // shutdown has begun and waits
+	stop()                             // SIGTERM
+	time.Sleep(200 * time.Millisecond) // shutdown has begun and waits
 	select {
 	case err := <-done:
 		t.Fatalf("serve returned (%v) before the in-flight request finished", err)
