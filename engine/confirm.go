@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
 )
 
 // Outcomes of one confirmation transaction, internal to Confirm.
@@ -270,7 +271,7 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 // verify reports whether the hold is current in Redis: every seat holds its token and
 // this generation.
 func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (bool, error) {
-	n, err := verifyScript.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64()
+	n, err := lua.Verify.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64()
 	if err != nil {
 		return false, e.redisErr(err)
 	}
@@ -311,7 +312,7 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 	if err != nil {
 		return 0, false, e.pgErr(err)
 	}
-	res, err := regenScript.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen, floor}, c.seats)...).Slice()
+	res, err := lua.Regen.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen, floor}, c.seats)...).Slice()
 	if err != nil {
 		return 0, false, e.redisErr(err)
 	}
@@ -333,7 +334,7 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 func (e *Engine) markSold(ctx context.Context, sh *show, seats []string, tag string, id uuid.UUID) {
 	ks, err := sh.scriptKeys(tag, seats)
 	if err == nil {
-		err = soldScript.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{id.String()}, seats)...).Err()
+		err = lua.Sold.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{id.String()}, seats)...).Err()
 	}
 	if err != nil {
 		e.log.WarnContext(ctx, "write sold markers", "show_id", sh.id, "booking_id", id, "error", err)

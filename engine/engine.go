@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
 )
 
 // Engine holds seats in Redis and confirms bookings in PostgreSQL. It is safe for
@@ -321,7 +322,7 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 	if err != nil {
 		return err
 	}
-	if err := unsoldScript.Run(ctx, e.rdb, ks, scriptArgs("", []any{bookingID.String()}, seats)...).Err(); err != nil {
+	if err := lua.Unsold.Run(ctx, e.rdb, ks, scriptArgs("", []any{bookingID.String()}, seats)...).Err(); err != nil {
 		// The cancellation is committed; the stale marker only refuses holds on the
 		// seats until Resync drops it.
 		e.log.WarnContext(ctx, "drop sold markers after cancel", "show_id", showID, "booking_id", bookingID, "error", err)
@@ -407,7 +408,7 @@ func (e *Engine) resync(ctx context.Context, sh *show, mode string) error {
 	}
 	args := scriptArgs("", []any{floor, mode}, seats)
 	args = append(args, ids...)
-	res, err := resyncScript.Run(ctx, e.rdb, ks, args...).Int64Slice()
+	res, err := lua.Resync.Run(ctx, e.rdb, ks, args...).Int64Slice()
 	if err != nil {
 		return e.redisErr(err)
 	}

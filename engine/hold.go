@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/holdfast/holdfast/internal/lua"
 	"slices"
 	"time"
 )
@@ -50,7 +51,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	token := newToken()
 	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder}, seats)
 	for attempt := 0; ; attempt++ {
-		res, err := holdScript.Run(ctx, e.rdb, ks, args...).Slice()
+		res, err := lua.Hold.Run(ctx, e.rdb, ks, args...).Slice()
 		if err != nil {
 			return Hold{}, e.redisErr(err)
 		}
@@ -139,7 +140,7 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 		return Hold{}, err
 	}
 	args := scriptArgs(tag, []any{h.Token, h.Generation, ttl.Milliseconds(), e.cfg.MaxHoldAge.Milliseconds()}, seats)
-	res, err := extendScript.Run(ctx, e.rdb, ks, args...).Slice()
+	res, err := lua.Extend.Run(ctx, e.rdb, ks, args...).Slice()
 	if err != nil {
 		return Hold{}, e.redisErr(err)
 	}
@@ -173,7 +174,7 @@ func (e *Engine) release(ctx context.Context, h Hold) error {
 	if err != nil {
 		return err
 	}
-	res, err := releaseScript.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats)...).Text()
+	res, err := lua.Release.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats)...).Text()
 	if err != nil {
 		return e.redisErr(err)
 	}

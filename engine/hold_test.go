@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/holdfast/holdfast/internal/lua"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -272,11 +273,11 @@ func TestHoldScriptIsIdempotentByToken(t *testing.T) {
 	token := newToken()
 	args := scriptArgs("", []any{token, 60000, 0}, []string{"A1", "A2"})
 	// A retried command (its reply lost) runs the script again with the same token.
-	first, err := holdScript.Run(t.Context(), v.rdb, ks, args...).Slice()
+	first, err := lua.Hold.Run(t.Context(), v.rdb, ks, args...).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := holdScript.Run(t.Context(), v.rdb, ks, args...).Slice()
+	second, err := lua.Hold.Run(t.Context(), v.rdb, ks, args...).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func TestHoldScriptIsIdempotentByToken(t *testing.T) {
 	}
 	// The same token on another seat set is not a retry.
 	ks2, _ := sh.scriptKeys("", []string{"A2", "A3"})
-	if err := holdScript.Run(t.Context(), v.rdb, ks2, scriptArgs("", []any{token, 60000, 0}, []string{"A2", "A3"})...).Err(); err == nil ||
+	if err := lua.Hold.Run(t.Context(), v.rdb, ks2, scriptArgs("", []any{token, 60000, 0}, []string{"A2", "A3"})...).Err(); err == nil ||
 		!strings.HasPrefix(err.Error(), "HOLDFAST_BADARG") {
 		t.Fatalf("same token, other seats: %v, want a HOLDFAST_BADARG error", err)
 	}
@@ -320,7 +321,7 @@ func TestScriptsRefuseBadArgumentsBeforeWriting(t *testing.T) {
 		{"missing seat argument", good, scriptArgs("", []any{token, 60000, 0}, []string{"A1", "A2"})},
 	}
 	for _, c := range cases {
-		err := holdScript.Run(t.Context(), v.rdb, c.keys, c.args...).Err()
+		err := lua.Hold.Run(t.Context(), v.rdb, c.keys, c.args...).Err()
 		if err == nil || !strings.HasPrefix(err.Error(), "HOLDFAST_BADARG") {
 			t.Errorf("%s: %v, want a HOLDFAST_BADARG error", c.name, err)
 		}

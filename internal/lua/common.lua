@@ -1,5 +1,5 @@
 -- common.lua: the argument checks and the ownership test that every holdfast script
--- shares. scripts.go puts it after each script's shebang line and before its body.
+-- shares. lua.go puts it after each script's shebang line and before its body.
 --
 -- Every script has the same key layout:
 --   KEYS[1]    <base>gen             the show's generation counter

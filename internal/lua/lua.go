@@ -1,0 +1,50 @@
+// Package lua holds holdfast's Redis scripts: each is its shebang line, then
+// common.lua (the shared argument checks and the in-Redis ownership test), then its own
+// body. The engine runs them; holdfast bench drives the hold script raw, without the
+// engine, to measure the engine's overhead. The key and argument layout of every script
+// is in common.lua and at the top of each script.
+package lua
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts. Script.Run sends EVALSHA and falls back to EVAL when Redis lost its
+// script cache (SCRIPT FLUSH, restart).
+var (
+	//go:embed common.lua
+	commonLua string
+	//go:embed hold.lua
+	holdLua string
+	//go:embed extend.lua
+	extendLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed verify.lua
+	verifyLua string
+	//go:embed regen.lua
+	regenLua string
+	//go:embed sold.lua
+	soldLua string
+	//go:embed unsold.lua
+	unsoldLua string
+	//go:embed resync.lua
+	resyncLua string
+
+	Hold    = newScript("", holdLua)
+	Extend  = newScript("", extendLua)
+	Release = newScript("", releaseLua)
+	Verify  = newScript(" flags=no-writes", verifyLua)
+	Regen   = newScript("", regenLua)
+	Sold    = newScript("", soldLua)
+	Unsold  = newScript("", unsoldLua)
+	Resync  = newScript("", resyncLua)
+)
+
+// newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses
+// the whole script up front when it is out of memory, instead of failing it half-way.
+func newScript(flags, body string) *redis.Script {
+	return redis.NewScript("#!lua" + flags + "\n" + commonLua + "\n" + body)
+}
