@@ -43,5 +43,8 @@ build: ## Build bin/holdfast
 run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are set), migrate, serve the demo show on LISTEN_ADDR (127.0.0.1:8080)
 	@$(with-services) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo
 
+bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL, flash sale vs a database-only design (BENCH_FLAGS=…)
+	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --json bench.json $(BENCH_FLAGS)
+
 demo: build ## Simulate a sale opening against `make run`'s server (200 buyers, 500 seats)
 	@$(with-services) ./$(BIN) demo --url "http://$${LISTEN_ADDR:-127.0.0.1:8080}"

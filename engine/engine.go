@@ -33,8 +33,9 @@ type Engine struct {
 	log  *slog.Logger
 	m    *metrics
 
-	shows sync.Map // show id -> *show: the inventory, immutable once created
-	loads singleflight.Group
+	shows   sync.Map // show id -> *show: the inventory, immutable once created
+	loads   singleflight.Group
+	resyncs singleflight.Group // one rebuild per show at a time when Redis lost it
 
 	policyCheckedAt atomic.Int64 // unix nanoseconds of the last good eviction-policy check
 

@@ -39,7 +39,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
-	seats := slices.Sorted(slices.Values(req.SeatIDs))
+	seats := sortedCopy(req.SeatIDs)
 	tag := holderTag(req.HolderID)
 	ks, err := sh.scriptKeys(tag, seats)
 	if err != nil {
@@ -79,14 +79,28 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 			if attempt > 0 {
 				return Hold{}, fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
 			}
-			e.log.WarnContext(ctx, "redis has no generation counter for the show; resyncing", "show_id", sh.id)
-			if err := e.resync(ctx, sh, "merge"); err != nil {
+			_, err, shared := e.resyncs.Do(sh.id, func() (any, error) {
+				return nil, e.resync(ctx, sh, "merge")
+			})
+			if err != nil {
 				return Hold{}, err
+			}
+			if !shared {
+				e.log.WarnContext(ctx, "redis had no generation counter for the show; rebuilt it from the database", "show_id", sh.id)
 			}
 		default:
 			return Hold{}, fmt.Errorf("%w: unexpected hold script reply %v", ErrUnavailable, res)
 		}
 	}
+}
+
+// sortedCopy returns the seats sorted, in a slice of their own.
+func sortedCopy(seats []string) []string {
+	out := slices.Clone(seats)
+	if len(out) > 1 {
+		slices.Sort(out)
+	}
+	return out
 }
 
 // ownedHold validates a presented hold and returns its show, sorted seats, script keys
@@ -111,7 +125,7 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	seats := slices.Sorted(slices.Values(h.SeatIDs))
+	seats := sortedCopy(h.SeatIDs)
 	tag := holderTag(h.HolderID)
 	ks, err := sh.scriptKeys(tag, seats)
 	if err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ type metrics struct {
 	fenceRefusals  prometheus.Counter
 	counterRepairs prometheus.Counter
 	markerRepairs  prometheus.Counter
+	children       sync.Map // opResult -> *opMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,10 +53,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// observe records one finished operation.
+// observe records one finished operation. The labelled children are resolved once per
+// (op, result) and cached: no label hashing on the hot path.
 func (m *metrics) observe(op string, start time.Time, result string) {
-	m.ops.WithLabelValues(op, result).Inc()
-	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	d := time.Since(start).Seconds()
+	k := opResult{op, result}
+	c, ok := m.children.Load(k)
+	if !ok {
+		c, _ = m.children.LoadOrStore(k, &opMetrics{count: m.ops.WithLabelValues(op, result), latency: m.duration.WithLabelValues(op)})
+	}
+	om := c.(*opMetrics)
+	om.count.Inc()
+	om.latency.Observe(d)
+}
+
+type opResult struct{ op, result string }
+
+type opMetrics struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
 }
 
 // resultOf names an operation's outcome for the result label.

@@ -2,9 +2,74 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/bench"
 )
 
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// runBench measures holdfast against its raw limits and the database-only design, on
+// the servers DATABASE_URL and REDIS_URL name, in a scratch database and Redis prefixes
+// it removes afterwards.
 func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return usageErr("bench is not built yet")
+	fs := flag.NewFlagSet("holdfast bench", flag.ContinueOnError)
+	var (
+		backends backendFlags
+		duration = fs.Duration("duration", 4*time.Second, "measured time of each timed workload")
+		warmup   = fs.Duration("warmup", time.Second, "warm-up before each timed workload")
+		seats    = fs.Int("sale-seats", 20_000, "flash sale: seats of the stadium")
+		buyers   = fs.Int("sale-buyers", 2_000, "flash sale: concurrent buyers")
+		timeout  = fs.Duration("sale-timeout", 3*time.Minute, "flash sale: give up after")
+		jsonPath = fs.String("json", "", "also write the report as JSON to this file")
+		only     = fs.String("only", "", "comma-separated workloads to run: hold, shape, memory, confirm, sale (default all)")
+	)
+	backends.register(fs, getenv)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if *duration <= 0 || *warmup < 0 || *seats < 10 || *buyers < 1 {
+		return usageErr("--duration must be positive, --sale-seats at least 10, --sale-buyers at least 1")
+	}
+	if backends.databaseURL == "" {
+		return usageErr("DATABASE_URL is not set; run `make services` and use the URL it prints, or pass --database-url")
+	}
+	rdb, err := backends.openRedis(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	fmt.Fprintf(stdout, "holdfast bench: %s, %s warm-up + %s per timed workload\n", time.Now().UTC().Format(time.RFC3339), *warmup, *duration)
+	rep, err := bench.Run(ctx, bench.Options{DatabaseURL: backends.databaseURL, Redis: rdb, Warmup: *warmup, Duration: *duration,
+		SaleSeats: *seats, SaleBuyers: *buyers, SaleTimeout: *timeout, PoolSize: backends.pgMaxConns, Progress: stderr,
+		Only: splitList(*only)})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	rep.Print(stdout)
+	if *jsonPath != "" {
+		f, err := os.Create(*jsonPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := rep.WriteJSON(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,0 +1,329 @@
+// Package bench measures holdfast side by side with its own raw limits and with the
+// database-only design it replaces, on the same local servers in one run.
+//
+// It creates a scratch database (dropped at the end) and uses Redis key prefixes of its
+// own (deleted at the end): it starts nothing it does not stop.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/migrations"
+)
+
+// Options tune a run.
+type Options struct {
+	DatabaseURL string                // a server where the bench may CREATE DATABASE
+	Redis       redis.UniversalClient // noeviction
+	Warmup      time.Duration         // per timed workload
+	Duration    time.Duration         // per timed workload
+	SaleSeats   int                   // flash sale: seats of the stadium
+	SaleBuyers  int                   // flash sale: concurrent buyers
+	SaleTimeout time.Duration         // flash sale: give up after
+	PoolSize    int                   // PostgreSQL connections, for both designs
+	Progress    io.Writer             // a line as each workload starts, or nil
+	Only        []string              // run only these workloads (hold, shape, memory, confirm, sale); all when empty
+}
+
+// Row is one line of the result table.
+type Row struct {
+	Workload string  `json:"workload"`
+	Variant  string  `json:"variant"`
+	Clients  int     `json:"clients"`
+	OpsPerS  float64 `json:"ops_per_s"`
+	P50ms    float64 `json:"p50_ms"`
+	P99ms    float64 `json:"p99_ms"`
+	Ratio    float64 `json:"ratio,omitempty"` // against the row it is compared with
+	Note     string  `json:"note,omitempty"`
+}
+
+// Goal is one target of issue 6 with its measured value.
+type Goal struct {
+	Name   string  `json:"name"`
+	Target string  `json:"target"`
+	Value  float64 `json:"value"`
+	Met    bool    `json:"met"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Started time.Time `json:"started"`
+	Rows    []Row     `json:"rows"`
+	Goals   []Goal    `json:"goals"`
+	Memory  Memory    `json:"memory"`
+}
+
+// Memory is what one hold, one sold seat, one Hold call and one Confirm call cost.
+type Memory struct {
+	RedisBytesPerHold     float64 `json:"redis_bytes_per_hold"`
+	RedisBytesPerSoldSeat float64 `json:"redis_bytes_per_sold_seat"`
+	HoldBytesPerOp        float64 `json:"hold_heap_bytes_per_op"`
+	HoldAllocsPerOp       float64 `json:"hold_allocs_per_op"`
+	ConfirmBytesPerOp     float64 `json:"confirm_heap_bytes_per_op"`
+	ConfirmAllocsPerOp    float64 `json:"confirm_allocs_per_op"`
+}
+
+// env is the run's scratch database and Redis.
+type env struct {
+	o        Options
+	pool     *pgxpool.Pool
+	rdb      redis.UniversalClient
+	prefixes []string
+	runID    string
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Run runs every workload and returns the report.
+func Run(ctx context.Context, o Options) (_ *Report, err error) {
+	if o.Warmup == 0 {
+		o.Warmup = time.Second
+	}
+	if o.Duration == 0 {
+		o.Duration = 4 * time.Second
+	}
+	if o.SaleSeats == 0 {
+		o.SaleSeats = 20_000
+	}
+	if o.SaleBuyers == 0 {
+		o.SaleBuyers = 2_000
+	}
+	if o.SaleTimeout == 0 {
+		o.SaleTimeout = 3 * time.Minute
+	}
+	if o.PoolSize == 0 {
+		o.PoolSize = 64
+	}
+	e := &env{o: o, rdb: o.Redis, runID: randHex(4)}
+	drop, err := e.openScratch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		e.cleanRedis(context.WithoutCancel(ctx))
+		if derr := drop(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	r := &Report{Started: time.Now()}
+	// Redis-only workloads first: confirm and the sale write claims that later holds on
+	// the same inventory would meet.
+	steps := []struct {
+		key, name string
+		fn        func(context.Context, *Report) error
+	}{
+		{"hold", "hold: engine vs raw script", e.holdWorkload},
+		{"shape", "shape: seats per hold, hot show vs 100 shows", e.shapeWorkload},
+		{"memory", "memory", e.memoryWorkload},
+		{"confirm", "confirm: engine vs raw SQL", e.confirmWorkload},
+		{"sale", "flash sale: holdfast vs database-only", e.flashSale},
+	}
+	for _, s := range steps {
+		if len(o.Only) > 0 && !slices.Contains(o.Only, s.key) {
+			continue
+		}
+		e.progress("== %s", s.name)
+		if err := s.fn(ctx, r); err != nil {
+			return r, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return r, nil
+}
+
+func (e *env) progress(format string, args ...any) {
+	if e.o.Progress != nil {
+		fmt.Fprintf(e.o.Progress, format+"\n", args...)
+	}
+}
+
+// openScratch creates and migrates a database of the run's own.
+func (e *env) openScratch(ctx context.Context) (func() error, error) {
+	u, err := url.Parse(e.o.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	admin, err := pgx.Connect(ctx, e.o.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer admin.Close(ctx)
+	name := "holdfast_bench_" + e.runID
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, fmt.Errorf("create scratch database (the bench needs CREATEDB): %w", err)
+	}
+	drop := func() error {
+		if e.pool != nil {
+			e.pool.Close()
+		}
+		c, err := pgx.Connect(context.Background(), e.o.DatabaseURL)
+		if err != nil {
+			return err
+		}
+		defer c.Close(context.Background())
+		_, err = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		return err
+	}
+	u.Path = "/" + name
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return drop, err
+	}
+	cfg.MaxConns = int32(e.o.PoolSize)
+	if e.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return drop, err
+	}
+	if err := migrations.Up(ctx, e.pool); err != nil {
+		return drop, err
+	}
+	return drop, nil
+}
+
+// prefix returns a fresh Redis key prefix, deleted at the end of the run.
+func (e *env) prefix() string {
+	p := fmt.Sprintf("hfbench%s%d", e.runID, len(e.prefixes))
+	e.prefixes = append(e.prefixes, p)
+	return p
+}
+
+func (e *env) cleanRedis(ctx context.Context) {
+	for _, p := range e.prefixes {
+		iter := e.rdb.Scan(ctx, 0, p+":*", 5000).Iterator()
+		var batch []string
+		for iter.Next(ctx) {
+			batch = append(batch, iter.Val())
+			if len(batch) == 1000 {
+				e.rdb.Unlink(ctx, batch...)
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			e.rdb.Unlink(ctx, batch...)
+		}
+	}
+}
+
+// engine returns an engine over the scratch database with a fresh Redis prefix.
+func (e *env) engine(cfg engine.Config) (*engine.Engine, string, error) {
+	cfg.KeyPrefix = e.prefix()
+	eng, err := engine.New(e.pool, e.rdb, &cfg)
+	return eng, cfg.KeyPrefix, err
+}
+
+// stats are one timed run's operations and latencies.
+type stats struct {
+	ops, errs int64
+	elapsed   time.Duration
+	lat       []time.Duration
+}
+
+func (s stats) rate() float64 { return float64(s.ops) / s.elapsed.Seconds() }
+
+func (s stats) pct(p float64) float64 {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	return float64(s.lat[min(len(s.lat)-1, int(float64(len(s.lat))*p))].Microseconds()) / 1000
+}
+
+// drive runs op from clients goroutines: first for the warm-up (not counted), then for
+// the duration. op gets a sequence number unique across the run and returns an error
+// when the operation did not succeed (counted apart).
+func drive(ctx context.Context, clients int, warmup, duration time.Duration, op func(ctx context.Context, seq int64) error) stats {
+	var seq atomic.Int64
+	var measuring atomic.Bool
+	var wg sync.WaitGroup
+	lats := make([][]time.Duration, clients)
+	var ops, errs atomic.Int64
+	stop := make(chan struct{})
+	for c := range clients {
+		wg.Go(func() {
+			local := make([]time.Duration, 0, 1<<14)
+			for {
+				select {
+				case <-stop:
+					lats[c] = local
+					return
+				default:
+				}
+				t := time.Now()
+				err := op(ctx, seq.Add(1)-1)
+				d := time.Since(t)
+				if measuring.Load() {
+					local = append(local, d)
+					if err != nil {
+						errs.Add(1)
+					} else {
+						ops.Add(1)
+					}
+				}
+			}
+		})
+	}
+	time.Sleep(warmup)
+	measuring.Store(true)
+	start := time.Now()
+	time.Sleep(duration)
+	measuring.Store(false)
+	elapsed := time.Since(start)
+	close(stop)
+	wg.Wait()
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	return stats{ops: ops.Load(), errs: errs.Load(), elapsed: elapsed, lat: all}
+}
+
+// WriteJSON writes the report as JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// Print writes the report as a table.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "%-30s %-28s %7s %11s %9s %9s %7s  %s\n", "workload", "variant", "clients", "ops/s", "p50 ms", "p99 ms", "ratio", "note")
+	for _, row := range r.Rows {
+		ratio := ""
+		if row.Ratio != 0 {
+			ratio = fmt.Sprintf("%.2f", row.Ratio)
+		}
+		fmt.Fprintf(w, "%-30s %-28s %7d %11.0f %9.2f %9.2f %7s  %s\n", row.Workload, row.Variant, row.Clients, row.OpsPerS, row.P50ms, row.P99ms, ratio, row.Note)
+	}
+	m := r.Memory
+	fmt.Fprintf(w, "\nmemory: Redis %.0f bytes per live hold, %.0f bytes per sold seat; engine %.0f B and %.1f allocs per Hold, %.0f B and %.1f allocs per Confirm\n",
+		m.RedisBytesPerHold, m.RedisBytesPerSoldSeat, m.HoldBytesPerOp, m.HoldAllocsPerOp, m.ConfirmBytesPerOp, m.ConfirmAllocsPerOp)
+	fmt.Fprintln(w, "\ngoals:")
+	for _, g := range r.Goals {
+		verdict := "MET"
+		if !g.Met {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "  %-6s %-58s %-12s measured %.2f\n", verdict, g.Name, g.Target, g.Value)
+	}
+}
+
+func (r *Report) goal(name, target string, value float64, met bool) {
+	r.Goals = append(r.Goals, Goal{Name: name, Target: target, Value: value, Met: met})
+}

@@ -1,0 +1,424 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/lua"
+)
+
+const (
+	invShows    = 100
+	invPerShow  = 3000
+	hotSeats    = 100_000
+	holdTTL     = 10 * time.Minute
+	confirmPrep = 40_000
+)
+
+var errExhausted = errors.New("prepared work exhausted")
+
+// inventory is the shared show inventory: 100 shows of 3,000 seats and one hot show of
+// 100,000. Each workload uses a fresh Redis prefix, so holds never collide across runs.
+type inventory struct {
+	shows []string
+	seats []string // S0000 … S2999
+	hot   []string // H000000 … H099999
+}
+
+var inv *inventory
+
+func (e *env) inventory(ctx context.Context) (*inventory, error) {
+	if inv != nil {
+		return inv, nil
+	}
+	iv := &inventory{}
+	for i := range invPerShow {
+		iv.seats = append(iv.seats, fmt.Sprintf("S%04d", i))
+	}
+	for i := range hotSeats {
+		iv.hot = append(iv.hot, fmt.Sprintf("H%06d", i))
+	}
+	q := db.New(e.pool)
+	for i := range invShows {
+		show := fmt.Sprintf("inv%03d", i)
+		iv.shows = append(iv.shows, show)
+		if _, err := q.ShowInsert(ctx, show); err != nil {
+			return nil, err
+		}
+		if err := q.SeatsInsert(ctx, db.SeatsInsertParams{ShowID: show, SeatIds: iv.seats}); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := q.ShowInsert(ctx, "hot"); err != nil {
+		return nil, err
+	}
+	if err := q.SeatsInsert(ctx, db.SeatsInsertParams{ShowID: "hot", SeatIds: iv.hot}); err != nil {
+		return nil, err
+	}
+	inv = iv
+	return iv, nil
+}
+
+// seatOf maps a sequence number onto the inventory, wrapping around when it runs out
+// (a wrapped hold is refused: counted apart, never as success).
+func (iv *inventory) seatOf(seq int64) (show, seat string) {
+	i := int(seq % int64(invShows*invPerShow))
+	return iv.shows[i/invPerShow], iv.seats[i%invPerShow]
+}
+
+// warm prepares an engine for a fresh prefix the way CreateShow would: the show's
+// inventory is loaded and its Redis counter started, so that timed runs measure holds
+// and not the first-use rebuild.
+func warm(ctx context.Context, eng *engine.Engine, shows ...string) error {
+	for _, s := range shows {
+		if err := eng.Resync(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// epochs is how many fresh Redis prefixes a timed run gets: when a run has used every
+// seat of the inventory, it moves to the next prefix, where every seat is free again.
+const epochs = 6
+
+// engines returns epochs warmed engines, each with a prefix of its own.
+func (e *env) engines(ctx context.Context, shows ...string) ([]*engine.Engine, error) {
+	out := make([]*engine.Engine, epochs)
+	for i := range out {
+		eng, _, err := e.engine(engine.Config{})
+		if err != nil {
+			return nil, err
+		}
+		if err := warm(ctx, eng, shows...); err != nil {
+			return nil, err
+		}
+		out[i] = eng
+	}
+	return out, nil
+}
+
+func epochOf(seq, space int64) int { return int(min(seq/space, epochs-1)) }
+
+// rawKeys are the hold script's keys, built as the engine lays them out.
+func rawKeys(prefix, show string, seats ...string) []string {
+	base := prefix + ":{" + show + "}:"
+	ks := []string{base + "gen", base + "sold", base + "holder:"}
+	for _, s := range seats {
+		ks = append(ks, base+"hold:"+s)
+	}
+	return ks
+}
+
+func (e *env) holdWorkload(ctx context.Context, r *Report) error {
+	iv, err := e.inventory(ctx)
+	if err != nil {
+		return err
+	}
+	var ratio50, p99ratio50 float64
+	space := int64(invShows * invPerShow)
+	for _, clients := range []int{50, 200} {
+		engs, err := e.engines(ctx, iv.shows...)
+		if err != nil {
+			return err
+		}
+		es := drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+			show, seat := iv.seatOf(seq)
+			_, err := engs[epochOf(seq, space)].Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
+			return err
+		})
+		// The raw limit: the same script, keys and arguments, EVALSHA straight from go-redis.
+		raws := make([]string, epochs)
+		for i := range raws {
+			raws[i] = e.prefix()
+			for _, s := range iv.shows {
+				e.rdb.Set(ctx, rawKeys(raws[i], s)[0], 0, 0)
+			}
+		}
+		ttl := strconv.FormatInt(holdTTL.Milliseconds(), 10)
+		rs := drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+			show, seat := iv.seatOf(seq)
+			res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat), "", fmt.Sprintf("%032x", seq), ttl, 0, seat).Slice()
+			if err == nil && res[0] != "OK" {
+				err = errors.New("refused")
+			}
+			return err
+		})
+		ratio := es.rate() / rs.rate()
+		r.Rows = append(r.Rows,
+			Row{Workload: "hold, uncontended", Variant: "engine.Hold", Clients: clients, OpsPerS: es.rate(), P50ms: es.pct(.5), P99ms: es.pct(.99), Ratio: ratio, Note: refusals(es)},
+			Row{Workload: "hold, uncontended", Variant: "raw EVALSHA hold.lua", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs)})
+		e.progress("   %d clients: engine %.0f/s, raw %.0f/s", clients, es.rate(), rs.rate())
+		if clients == 50 {
+			ratio50, p99ratio50 = ratio, es.pct(.99)/rs.pct(.99)
+		}
+	}
+	r.goal("hold throughput, engine / raw script, 50 clients", ">= 0.80", ratio50, ratio50 >= 0.8)
+	r.goal("hold p99, engine / raw script, 50 clients", "<= 2.00", p99ratio50, p99ratio50 <= 2)
+	return nil
+}
+
+func refusals(s stats) string {
+	if s.errs == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d refused/failed", s.errs)
+}
+
+func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
+	iv, err := e.inventory(ctx)
+	if err != nil {
+		return err
+	}
+	const clients = 50
+	eng, _, err := e.engine(engine.Config{})
+	if err != nil {
+		return err
+	}
+	if err := warm(ctx, eng, iv.shows...); err != nil {
+		return err
+	}
+	// Holds to confirm, on the first half of the inventory.
+	holds := make([]engine.Hold, confirmPrep)
+	half := int64(invShows * invPerShow / 2)
+	if err := parallel(ctx, clients, confirmPrep, func(ctx context.Context, i int) error {
+		show, seat := iv.seatOf(int64(i))
+		h, err := eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
+		holds[i] = h
+		return err
+	}); err != nil {
+		return err
+	}
+	es := drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+		if seq >= confirmPrep {
+			return errExhausted
+		}
+		_, err := eng.Confirm(ctx, holds[seq], engine.ConfirmOptions{})
+		return err
+	})
+	// The raw limit: the engine's transaction (same BEGIN with its timeouts, fence
+	// UPDATE, booking statement, COMMIT) on the other half, with no Redis and no engine.
+	q := db.New(e.pool)
+	txo := pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '2000ms'; SET LOCAL statement_timeout = '5000ms'"}
+	fp := make([]byte, 32)
+	rs := drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+		if seq >= half {
+			return errExhausted
+		}
+		show, seat := iv.seatOf(half + seq)
+		seats := []string{seat}
+		return pgx.BeginTxFunc(ctx, e.pool, txo, func(tx pgx.Tx) error {
+			qt := q.WithTx(tx)
+			adv, err := qt.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: show, SeatIds: seats, Generation: 1})
+			if err != nil {
+				return err
+			}
+			if len(adv) != 1 {
+				return errors.New("fence refused")
+			}
+			_, err = qt.BookingCreate(ctx, db.BookingCreateParams{ShowID: show, BookingID: uuid.New(), Generation: 1, Fingerprint: fp, SeatIds: seats})
+			return err
+		})
+	})
+	ratio := es.rate() / rs.rate()
+	r.Rows = append(r.Rows,
+		Row{Workload: "confirm", Variant: "engine.Confirm", Clients: clients, OpsPerS: es.rate(), P50ms: es.pct(.5), P99ms: es.pct(.99), Ratio: ratio, Note: refusals(es)},
+		Row{Workload: "confirm", Variant: "raw SQL transaction (pgx)", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs)})
+	e.progress("   engine %.0f/s, raw %.0f/s", es.rate(), rs.rate())
+	r.goal("confirm throughput, engine / raw SQL transaction", ">= 0.70", ratio, ratio >= 0.7)
+	return nil
+}
+
+// parallel runs fn for i in [0, n) from clients goroutines and returns the first error.
+func parallel(ctx context.Context, clients, n int, fn func(context.Context, int) error) error {
+	errs := make(chan error, clients)
+	next := make(chan int)
+	go func() {
+		defer close(next)
+		for i := range n {
+			next <- i
+		}
+	}()
+	for range clients {
+		go func() {
+			var first error
+			for i := range next {
+				if err := fn(ctx, i); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	var first error
+	for range clients {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (e *env) shapeWorkload(ctx context.Context, r *Report) error {
+	iv, err := e.inventory(ctx)
+	if err != nil {
+		return err
+	}
+	const clients = 50
+	var one float64
+	for _, k := range []int{1, 4, 10} {
+		engs, err := e.engines(ctx, iv.shows...)
+		if err != nil {
+			return err
+		}
+		perShow := int64(invPerShow / k)
+		space := int64(invShows) * perShow
+		s := drive(ctx, clients, e.o.Warmup/2, e.o.Duration/2, func(ctx context.Context, seq int64) error {
+			i := seq % space
+			show := iv.shows[i/perShow]
+			first := int(i%perShow) * k
+			_, err := engs[epochOf(seq, space)].Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: iv.seats[first : first+k], TTL: holdTTL})
+			return err
+		})
+		row := Row{Workload: "shape: seats per hold", Variant: fmt.Sprintf("%d seats, 100 shows", k), Clients: clients,
+			OpsPerS: s.rate(), P50ms: s.pct(.5), P99ms: s.pct(.99), Note: fmt.Sprintf("%.0f seats/s %s", s.rate()*float64(k), refusals(s))}
+		if k == 1 {
+			one = s.rate()
+		} else {
+			row.Ratio = s.rate() / one
+		}
+		r.Rows = append(r.Rows, row)
+	}
+	engs, err := e.engines(ctx, "hot")
+	if err != nil {
+		return err
+	}
+	s := drive(ctx, clients, e.o.Warmup/2, e.o.Duration/2, func(ctx context.Context, seq int64) error {
+		_, err := engs[epochOf(seq, hotSeats)].Hold(ctx, engine.HoldRequest{ShowID: "hot", SeatIDs: []string{iv.hot[seq%hotSeats]}, TTL: holdTTL})
+		return err
+	})
+	r.Rows = append(r.Rows, Row{Workload: "shape: hot show", Variant: "1 seat, one show", Clients: clients,
+		OpsPerS: s.rate(), P50ms: s.pct(.5), P99ms: s.pct(.99), Ratio: s.rate() / one, Note: refusals(s)})
+	return nil
+}
+
+// usedMemory reads Redis's used_memory.
+func (e *env) usedMemory(ctx context.Context) (float64, error) {
+	info, err := e.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, errors.New("INFO memory has no used_memory")
+}
+
+func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
+	iv, err := e.inventory(ctx)
+	if err != nil {
+		return err
+	}
+	// Redis bytes per live hold: 100,000 single-seat holds.
+	const holds = 100_000
+	eng, prefix, err := e.engine(engine.Config{})
+	if err != nil {
+		return err
+	}
+	_ = prefix
+	if err := warm(ctx, eng, iv.shows...); err != nil { // counters first, so that they are not counted
+		return err
+	}
+	before, err := e.usedMemory(ctx)
+	if err != nil {
+		return err
+	}
+	if err := parallel(ctx, 50, holds, func(ctx context.Context, i int) error {
+		show, seat := iv.seatOf(int64(i))
+		_, err := eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
+		return err
+	}); err != nil {
+		return err
+	}
+	after, err := e.usedMemory(ctx)
+	if err != nil {
+		return err
+	}
+	r.Memory.RedisBytesPerHold = (after - before) / holds
+
+	// Redis bytes per sold seat: the marker of 50,000 seats of one show.
+	const sold = 50_000
+	mp := e.prefix()
+	e.rdb.Set(ctx, rawKeys(mp, "hot")[0], 0, 0)
+	before, _ = e.usedMemory(ctx)
+	if err := parallel(ctx, 50, sold, func(ctx context.Context, i int) error {
+		seat := iv.hot[i]
+		return lua.Sold.Run(ctx, e.rdb, rawKeys(mp, "hot", seat), "", uuid.NewString(), seat).Err()
+	}); err != nil {
+		return err
+	}
+	after, _ = e.usedMemory(ctx)
+	r.Memory.RedisBytesPerSoldSeat = (after - before) / sold
+
+	// Engine heap and allocations per call, sequential, after a warm-up.
+	heng, _, err := e.engine(engine.Config{})
+	if err != nil {
+		return err
+	}
+	if err := warm(ctx, heng, iv.shows...); err != nil {
+		return err
+	}
+	const calls = 2000
+	held := make([]engine.Hold, calls)
+	hold := func(i int) error {
+		show, seat := iv.seatOf(int64(holds + i))
+		h, err := heng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
+		held[i] = h
+		return err
+	}
+	for i := range 100 {
+		if err := hold(i); err != nil {
+			return err
+		}
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for i := 100; i < calls; i++ {
+		if err := hold(i); err != nil {
+			return err
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	n := float64(calls - 100)
+	r.Memory.HoldBytesPerOp = float64(m1.TotalAlloc-m0.TotalAlloc) / n
+	r.Memory.HoldAllocsPerOp = float64(m1.Mallocs-m0.Mallocs) / n
+	for i := range 100 {
+		if _, err := heng.Confirm(ctx, held[i], engine.ConfirmOptions{}); err != nil {
+			return err
+		}
+	}
+	runtime.ReadMemStats(&m0)
+	for i := 100; i < calls; i++ {
+		if _, err := heng.Confirm(ctx, held[i], engine.ConfirmOptions{}); err != nil {
+			return err
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	r.Memory.ConfirmBytesPerOp = float64(m1.TotalAlloc-m0.TotalAlloc) / n
+	r.Memory.ConfirmAllocsPerOp = float64(m1.Mallocs-m0.Mallocs) / n
+	r.goal("Redis bytes per live hold", "<= 200", r.Memory.RedisBytesPerHold, r.Memory.RedisBytesPerHold <= 200)
+	r.goal("Redis bytes per sold seat", "<= 64", r.Memory.RedisBytesPerSoldSeat, r.Memory.RedisBytesPerSoldSeat <= 64)
+	return nil
+}
