@@ -11,7 +11,7 @@ BIN          := bin/holdfast
 with-services = set -a; eval "$$($(SERVICES) start)"; set +a;
 
 .DEFAULT_GOAL := help
-.PHONY: help services services-down generate verify test build run demo bench chaos
+.PHONY: help services services-down generate verify test fuzz build run demo bench chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +36,23 @@ test: ## Start the services, then run every test with the race detector
 	@$(with-services) \
 	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}"; \
 	go test $(GOTEST_FLAGS) ./...
+
+CHAOS_SCALE ?= 5
+CHAOS_TESTS := TestChaos|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown
+
+chaos: ## The fault suite and the linearizability check, CHAOS_SCALE times longer than in make test
+	@$(with-services) \
+	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}" HOLDFAST_CHAOS_SCALE=$(CHAOS_SCALE); \
+	go test -race -count=1 -v -run '$(CHAOS_TESTS)' ./engine
+
+FUZZTIME ?= 15s
+FUZZ_TARGETS := engine:FuzzKeys engine:FuzzFingerprint engine:FuzzValidation internal/httpapi:FuzzDecode
+
+fuzz: ## Run every fuzz target for FUZZTIME each (seed corpora also run in make test)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done
 
 build: ## Build bin/holdfast
 	go build -o $(BIN) ./cmd/holdfast

@@ -216,3 +216,13 @@ func (v *env) dbSnapshot() string {
 	}
 	return *s
 }
+
+// pgxNewPool opens a pool closed when the test ends.
+func pgxNewPool(t *testing.T, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	t.Helper()
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err == nil {
+		t.Cleanup(p.Close)
+	}
+	return p, err
+}

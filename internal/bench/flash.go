@@ -29,41 +29,51 @@ type design interface {
 	soldSeats(ctx context.Context) (int, error)
 }
 
-// chooser is the buyers' shared view of the stadium: which seats are known sold, and
-// which to avoid for a while. Buyers aim at the best 10% of seats 80% of the time.
+// chooser is the buyers' shared view of the stadium, as a seat map a client refreshes
+// now and then: which seats are known sold, and which to avoid for a while. Buyers aim
+// at the best 10% of seats 80% of the time.
 type chooser struct {
 	seats []string
 	best  int
 	sold  []atomic.Bool
 	busy  []atomic.Int64 // avoid until (unix nanoseconds)
 	left  atomic.Int64
+	avail atomic.Pointer[[]int] // unsold seats at the last refresh, best first
 }
 
 func newChooser(seats []string) *chooser {
 	c := &chooser{seats: seats, best: max(1, len(seats)/10), sold: make([]atomic.Bool, len(seats)), busy: make([]atomic.Int64, len(seats))}
 	c.left.Store(int64(len(seats)))
+	c.refresh()
 	return c
+}
+
+// refresh rebuilds the list of unsold seats (the seat map a buyer's page reloads).
+func (c *chooser) refresh() {
+	avail := make([]int, 0, c.left.Load())
+	for i := range c.seats {
+		if !c.sold[i].Load() {
+			avail = append(avail, i)
+		}
+	}
+	c.avail.Store(&avail)
 }
 
 func (c *chooser) pick(rng *rand.Rand, k int) []int {
 	now := time.Now().UnixNano()
-	lo, hi := 0, len(c.seats)
-	if rng.IntN(100) < 80 {
-		hi = c.best
+	avail := *c.avail.Load()
+	if len(avail) == 0 {
+		return nil
+	}
+	hi := len(avail)
+	if nb, _ := slices.BinarySearch(avail, c.best); nb > 0 && rng.IntN(100) < 80 {
+		hi = nb // avail is sorted: the first nb entries are the best seats
 	}
 	out := make([]int, 0, k)
-	ok := func(i int) bool { return !c.sold[i].Load() && c.busy[i].Load() < now && !slices.Contains(out, i) }
 	for try := 0; try < 16 && len(out) < k; try++ {
-		if i := lo + rng.IntN(hi-lo); ok(i) {
+		i := avail[rng.IntN(hi)]
+		if !c.sold[i].Load() && c.busy[i].Load() < now && !slices.Contains(out, i) {
 			out = append(out, i)
-		}
-	}
-	if len(out) == 0 { // the region looks sold: scan everything from a random place
-		start := rng.IntN(len(c.seats))
-		for j := 0; j < len(c.seats) && len(out) < k; j++ {
-			if i := (start + j) % len(c.seats); ok(i) {
-				out = append(out, i)
-			}
 		}
 	}
 	return out
@@ -104,6 +114,12 @@ func (e *env) sell(ctx context.Context, d design, seats []string) saleResult {
 	var holdLat, confLat []time.Duration
 	var wg sync.WaitGroup
 	start := time.Now()
+	wg.Go(func() { // the seat map refreshes every 100ms
+		for ctx.Err() == nil && c.left.Load() > 0 {
+			time.Sleep(100 * time.Millisecond)
+			c.refresh()
+		}
+	})
 	for b := range e.o.SaleBuyers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(b), uint64(start.UnixNano())))
@@ -117,7 +133,7 @@ func (e *env) sell(ctx context.Context, d design, seats []string) saleResult {
 			for ctx.Err() == nil && c.left.Load() > 0 {
 				idx := c.pick(rng, 1+rng.IntN(4))
 				if len(idx) == 0 {
-					time.Sleep(5 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond) // nothing looks free: wait for the next seat map
 					continue
 				}
 				want := make([]string, len(idx))

@@ -312,18 +312,30 @@ func (e *env) shapeWorkload(ctx context.Context, r *Report) error {
 	return nil
 }
 
-// usedMemory reads Redis's used_memory.
+// usedMemory reads Redis's used_memory less what its clients' buffers take (which
+// the previous workload's connections may free in the middle of a measurement).
 func (e *env) usedMemory(ctx context.Context) (float64, error) {
+	time.Sleep(200 * time.Millisecond) // let lazy frees and client buffers settle
 	info, err := e.rdb.Info(ctx, "memory").Result()
 	if err != nil {
 		return 0, err
 	}
+	var used, clients float64
+	var found bool
 	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			return strconv.ParseFloat(v, 64)
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			used, err = strconv.ParseFloat(v, 64)
+			found = err == nil
+		}
+		if v, ok := strings.CutPrefix(line, "mem_clients_normal:"); ok {
+			clients, _ = strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0, errors.New("INFO memory has no used_memory")
+	if !found {
+		return 0, errors.New("INFO memory has no used_memory")
+	}
+	return used - clients, nil
 }
 
 func (e *env) memoryWorkload(ctx context.Context, r *Report) error {

@@ -384,6 +384,13 @@ func (s *RedisServer) Restart() {
 	s.start(bin)
 }
 
+// KillClients closes every normal client connection of the server but the caller's.
+func (s *RedisServer) KillClients(t testing.TB) {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	_ = c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err()
+}
+
 // Pause freezes the server (SIGSTOP); Resume thaws it.
 func (s *RedisServer) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 

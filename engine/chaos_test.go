@@ -1,0 +1,485 @@
+package engine
+
+// The fault suite: a mixed workload of many holders (hold, extend, release, confirm
+// with idempotent retries, cancel, abandon, pay late) runs while a fault is injected;
+// afterwards the invariants are checked. make chaos runs it longer
+// (HOLDFAST_CHAOS_SCALE); make test runs a bounded version.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// chaosScale multiplies the workload's duration: 1 in make test, more in make chaos.
+func chaosScale() time.Duration {
+	if k, err := strconv.Atoi(os.Getenv("HOLDFAST_CHAOS_SCALE")); err == nil && k > 0 {
+		return time.Duration(k)
+	}
+	return 1
+}
+
+// chaosStats counts what a workload saw, for the report.
+type chaosStats struct {
+	ops      atomic.Int64
+	holds    atomic.Int64 // Hold calls
+	confirms atomic.Int64 // acknowledged confirmations
+	refused  atomic.Int64 // definite refusals
+	unavail  atomic.Int64 // ErrUnavailable answers
+}
+
+// chaosWorkload is the mixed workload and what it was told.
+type chaosWorkload struct {
+	v     *env
+	show  string
+	seats []string
+	stats chaosStats
+
+	mu          sync.Mutex
+	acked       map[uuid.UUID]bool // acknowledged bookings -> cancelled (acknowledged)
+	refusedKeys []string           // holder|key of confirmations definitely refused
+	mismatches  int                // idempotent retries that returned another booking
+	unexpected  []error
+}
+
+func newChaosWorkload(v *env, show string, seats int) *chaosWorkload {
+	w := &chaosWorkload{v: v, show: show, seats: seatNames(seats), acked: map[uuid.UUID]bool{}}
+	v.show(show, w.seats...)
+	return w
+}
+
+// run drives workers holders for d against the engines (several engines share the
+// database and Redis, as several processes would).
+func (w *chaosWorkload) run(engines []*Engine, workers int, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() { w.worker(ctx, engines[i%len(engines)], fmt.Sprintf("h%02d", i), uint64(i)) })
+	}
+	wg.Wait()
+}
+
+func (w *chaosWorkload) note(err error) {
+	w.stats.ops.Add(1)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrUnavailable):
+		w.stats.unavail.Add(1)
+	case errors.Is(err, ErrSeatsUnavailable), errors.Is(err, ErrHoldLost), errors.Is(err, ErrStaleGeneration),
+		errors.Is(err, ErrHolderLimit), errors.Is(err, ErrExtendLimit), errors.Is(err, ErrIdempotencyKeyReused):
+		w.stats.refused.Add(1)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	default:
+		w.mu.Lock()
+		w.unexpected = append(w.unexpected, err)
+		w.mu.Unlock()
+	}
+}
+
+func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
+	var mine []uuid.UUID
+	for n := 0; ctx.Err() == nil; n++ {
+		k := 1 + rng.IntN(2)
+		perm := rng.Perm(len(w.seats))[:k]
+		want := make([]string, k)
+		for i, j := range perm {
+			want[i] = w.seats[j]
+		}
+		ttl := time.Duration(200+rng.IntN(400)) * time.Millisecond
+		w.stats.holds.Add(1)
+		h, err := e.Hold(ctx, HoldRequest{ShowID: w.show, SeatIDs: want, TTL: ttl, HolderID: holder})
+		w.note(err)
+		if err != nil {
+			time.Sleep(time.Duration(rng.IntN(10)) * time.Millisecond)
+			continue
+		}
+		key := fmt.Sprintf("%s-%d", holder, n)
+		switch r := rng.IntN(100); {
+		case r < 10: // abandons
+		case r < 20:
+			w.note(e.Release(ctx, h))
+		case r < 30:
+			h2, err := e.Extend(ctx, h, ttl)
+			w.note(err)
+			if err == nil {
+				h = h2
+			}
+			w.confirm(ctx, e, h, key, &mine)
+		case r < 40: // pays late
+			time.Sleep(ttl + 20*time.Millisecond)
+			w.confirm(ctx, e, h, key, &mine)
+		default:
+			w.confirm(ctx, e, h, key, &mine)
+		}
+		if len(mine) > 0 && rng.IntN(100) < 40 { // seats come back, so the sale goes on
+			id := mine[0]
+			mine = mine[1:]
+			err := e.Cancel(ctx, id)
+			w.note(err)
+			if err == nil {
+				w.mu.Lock()
+				w.acked[id] = true
+				w.mu.Unlock()
+			}
+		}
+	}
+}
+
+// confirm confirms with an idempotency key, retrying with the same key while the
+// answer is ErrUnavailable, and sometimes once more after a success (a lost response).
+func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key string, mine *[]uuid.UUID) {
+	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
+		b, err := e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: key})
+		w.note(err)
+		switch {
+		case err == nil:
+			w.stats.confirms.Add(1)
+			w.mu.Lock()
+			w.acked[b.ID] = false
+			w.mu.Unlock()
+			*mine = append(*mine, b.ID)
+			if rand.IntN(5) == 0 {
+				again, err := e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: key})
+				w.note(err)
+				if err == nil && again.ID != b.ID {
+					w.mu.Lock()
+					w.mismatches++
+					w.mu.Unlock()
+				}
+			}
+			return
+		case errors.Is(err, ErrUnavailable):
+			time.Sleep(time.Duration(20*(attempt+1)) * time.Millisecond)
+		default:
+			if errors.Is(err, ErrHoldLost) || errors.Is(err, ErrStaleGeneration) || errors.Is(err, ErrSeatsUnavailable) {
+				w.mu.Lock()
+				w.refusedKeys = append(w.refusedKeys, h.HolderID+"|"+key)
+				w.mu.Unlock()
+			}
+			return
+		}
+	}
+}
+
+// check asserts the invariants after the faults healed.
+func (w *chaosWorkload) check(t *testing.T, e *Engine) {
+	t.Helper()
+	v := w.v
+	ctx := context.Background()
+	for _, err := range w.unexpected {
+		t.Errorf("unexpected error kind: %v", err)
+	}
+	if n := v.doubleBookings(); n != 0 {
+		t.Errorf("%d seats booked twice", n)
+	}
+	// Every confirmation was accepted above the fence it met: per seat, the generations
+	// of the confirmed events rise strictly in commit order.
+	if n := v.count(`SELECT count(*) FROM (
+		SELECT generation, lag(generation) OVER (PARTITION BY show_id, s ORDER BY event_id) AS prev
+		FROM booking_events, unnest(seat_ids) s WHERE kind = 'confirmed') x
+		WHERE prev IS NOT NULL AND generation <= prev`); n != 0 {
+		t.Errorf("%d confirmations accepted at or below the fence they met", n)
+	}
+	w.mu.Lock()
+	acked := maps.Clone(w.acked)
+	refused := append([]string(nil), w.refusedKeys...)
+	mismatches := w.mismatches
+	w.mu.Unlock()
+	if mismatches != 0 {
+		t.Errorf("%d idempotent retries returned another booking", mismatches)
+	}
+	for id, cancelled := range acked {
+		b, err := e.Booking(ctx, id)
+		switch {
+		case err != nil:
+			t.Errorf("acknowledged booking %s: %v", id, err)
+		case cancelled && b.Status != BookingCancelled:
+			t.Errorf("acknowledged cancellation of %s, status %s", id, b.Status)
+		}
+	}
+	q := db.New(v.pool)
+	for _, hk := range refused {
+		holder, key, _ := strings.Cut(hk, "|")
+		_, err := q.BookingGetByIdempotencyKey(ctx, db.BookingGetByIdempotencyKeyParams{ShowID: w.show, HolderID: holder, IdempotencyKey: key})
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Errorf("a refused confirmation (%s) has a booking: %v", hk, err)
+		}
+	}
+	// Redis's sold markers equal the database's claims after Resync.
+	if err := e.Resync(ctx, w.show); err != nil {
+		t.Fatalf("resync: %v", err)
+	}
+	if got, want := v.soldMarkers(w.show), v.claims(w.show); !maps.Equal(got, want) {
+		t.Errorf("sold markers after Resync %v, claims %v", got, want)
+	}
+	t.Logf("ops %d, holds %d, confirms %d, refusals %d, unavailable %d, bookings %d, violations 0 if no error above",
+		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked))
+	if w.stats.confirms.Load() == 0 {
+		t.Error("the workload confirmed nothing: the scenario tested nothing")
+	}
+}
+
+// noLeak waits until the goroutine count is back near its baseline.
+func noLeak(t *testing.T, baseline int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > baseline+2 {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			t.Fatalf("goroutines leaked: %d now, %d before\n%s", runtime.NumGoroutine(), baseline, buf[:n])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestChaos runs the mixed workload under each Redis-side fault. Not parallel: the
+// goroutine count must mean something.
+func TestChaos(t *testing.T) {
+	d := 1500 * time.Millisecond * chaosScale()
+	scenarios := []struct {
+		name  string
+		extra []string
+		fault func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{})
+	}{
+		{name: "redis restarted without persistence", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+			sleepOr(stop, d/3)
+			srv.Restart()
+		}},
+		{name: "redis frozen past the TTL and the client timeout", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+			sleepOr(stop, d/4)
+			srv.Pause()
+			sleepOr(stop, 900*time.Millisecond) // holds live 200-600ms; calls time out at 500ms
+			srv.Resume()
+		}},
+		{name: "forward clock jump (every hold's PTTL cut)", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+			for {
+				if sleepOr(stop, 30*time.Millisecond) {
+					return
+				}
+				ctx := context.Background()
+				keys, _ := v.rdb.Keys(ctx, v.cfg.KeyPrefix+":*:hold:*").Result()
+				for _, k := range keys {
+					v.rdb.PExpire(ctx, k, time.Millisecond)
+				}
+			}
+		}},
+		{name: "redis out of memory", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+			sleepOr(stop, d/4)
+			v.rdb.ConfigSet(context.Background(), "maxmemory", "1")
+			sleepOr(stop, d/3)
+			v.rdb.ConfigSet(context.Background(), "maxmemory", "0")
+		}},
+		{name: "script flush between calls", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+			for !sleepOr(stop, 10*time.Millisecond) {
+				v.rdb.ScriptFlush(context.Background())
+			}
+		}},
+		{name: "redis maxclients far below the concurrency", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+			// A connection of its own, opened first, sets and lifts the limit.
+			admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, MaxIdleConns: 1, ConnMaxIdleTime: -1})
+			defer admin.Close()
+			admin.Ping(context.Background())
+			sleepOr(stop, d/4)
+			admin.ConfigSet(context.Background(), "maxclients", "4")
+			srv.KillClients(t)
+			sleepOr(stop, d/3)
+			if err := admin.ConfigSet(context.Background(), "maxclients", "10000").Err(); err != nil {
+				t.Errorf("lift maxclients: %v", err)
+			}
+		}},
+		{name: "postgres connection limit far below the concurrency", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+			sleepOr(stop, d/4)
+			var name string
+			v.pool.QueryRow(context.Background(), "SELECT current_database()").Scan(&name)
+			admin, err := pgx.Connect(context.Background(), v.pool.Config().ConnString())
+			if err != nil {
+				t.Errorf("admin connection: %v", err)
+				return
+			}
+			defer admin.Close(context.Background())
+			admin.Exec(context.Background(), "ALTER DATABASE "+name+" CONNECTION LIMIT 3")
+			v.pool.Reset() // drop pooled connections: new ones meet the limit
+			sleepOr(stop, d/3)
+			if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+name+" CONNECTION LIMIT -1"); err != nil {
+				t.Errorf("lift the connection limit: %v", err)
+			}
+		}},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			srv := testsvc.StartRedis(t, sc.extra...)
+			opt := testsvc.RedisOptions(t, srv.URL())
+			opt.ReadTimeout, opt.WriteTimeout, opt.DialTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+			rdb := redis.NewClient(opt)
+			defer rdb.Close()
+			v := newEnvWith(t, testsvc.Database(t), rdb, func(c *Config) { c.LockTimeout = 500 * time.Millisecond })
+			w := newChaosWorkload(v, "chaos", 30)
+			baseline := runtime.NumGoroutine()
+			stop := make(chan struct{})
+			var fault sync.WaitGroup
+			fault.Go(func() { sc.fault(t, v, srv, stop) })
+			w.run([]*Engine{v.e, v.twin()}, 16, d)
+			close(stop)
+			fault.Wait()
+			srv.Resume()
+			w.check(t, v.e)
+			noLeak(t, baseline)
+		})
+	}
+}
+
+// sleepOr sleeps for d or until stop closes; it reports whether stop closed.
+func sleepOr(stop <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-stop:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// TestChaosHoldReplyLost: a proxy in front of Redis drops the reply of the hold script
+// now and then, so go-redis retries it. The counter moves at most once per logical hold,
+// and every granted hold's seats hold its token.
+func TestChaosHoldReplyLost(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	proxy := testsvc.StartProxy(t, srv.Addr())
+	sha := []byte(lua.Hold.Hash())
+	var n atomic.Int64
+	proxy.Cut = func(chunk []byte) bool { return bytes.Contains(chunk, sha) && n.Add(1)%4 == 0 }
+	opt := testsvc.RedisOptions(t, "redis://"+proxy.Addr()+"/0")
+	opt.MaxRetries = 5
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	v := newEnvWith(t, testsvc.Database(t), rdb)
+	w := newChaosWorkload(v, "cut", 30)
+	w.run([]*Engine{v.e}, 8, 1500*time.Millisecond*chaosScale())
+	if proxy.Cuts.Load() == 0 {
+		t.Fatal("the proxy cut no reply: the scenario tested nothing")
+	}
+	if c := v.counter("cut"); c > w.stats.holds.Load() {
+		t.Fatalf("counter %d after %d hold calls: a retried script moved it twice", c, w.stats.holds.Load())
+	}
+	t.Logf("%d replies cut", proxy.Cuts.Load())
+	w.check(t, v.e)
+}
+
+// TestChaosBackendTerminatedBeforeCommit: the PostgreSQL backend running a confirmation
+// is terminated just before COMMIT: ErrUnavailable, no claim, no fence moved; a retry
+// with the same key books once.
+func TestChaosBackendTerminatedBeforeCommit(t *testing.T) {
+	v := newEnv(t)
+	v.show("s1", "A1", "A2")
+	h := v.hold("s1", time.Minute, "alice", "A1", "A2")
+	armed := true
+	v.e.hooks.beforeCommit = func(ctx context.Context) {
+		if !armed {
+			return
+		}
+		armed = false
+		// The confirmation's connection is the one idle in its transaction.
+		if _, err := v.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'`); err != nil {
+			t.Errorf("terminate: %v", err)
+		}
+	}
+	_, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "k"})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("confirm on a terminated backend: %v, want ErrUnavailable", err)
+	}
+	if n := v.count("SELECT count(*) FROM seat_claims") + v.count("SELECT count(*) FROM seat_fences WHERE generation > 0"); n != 0 {
+		t.Fatalf("a failed commit left %d claims or fences", n)
+	}
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	again, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "k"})
+	if err != nil || again.ID != b.ID || v.bookings("s1") != 1 {
+		t.Fatalf("second retry %v %v; %d bookings", again.ID, err, v.bookings("s1"))
+	}
+}
+
+// TestChaosCommitReplyLost: a proxy in front of PostgreSQL forwards COMMIT and drops
+// the connection before the reply. The engine settles the outcome before answering: the
+// booking it reports exists, and a retry with the same key returns that one booking.
+func TestChaosCommitReplyLost(t *testing.T) {
+	base := testsvc.Database(t)
+	var dbName string
+	if err := base.QueryRow(t.Context(), "SELECT current_database()").Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	cfg := base.Config().ConnConfig
+	proxy := testsvc.StartProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	var armed atomic.Bool
+	proxy.Cut = func(chunk []byte) bool {
+		return armed.Load() && bytes.Contains(bytes.ToLower(chunk), []byte("commit\x00")) && armed.CompareAndSwap(true, false)
+	}
+	host, port, _ := strings.Cut(proxy.Addr(), ":")
+	pcfg := base.Config().Copy()
+	pcfg.ConnConfig.Host = host
+	p, _ := strconv.Atoi(port)
+	pcfg.ConnConfig.Port = uint16(p)
+	pool, err := pgxNewPool(t, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newEnvWith(t, pool, testsvc.Redis(t))
+	for i, seat := range []string{"A1", "A2", "A3"} {
+		if i == 0 {
+			v.show("s1", "A1", "A2", "A3")
+		}
+		h := v.hold("s1", time.Minute, "alice", seat)
+		armed.Store(true)
+		start := time.Now()
+		b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "k-" + seat})
+		t.Logf("confirm with the COMMIT reply lost: %v after %v", err, time.Since(start))
+		if armed.Load() {
+			t.Fatal("the proxy never saw the COMMIT")
+		}
+		switch {
+		case err == nil:
+			if got, err := v.e.Booking(t.Context(), b.ID); err != nil || got.Status != BookingConfirmed {
+				t.Fatalf("reported booking %s is not in the database: %v", b.ID, err)
+			}
+		case errors.Is(err, ErrUnavailable):
+		default:
+			t.Fatalf("confirm with the COMMIT reply lost: %v", err)
+		}
+		again, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "k-" + seat})
+		if err != nil {
+			t.Fatalf("retry: %v", err)
+		}
+		if b.ID != uuid.Nil && again.ID != b.ID {
+			t.Fatalf("retry returned %s, first %s", again.ID, b.ID)
+		}
+	}
+	if n := v.bookings("s1"); n != 3 || v.doubleBookings() != 0 {
+		t.Fatalf("%d bookings, want 3", n)
+	}
+	if proxy.Cuts.Load() != 3 {
+		t.Fatalf("%d COMMIT replies cut, want 3", proxy.Cuts.Load())
+	}
+}

@@ -1,0 +1,339 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/google/uuid"
+)
+
+// The sequential model of one seat that every history must be explainable by:
+// free -> held(token, generation) -> sold(booking) -> free on cancel, where a grant needs
+// a generation larger than every earlier one and only the owner may release or confirm.
+
+type opKind int
+
+const (
+	opHold opKind = iota
+	opRelease
+	opConfirm
+	opCancel
+)
+
+type linInput struct {
+	kind    opKind
+	seat    string
+	token   string
+	gen     int64
+	booking string
+}
+
+type linOutput struct {
+	ok      bool
+	unknown bool // the call failed with ErrUnavailable: it may or may not have happened
+	token   string
+	gen     int64
+	booking string
+}
+
+type seatModel struct {
+	status  byte // 'f' free, 'h' held, 's' sold
+	token   string
+	gen     int64
+	booking string
+	lastGen int64 // largest generation granted or confirmed on this seat
+	fence   int64
+}
+
+const unknownID = "?"
+
+func linStep(state, input, output any) []any {
+	s, in, out := state.(seatModel), input.(linInput), output.(linOutput)
+	owned := s.status == 'h' && (s.token == in.token && s.gen == in.gen)
+	switch in.kind {
+	case opHold:
+		switch {
+		case out.unknown:
+			if s.status != 'f' {
+				return []any{s}
+			}
+			n := s
+			n.status, n.token, n.gen = 'h', unknownID, 0
+			return []any{s, n}
+		case out.ok:
+			if s.status != 'f' || out.gen <= s.lastGen {
+				return nil
+			}
+			n := s
+			n.status, n.token, n.gen, n.lastGen = 'h', out.token, out.gen, out.gen
+			return []any{n}
+		default:
+			if s.status == 'f' {
+				return nil
+			}
+			return []any{s}
+		}
+	case opRelease:
+		freed := s
+		freed.status, freed.token, freed.gen = 'f', "", 0
+		switch {
+		case out.unknown:
+			if owned {
+				return []any{s, freed}
+			}
+			return []any{s}
+		case out.ok:
+			if !owned {
+				return nil
+			}
+			return []any{freed}
+		default:
+			if owned {
+				return nil
+			}
+			return []any{s}
+		}
+	case opConfirm:
+		sold := func(booking string, gen int64) seatModel {
+			n := s
+			n.status, n.token, n.booking, n.fence = 's', "", booking, gen
+			n.lastGen = max(n.lastGen, gen)
+			return n
+		}
+		switch {
+		case out.unknown:
+			if owned {
+				return []any{s, sold(unknownID, in.gen)}
+			}
+			return []any{s}
+		case out.ok:
+			if !owned || out.gen < in.gen || out.gen <= s.fence {
+				return nil
+			}
+			return []any{sold(out.booking, out.gen)}
+		default:
+			if owned {
+				return nil
+			}
+			return []any{s}
+		}
+	case opCancel:
+		mine := s.status == 's' && (s.booking == in.booking || s.booking == unknownID)
+		freed := s
+		freed.status, freed.booking = 'f', ""
+		switch {
+		case out.unknown:
+			if mine {
+				return []any{s, freed}
+			}
+			return []any{s}
+		case out.ok:
+			if !mine {
+				return nil
+			}
+			return []any{freed}
+		default:
+			return []any{s}
+		}
+	}
+	return nil
+}
+
+var seatLinModel = (&porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		for _, op := range h {
+			seat := op.Input.(linInput).seat
+			by[seat] = append(by[seat], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range by {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() []any { return []any{seatModel{status: 'f'}} },
+	Step: linStep,
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(linInput), output.(linOutput)
+		name := [...]string{"hold", "release", "confirm", "cancel"}[in.kind]
+		res := "refused"
+		switch {
+		case out.unknown:
+			res = "unknown"
+		case out.ok:
+			res = fmt.Sprintf("ok gen=%d %s", out.gen, short(out.booking))
+		}
+		return fmt.Sprintf("%s(%s %s g%d) -> %s", name, in.seat, short(in.token+in.booking), in.gen, res)
+	},
+	DescribeState: func(state any) string {
+		s := state.(seatModel)
+		return fmt.Sprintf("%c %s g%d fence=%d last=%d", s.status, short(s.token+s.booking), s.gen, s.fence, s.lastGen)
+	},
+}).ToModel()
+
+func short(s string) string {
+	if len(s) > 6 {
+		return s[:6]
+	}
+	return s
+}
+
+// TestLinearizableUnderFaults records a history of concurrent holds, releases,
+// confirmations and cancellations on a few seats while Redis loses its script cache and
+// freezes now and then (calls time out: outcomes unknown), and checks it with porcupine.
+func TestLinearizableUnderFaults(t *testing.T) {
+	t.Parallel()
+	v, srv := privateEnv(t)
+	seats := []string{"L1", "L2", "L3", "L4"}
+	v.show("lin", seats...)
+	workers, perWorker := 8, 300
+	if d := os.Getenv("HOLDFAST_CHAOS_SCALE"); d != "" {
+		var k int
+		fmt.Sscan(d, &k)
+		perWorker *= max(1, k)
+	}
+
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		t0      = time.Now()
+	)
+	record := func(client int, in linInput, out linOutput, call time.Time) {
+		ret := time.Since(t0).Nanoseconds()
+		if out.unknown {
+			ret = math.MaxInt64 // it may take effect at any later time
+		}
+		mu.Lock()
+		history = append(history, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call.Sub(t0).Nanoseconds(), Return: ret})
+		mu.Unlock()
+	}
+	classify := func(err error) (ok, unknown bool) {
+		switch {
+		case err == nil:
+			return true, false
+		case errors.Is(err, ErrUnavailable):
+			return false, true
+		case errors.Is(err, ErrSeatsUnavailable), errors.Is(err, ErrHoldLost), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrNotFound):
+			return false, false
+		default:
+			t.Errorf("unexpected error: %v", err)
+			return false, true
+		}
+	}
+
+	stop := make(chan struct{})
+	var faults sync.WaitGroup
+	faults.Go(func() { // the faults: script cache loss and short freezes
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(40 * time.Millisecond):
+			}
+			if i%3 == 0 {
+				srv.Pause()
+				time.Sleep(120 * time.Millisecond)
+				srv.Resume()
+			} else {
+				v.rdb.ScriptFlush(context.Background())
+			}
+		}
+	})
+
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			var mine []Hold      // holds this worker believes it has
+			var booked []Booking // bookings this worker made
+			call := func(in linInput, fn func(ctx context.Context) (linOutput, error)) {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				out, err := fn(ctx)
+				out.ok, out.unknown = classify(err)
+				record(w, in, out, start)
+			}
+			live := -1 // index in mine of the hold this worker still has, if any
+			for range perWorker {
+				seat := seats[rng.IntN(len(seats))]
+				r := rng.IntN(100)
+				switch {
+				case len(booked) > 0 && r < 25:
+					i := rng.IntN(len(booked))
+					b := booked[i]
+					booked = append(booked[:i], booked[i+1:]...)
+					call(linInput{kind: opCancel, seat: b.SeatIDs[0], booking: b.ID.String()}, func(ctx context.Context) (linOutput, error) {
+						return linOutput{}, v.e.Cancel(ctx, b.ID)
+					})
+				case live < 0 && r < 90 || len(mine) == 0:
+					call(linInput{kind: opHold, seat: seat}, func(ctx context.Context) (linOutput, error) {
+						h, err := v.e.Hold(ctx, HoldRequest{ShowID: "lin", SeatIDs: []string{seat}, TTL: time.Minute})
+						if err == nil {
+							mine = append(mine, h)
+							live = len(mine) - 1
+						}
+						return linOutput{token: h.Token, gen: h.Generation}, err
+					})
+				default:
+					i := live
+					if i < 0 || r >= 90 {
+						i = rng.IntN(len(mine)) // now and then an old hold: it must be refused
+					}
+					h := mine[i]
+					if i == live {
+						live = -1
+					}
+					if rng.IntN(3) == 0 {
+						call(linInput{kind: opRelease, seat: h.SeatIDs[0], token: h.Token, gen: h.Generation}, func(ctx context.Context) (linOutput, error) {
+							return linOutput{}, v.e.Release(ctx, h)
+						})
+					} else {
+						call(linInput{kind: opConfirm, seat: h.SeatIDs[0], token: h.Token, gen: h.Generation}, func(ctx context.Context) (linOutput, error) {
+							b, err := v.e.Confirm(ctx, h, ConfirmOptions{})
+							if err == nil {
+								booked = append(booked, b)
+							}
+							return linOutput{booking: b.ID.String(), gen: b.Generation}, err
+						})
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	faults.Wait()
+	srv.Resume()
+
+	counts := map[string]int{}
+	for _, op := range history {
+		out := op.Output.(linOutput)
+		counts[fmt.Sprintf("%d/%v/%v", op.Input.(linInput).kind, out.ok, out.unknown)]++
+	}
+	t.Logf("%d operations (kind/ok/unknown: %v)", len(history), counts)
+	if len(history) < 1000 {
+		t.Fatalf("only %d operations recorded", len(history))
+	}
+	res, info := porcupine.CheckOperationsVerbose(seatLinModel, history, 2*time.Minute)
+	if res != porcupine.Ok {
+		path := filepath.Join(os.TempDir(), "porcupine-"+uuid.NewString()[:8]+".html")
+		if err := porcupine.VisualizePath(seatLinModel, info, path); err != nil {
+			t.Logf("write visualization: %v", err)
+		}
+		t.Fatalf("history is not linearizable (%s); visualization: %s", res, path)
+	}
+	if v.doubleBookings() != 0 {
+		t.Fatal("double booking")
+	}
+}
