@@ -333,3 +333,41 @@ func TestScriptsRefuseBadArgumentsBeforeWriting(t *testing.T) {
 		t.Fatalf("a refused script wrote:\nbefore %s\nafter  %s", before, after)
 	}
 }
+
+// TestTokenMutationsNeverOwn: every one-character mutation of a live token, and random
+// tokens, fail to release, extend or confirm the hold.
+func TestTokenMutationsNeverOwn(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1")
+	h := v.hold("s1", time.Minute, "alice", "A1")
+	before := v.holdValue("s1", "A1")
+	var guesses []string
+	for i := range len(h.Token) {
+		for _, c := range "0123456789abcdef" {
+			if byte(c) != h.Token[i] {
+				guesses = append(guesses, h.Token[:i]+string(c)+h.Token[i+1:])
+			}
+		}
+	}
+	for range 100 {
+		guesses = append(guesses, newToken())
+	}
+	for _, g := range guesses {
+		f := h
+		f.Token = g
+		if err := v.e.Release(t.Context(), f); !errors.Is(err, ErrHoldLost) {
+			t.Fatalf("release with a guessed token: %v", err)
+		}
+		if _, err := v.e.Extend(t.Context(), f, time.Minute); !errors.Is(err, ErrHoldLost) {
+			t.Fatalf("extend with a guessed token: %v", err)
+		}
+		if _, err := v.e.Confirm(t.Context(), f, ConfirmOptions{}); !errors.Is(err, ErrHoldLost) {
+			t.Fatalf("confirm with a guessed token: %v", err)
+		}
+	}
+	if v.holdValue("s1", "A1") != before || v.bookings("s1") != 0 {
+		t.Fatal("a guessed token changed the hold")
+	}
+	t.Logf("%d guessed tokens refused", len(guesses))
+}
