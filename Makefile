@@ -38,7 +38,7 @@ test: ## Start the services, then run every test with the race detector
 	go test $(GOTEST_FLAGS) ./...
 
 CHAOS_SCALE ?= 5
-CHAOS_TESTS := TestChaos|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown
+CHAOS_TESTS := TestChaos|TestRedisCluster|TestTokenMutations|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown
 
 chaos: ## The fault suite and the linearizability check, CHAOS_SCALE times longer than in make test
 	@$(with-services) \

@@ -264,6 +264,11 @@ func drive(ctx context.Context, clients int, warmup, duration time.Duration, op 
 					return
 				default:
 				}
+				if ctx.Err() != nil { // interrupted: wait for stop without spinning
+					<-stop
+					lats[c] = local
+					return
+				}
 				t := time.Now()
 				err := op(ctx, seq.Add(1)-1)
 				d := time.Since(t)

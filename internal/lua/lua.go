@@ -35,11 +35,11 @@ var (
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
-	Release = newScript("", releaseLua)
+	Release = newScript(" flags=allow-oom", releaseLua) // only deletes: works when Redis is full
 	Verify  = newScript(" flags=no-writes", verifyLua)
 	Regen   = newScript("", regenLua)
 	Sold    = newScript("", soldLua)
-	Unsold  = newScript("", unsoldLua)
+	Unsold  = newScript(" flags=allow-oom", unsoldLua) // only deletes
 	Resync  = newScript("", resyncLua)
 )
 
