@@ -102,6 +102,17 @@ func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, se
 	rng := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
 	var mine []uuid.UUID
 	for n := 0; ctx.Err() == nil; n++ {
+		if len(mine) > 0 && rng.IntN(100) < 30 { // seats come back, so the sale goes on
+			id := mine[0]
+			mine = mine[1:]
+			err := e.Cancel(ctx, id)
+			w.note(err)
+			if err == nil {
+				w.mu.Lock()
+				w.acked[id] = true
+				w.mu.Unlock()
+			}
+		}
 		k := 1 + rng.IntN(2)
 		perm := rng.Perm(len(w.seats))[:k]
 		want := make([]string, k)
@@ -133,17 +144,6 @@ func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, se
 			w.confirm(ctx, e, h, key, &mine)
 		default:
 			w.confirm(ctx, e, h, key, &mine)
-		}
-		if len(mine) > 0 && rng.IntN(100) < 40 { // seats come back, so the sale goes on
-			id := mine[0]
-			mine = mine[1:]
-			err := e.Cancel(ctx, id)
-			w.note(err)
-			if err == nil {
-				w.mu.Lock()
-				w.acked[id] = true
-				w.mu.Unlock()
-			}
 		}
 	}
 }
