@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/db"
 	"github.com/holdfast/holdfast/internal/lua"
@@ -46,7 +47,8 @@ func (e *Engine) Confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	return b, err
 }
 
-// confirmation is one Confirm call's validated request.
+// confirmation is one Confirm call's validated request, and the PostgreSQL connection
+// it works on.
 type confirmation struct {
 	sh    *show
 	seats []string
@@ -55,6 +57,18 @@ type confirmation struct {
 	h     Hold
 	key   string
 	fp    []byte
+
+	conn     *pgxpool.Conn
+	q        *db.Queries // on conn
+	released bool
+}
+
+// release gives the connection back to the pool (once).
+func (c *confirmation) release() {
+	if !c.released {
+		c.released = true
+		c.conn.Release()
+	}
 }
 
 func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Booking, error) {
@@ -67,6 +81,18 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	}
 	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
 		fp: fingerprint(sh.id, seats, h.Token, h.Generation)}
+
+	// Take the PostgreSQL connection first, then check the hold: under load the wait
+	// for a connection can outlast the hold, and a check made before that wait would
+	// let an expired hold do all its writes only to be rolled back at the second check.
+	// Every query of this call then runs on this one connection, so a confirmation
+	// never waits for a second one while holding the first.
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return Booking{}, unavailable("postgres", err)
+	}
+	c.conn, c.q = conn, db.New(conn)
+	defer c.release()
 
 	current, err := e.verify(ctx, c, h.Generation)
 	if err != nil {
@@ -90,6 +116,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		at, err := e.confirmTx(ctx, c, gen, id)
 		switch {
 		case err == nil:
+			c.release() // the booking is committed: free the connection before Redis
 			e.markSold(ctx, c.sh, c.seats, c.tag, id)
 			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 			return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: h.HolderID,
@@ -113,7 +140,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 					continue
 				}
 			}
-			e.event(ctx, sh.id, "refused_stale", gen, seats, h.HolderID)
+			e.event(ctx, c.db(e), sh.id, "refused_stale", gen, seats, h.HolderID)
 			return Booking{}, fmt.Errorf("%w: confirm: a seat's fence has seen generation %d", ErrStaleGeneration, gen)
 
 		case errors.Is(err, errSeatClaimed):
@@ -121,7 +148,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 				return b, err
 			}
 			taken := e.repairMarkers(ctx, c)
-			e.event(ctx, sh.id, "refused_taken", gen, seats, h.HolderID)
+			e.event(ctx, c.db(e), sh.id, "refused_taken", gen, seats, h.HolderID)
 			return Booking{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
 
 		case errors.Is(err, errKeyConflict):
@@ -134,7 +161,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 				return b, err
 			}
-			e.event(ctx, sh.id, "refused_lost", gen, seats, h.HolderID)
+			e.event(ctx, c.db(e), sh.id, "refused_lost", gen, seats, h.HolderID)
 			return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
 
 		default:
@@ -162,12 +189,12 @@ func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id u
 // confirmOnce is the transaction: fence, booking with its claims and event, the second
 // Redis check, COMMIT.
 func (e *Engine) confirmOnce(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, error) {
-	tx, err := e.pool.BeginTx(ctx, e.txOptions())
+	tx, err := c.conn.BeginTx(ctx, e.txOptions())
 	if err != nil {
 		return time.Time{}, unavailable("postgres", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	q := e.q.WithTx(tx)
+	q := c.q.WithTx(tx)
 
 	advanced, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: c.sh.id, SeatIds: c.seats, Generation: gen})
 	if err != nil {
@@ -204,6 +231,7 @@ func (e *Engine) confirmOnce(ctx context.Context, c *confirmation, gen int64, id
 			// The server answered: the transaction did not commit.
 			return time.Time{}, e.txErr(err)
 		}
+		c.release() // the connection is gone; settle the outcome on another
 		return e.resolveCommit(ctx, pid, id, err)
 	}
 	return at, nil
@@ -286,7 +314,7 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 	if c.key == "" {
 		return Booking{}, false, nil
 	}
-	row, err := e.q.BookingGetByIdempotencyKey(ctx, db.BookingGetByIdempotencyKeyParams{
+	row, err := c.db(e).BookingGetByIdempotencyKey(ctx, db.BookingGetByIdempotencyKeyParams{
 		ShowID: c.sh.id, HolderID: c.h.HolderID, IdempotencyKey: c.key})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Booking{}, false, nil
@@ -308,7 +336,7 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 // regenerate re-issues a current hold's generation above the database's high-water
 // mark. ok is false when the hold is no longer current.
 func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (int64, bool, error) {
-	floor, err := e.q.SeatFenceMaxByShow(ctx, c.sh.id)
+	floor, err := c.db(e).SeatFenceMaxByShow(ctx, c.sh.id)
 	if err != nil {
 		return 0, false, e.pgErr(err)
 	}
@@ -322,7 +350,7 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 	newGen, _ := res[1].(int64)
 	if repaired, _ := res[2].(int64); repaired == 1 {
 		e.m.counterRepairs.Inc()
-		e.event(ctx, c.sh.id, "counter_repaired", floor, c.seats, c.h.HolderID)
+		e.event(ctx, c.db(e), c.sh.id, "counter_repaired", floor, c.seats, c.h.HolderID)
 		e.log.WarnContext(ctx, "generation counter was behind the database; raised it", "show_id", c.sh.id, "floor", floor, "generation", newGen)
 	}
 	return newGen, true, nil
@@ -344,7 +372,7 @@ func (e *Engine) markSold(ctx context.Context, sh *show, seats []string, tag str
 // repairMarkers writes the sold marker of the requested seats the database says are
 // claimed, and returns those seats (all requested seats when the claim is gone by now).
 func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
-	claims, err := e.q.SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.seats})
+	claims, err := c.db(e).SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.seats})
 	if err != nil || len(claims) == 0 {
 		return c.seats
 	}
@@ -354,14 +382,23 @@ func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
 		e.markSold(ctx, c.sh, []string{cl.SeatID}, "", cl.BookingID)
 	}
 	e.m.markerRepairs.Add(float64(len(claims)))
-	e.event(ctx, c.sh.id, "marker_repaired", c.h.Generation, taken, c.h.HolderID)
+	e.event(ctx, c.db(e), c.sh.id, "marker_repaired", c.h.Generation, taken, c.h.HolderID)
 	return taken
+}
+
+// db returns the queries of this call: on its connection while it holds one, else on
+// the pool.
+func (c *confirmation) db(e *Engine) *db.Queries {
+	if c.released {
+		return e.q
+	}
+	return c.q
 }
 
 // event appends to the booking event log outside any transaction (refusals and repairs).
 // A failure is logged: the refusal stands either way.
-func (e *Engine) event(ctx context.Context, showID, kind string, gen int64, seats []string, holderID string) {
-	err := e.q.BookingEventInsert(ctx, db.BookingEventInsertParams{ShowID: showID, Kind: kind,
+func (e *Engine) event(ctx context.Context, q *db.Queries, showID, kind string, gen int64, seats []string, holderID string) {
+	err := q.BookingEventInsert(ctx, db.BookingEventInsertParams{ShowID: showID, Kind: kind,
 		Generation: gen, SeatIds: seats, HolderID: holderID})
 	if err != nil {
 		e.log.WarnContext(ctx, "append booking event", "show_id", showID, "kind", kind, "error", err)

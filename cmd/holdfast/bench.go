@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		timeout  = fs.Duration("sale-timeout", 3*time.Minute, "flash sale: give up after")
 		jsonPath = fs.String("json", "", "also write the report as JSON to this file")
 		only     = fs.String("only", "", "comma-separated workloads to run: hold, shape, memory, confirm, sale (default all)")
+		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
 	backends.register(fs, getenv)
 	if err := parseFlags(fs, args, stderr); err != nil {
@@ -52,6 +54,17 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer rdb.Close()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	fmt.Fprintf(stdout, "holdfast bench: %s, %s warm-up + %s per timed workload\n", time.Now().UTC().Format(time.RFC3339), *warmup, *duration)
 	rep, err := bench.Run(ctx, bench.Options{DatabaseURL: backends.databaseURL, Redis: rdb, Warmup: *warmup, Duration: *duration,
 		SaleSeats: *seats, SaleBuyers: *buyers, SaleTimeout: *timeout, PoolSize: backends.pgMaxConns, Progress: stderr,

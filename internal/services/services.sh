@@ -28,7 +28,7 @@ is_root() { [ "$(id -u)" = 0 ]; }
 # as_pg runs a command as the PostgreSQL owner: "postgres" when we are root, else ourselves.
 as_pg() {
 	if is_root; then
-		runuser -u postgres -- "$@"
+		(cd / && runuser -u postgres -- "$@")
 	else
 		"$@"
 	fi
