@@ -11,7 +11,7 @@ BIN          := bin/holdfast
 with-services = set -a; eval "$$($(SERVICES) start)"; set +a;
 
 .DEFAULT_GOAL := help
-.PHONY: help services services-down generate verify test fuzz build run demo bench chaos
+.PHONY: help services services-down generate verify test test-cluster fuzz build run demo bench chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +36,11 @@ test: ## Start the services, then run every test with the race detector
 	@$(with-services) \
 	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}"; \
 	go test $(GOTEST_FLAGS) ./...
+
+test-cluster: ## The engine, HTTP and command tests again, against a local three-master Redis Cluster
+	@$(with-services) eval "$$($(SERVICES) cluster)"; \
+	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_CLUSTER_URL="$$REDIS_CLUSTER_URL"; \
+	go test $(GOTEST_FLAGS) ./engine ./internal/httpapi ./cmd/...
 
 CHAOS_SCALE ?= 5
 CHAOS_TESTS := TestChaos|TestRedisCluster|TestTokenMutations|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown

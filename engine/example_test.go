@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/holdfast/holdfast/engine"
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
@@ -18,12 +16,10 @@ func exampleEngine(ctx context.Context) (*engine.Engine, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	opt, err := redis.ParseURL(testsvc.RedisURL())
+	rdb, err := testsvc.NewRedisClient() // with ContextTimeoutEnabled: go-redis honours deadlines
 	if err != nil {
 		return nil, nil, err
 	}
-	opt.ContextTimeoutEnabled = true // let go-redis honour context deadlines
-	rdb := redis.NewClient(opt)
 	e, err := engine.New(pool, rdb, &engine.Config{KeyPrefix: testsvc.RandomName("example")})
 	if err != nil {
 		return nil, nil, err

@@ -176,9 +176,11 @@ func (v *env) redisSnapshot() string {
 	v.t.Helper()
 	ctx := context.Background()
 	var out []string
-	iter := v.rdb.Scan(ctx, 0, v.cfg.KeyPrefix+":*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
+	keys, err := testsvc.Keys(ctx, v.rdb, v.cfg.KeyPrefix+":*")
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	for _, k := range keys {
 		typ := v.rdb.Type(ctx, k).Val()
 		var val string
 		switch typ {
@@ -190,9 +192,6 @@ func (v *env) redisSnapshot() string {
 			val = fmt.Sprint(v.rdb.ZRangeWithScores(ctx, k, 0, -1).Val())
 		}
 		out = append(out, k+"="+val)
-	}
-	if err := iter.Err(); err != nil {
-		v.t.Fatal(err)
 	}
 	slices.Sort(out)
 	return strings.Join(out, "\n")

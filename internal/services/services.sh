@@ -5,6 +5,7 @@
 #                       they answer, print DATABASE_URL= and REDIS_URL= on stdout
 #   services.sh stop    stop exactly the processes "start" started (by pid file)
 #   services.sh status  say what runs
+#   services.sh cluster start a three-master Redis Cluster too, print REDIS_CLUSTER_URL=
 #
 # When DATABASE_URL and REDIS_URL are both set, "start" only prints them: the caller
 # brings its own services. Progress goes to stderr so that stdout can be eval'ed.
@@ -141,6 +142,47 @@ start_redis() {
 	redis_running || { tail -20 "$DIR/redis.log" >&2 2>/dev/null; die "redis does not answer on 127.0.0.1:$REDIS_PORT"; }
 }
 
+# A three-master Redis Cluster on loopback, for `make test-cluster`: ports
+# HOLDFAST_CLUSTER_PORT .. +2 (57001..57003), cluster bus ports +100.
+CLUSTER_PORT="${HOLDFAST_CLUSTER_PORT:-57001}"
+
+cluster_ports() { echo "$CLUSTER_PORT" "$((CLUSTER_PORT + 1))" "$((CLUSTER_PORT + 2))"; }
+
+start_cluster() {
+	local p addrs=""
+	for p in $(cluster_ports); do
+		addrs="$addrs 127.0.0.1:$p"
+		if redis-cli -h 127.0.0.1 -p "$p" ping 2>/dev/null | grep -q PONG; then
+			continue
+		fi
+		mkdir -p "$DIR/cluster-$p"
+		log "starting redis cluster node on 127.0.0.1:$p"
+		redis-server --bind 127.0.0.1 --port "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+			--cluster-port "$((p + 100))" --cluster-node-timeout 2000 --daemonize yes \
+			--pidfile "$DIR/cluster-$p.pid" --logfile "$DIR/cluster-$p.log" --dir "$DIR/cluster-$p" \
+			--save '' --appendonly no --maxmemory-policy noeviction >&2
+	done
+	for p in $(cluster_ports); do
+		for _ in $(seq 1 40); do
+			redis-cli -h 127.0.0.1 -p "$p" ping 2>/dev/null | grep -q PONG && break
+			sleep 0.25
+		done
+	done
+	if ! redis-cli -h 127.0.0.1 -p "$CLUSTER_PORT" cluster info 2>/dev/null | grep -q "cluster_slots_assigned:16384"; then
+		log "creating the cluster"
+		# shellcheck disable=SC2086
+		redis-cli --cluster create $addrs --cluster-replicas 0 --cluster-yes >&2
+	fi
+	for p in $(cluster_ports); do
+		for _ in $(seq 1 120); do
+			redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q "cluster_state:ok" && break
+			sleep 0.25
+		done
+		redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q "cluster_state:ok" || die "redis cluster node $p is not ok"
+	done
+	echo "REDIS_CLUSTER_URL=$(echo $addrs | tr ' ' ',')"
+}
+
 stop_all() {
 	pick_dir
 	local bin
@@ -154,6 +196,13 @@ stop_all() {
 		fi
 		rm -f "$DIR/redis.pid"
 	fi
+	local p
+	for p in $(cluster_ports); do
+		if [ -f "$DIR/cluster-$p.pid" ]; then
+			kill "$(cat "$DIR/cluster-$p.pid")" 2>/dev/null || true
+			rm -f "$DIR/cluster-$p.pid"
+		fi
+	done
 	if bin="$(pg_bindir)" && pg_running "$bin"; then
 		log "stopping postgresql"
 		as_pg "$bin/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null
@@ -173,6 +222,11 @@ start)
 	echo "DATABASE_URL=${DATABASE_URL:-postgres://holdfast@127.0.0.1:$PG_PORT/holdfast?sslmode=disable}"
 	echo "REDIS_URL=${REDIS_URL:-redis://127.0.0.1:$REDIS_PORT/0}"
 	;;
+cluster)
+	ensure_packages
+	pick_dir
+	start_cluster
+	;;
 stop)
 	stop_all
 	;;
@@ -182,6 +236,6 @@ status)
 	if command -v redis-cli >/dev/null && redis_running; then echo "redis: running on 127.0.0.1:$REDIS_PORT"; else echo "redis: stopped"; fi
 	;;
 *)
-	die "usage: services.sh start|stop|status"
+	die "usage: services.sh start|stop|status|cluster"
 	;;
 esac

@@ -45,12 +45,61 @@ func DatabaseURL() string {
 	return defaultDatabaseURL
 }
 
-// RedisURL is the Redis the tests use: TEST_REDIS_URL, else the local default.
+// RedisURL is the Redis the tests use: TEST_REDIS_CLUSTER_URL (a comma-separated list
+// of cluster nodes) when set, else TEST_REDIS_URL, else the local default.
 func RedisURL() string {
+	if v := os.Getenv("TEST_REDIS_CLUSTER_URL"); v != "" {
+		return v
+	}
 	if v := os.Getenv("TEST_REDIS_URL"); v != "" {
 		return v
 	}
 	return defaultRedisURL
+}
+
+// ClusterMode reports whether the shared test Redis is a Redis Cluster.
+func ClusterMode() bool { return os.Getenv("TEST_REDIS_CLUSTER_URL") != "" }
+
+// NewRedisClient connects to the shared test Redis (one server or a cluster), with
+// context deadlines honoured.
+func NewRedisClient() (redis.UniversalClient, error) {
+	if ClusterMode() {
+		addrs := strings.Split(RedisURL(), ",")
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: 64}), nil
+	}
+	opt, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		return nil, err
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.PoolSize = 64
+	return redis.NewClient(opt), nil
+}
+
+// Keys lists the keys matching pattern, on every master of a cluster.
+func Keys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	scan := func(ctx context.Context, c redis.UniversalClient) ([]string, error) {
+		var keys []string
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		return keys, iter.Err()
+	}
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return scan(ctx, rdb)
+	}
+	var mu sync.Mutex
+	var out []string
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		keys, err := scan(ctx, c)
+		mu.Lock()
+		out = append(out, keys...)
+		mu.Unlock()
+		return err
+	})
+	return out, err
 }
 
 // unreachable fails the test under CI and skips it elsewhere.
@@ -252,16 +301,24 @@ func RedisOptions(t testing.TB, rawURL string) *redis.Options {
 	return opt
 }
 
-// Redis returns a client of the shared test Redis. Tests share it: each must use its own
-// key prefix (KeyPrefix) and must never flush it.
-func Redis(t testing.TB) *redis.Client {
+// Redis returns a client of the shared test Redis (a cluster client when
+// TEST_REDIS_CLUSTER_URL is set). Tests share it: each must use its own key prefix
+// (KeyPrefix) and must never flush it.
+func Redis(t testing.TB) redis.UniversalClient {
 	t.Helper()
-	rdb := redis.NewClient(RedisOptions(t, RedisURL()))
+	rdb, err := NewRedisClient()
+	if err != nil {
+		t.Fatalf("redis client: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		unreachable(t, "TEST_REDIS_URL", RedisURL(), err)
+		variable := "TEST_REDIS_URL"
+		if ClusterMode() {
+			variable = "TEST_REDIS_CLUSTER_URL"
+		}
+		unreachable(t, variable, RedisURL(), err)
 	}
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
@@ -269,20 +326,6 @@ func Redis(t testing.TB) *redis.Client {
 
 // KeyPrefix returns a Redis key prefix of the test's own.
 func KeyPrefix(t testing.TB) string { return RandomName("t") }
-
-// CountKeys counts the keys under prefix.
-func CountKeys(t testing.TB, rdb redis.UniversalClient, prefix string) int {
-	t.Helper()
-	var n int
-	iter := rdb.Scan(context.Background(), 0, prefix+":*", 1000).Iterator()
-	for iter.Next(context.Background()) {
-		n++
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatalf("scan redis: %v", err)
-	}
-	return n
-}
 
 // RedisServer is a redis-server process of the test's own, for tests that flush,
 // restart, pause or stop Redis.
