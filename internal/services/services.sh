@@ -10,15 +10,16 @@
 # When DATABASE_URL and REDIS_URL are both set, "start" only prints them: the caller
 # brings its own services. Progress goes to stderr so that stdout can be eval'ed.
 #
-# Ports: HOLDFAST_PG_PORT (55432) and HOLDFAST_REDIS_PORT (56379), chosen so they never
+# Ports: HOLDFAST_PG_PORT (25432) and HOLDFAST_REDIS_PORT (26379), below the kernel's
+# ephemeral range (32768-60999) so no outgoing connection takes them, and chosen so they never
 # collide with a system PostgreSQL on 5432 or Redis on 6379. Data lives under
 # HOLDFAST_SERVICES_DIR (default: .local/ in the checkout, git-ignored). PostgreSQL
 # refuses to run as root, so when invoked as root it runs as the "postgres" user.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PG_PORT="${HOLDFAST_PG_PORT:-55432}"
-REDIS_PORT="${HOLDFAST_REDIS_PORT:-56379}"
+PG_PORT="${HOLDFAST_PG_PORT:-25432}"
+REDIS_PORT="${HOLDFAST_REDIS_PORT:-26379}"
 DIR="${HOLDFAST_SERVICES_DIR:-$ROOT/.local}"
 
 log() { echo "services: $*" >&2; }
@@ -143,8 +144,8 @@ start_redis() {
 }
 
 # A three-master Redis Cluster on loopback, for `make test-cluster`: ports
-# HOLDFAST_CLUSTER_PORT .. +2 (57001..57003), cluster bus ports +100.
-CLUSTER_PORT="${HOLDFAST_CLUSTER_PORT:-57001}"
+# HOLDFAST_CLUSTER_PORT .. +2 (27001..27003), cluster bus ports +100.
+CLUSTER_PORT="${HOLDFAST_CLUSTER_PORT:-27001}"
 
 cluster_ports() { echo "$CLUSTER_PORT" "$((CLUSTER_PORT + 1))" "$((CLUSTER_PORT + 2))"; }
 

@@ -33,8 +33,8 @@ import (
 )
 
 const (
-	defaultDatabaseURL = "postgres://holdfast@127.0.0.1:55432/holdfast?sslmode=disable"
-	defaultRedisURL    = "redis://127.0.0.1:56379/0"
+	defaultDatabaseURL = "postgres://holdfast@127.0.0.1:25432/holdfast?sslmode=disable"
+	defaultRedisURL    = "redis://127.0.0.1:26379/0"
 )
 
 // DatabaseURL is the server the tests use: TEST_DATABASE_URL, else the local default.
