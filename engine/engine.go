@@ -50,12 +50,15 @@ type hooks struct {
 	beforeCommit func(ctx context.Context)
 }
 
-// show is a show's inventory as the engine keeps it in memory.
+// show is a show's inventory as the engine keeps it in memory, with every Redis key
+// built once.
 type show struct {
 	id       string
 	k        keys
 	seats    []string          // sorted
-	holdKeys map[string]string // seat -> its hold key, built once
+	holdKeys map[string]string // seat -> its hold key
+	soldKeys map[string]string // seat -> the sold-marker hash of its bucket
+	buckets  []string          // every sold-marker hash of the show
 }
 
 // HoldRequest asks for seats of one show.
@@ -178,24 +181,30 @@ func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 
 func newShow(prefix, showID string, seats []string) *show {
 	sh := &show{id: showID, k: newKeys(prefix, showID), seats: slices.Sorted(slices.Values(seats)),
-		holdKeys: make(map[string]string, len(seats))}
-	for _, s := range sh.seats {
+		holdKeys: make(map[string]string, len(seats)), soldKeys: make(map[string]string, len(seats))}
+	for i, s := range sh.seats {
 		sh.holdKeys[s] = sh.k.hold(s)
+		if i%soldBucketSize == 0 {
+			sh.buckets = append(sh.buckets, sh.k.sold(i/soldBucketSize))
+		}
+		sh.soldKeys[s] = sh.buckets[i/soldBucketSize]
 	}
 	return sh
 }
 
-// scriptKeys returns the common key layout of the scripts for these seats, or
-// ErrNotFound naming a seat the show does not have.
+// scriptKeys returns the common key layout of the scripts for these seats (counter,
+// holder zset, hold keys, sold buckets; see internal/lua/common.lua), or ErrNotFound
+// naming a seat the show does not have.
 func (sh *show) scriptKeys(tag string, seats []string) ([]string, error) {
-	ks := make([]string, 3, 3+len(seats))
-	ks[0], ks[1], ks[2] = sh.k.gen(), sh.k.sold(), sh.k.holder(tag)
-	for _, s := range seats {
+	n := len(seats)
+	ks := make([]string, 2+2*n)
+	ks[0], ks[1] = sh.k.gen(), sh.k.holder(tag)
+	for i, s := range seats {
 		hk, ok := sh.holdKeys[s]
 		if !ok {
 			return nil, notFound("seat %q in show %q", s, sh.id)
 		}
-		ks = append(ks, hk)
+		ks[2+i], ks[2+n+i] = hk, sh.soldKeys[s]
 	}
 	return ks, nil
 }
@@ -407,6 +416,7 @@ func (e *Engine) resync(ctx context.Context, sh *show, mode string) error {
 	if err != nil {
 		return err
 	}
+	ks = append(ks, sh.buckets...) // cleared in "replace" mode
 	args := scriptArgs("", []any{floor, mode}, seats)
 	args = append(args, ids...)
 	res, err := lua.Resync.Run(ctx, e.rdb, ks, args...).Int64Slice()

@@ -131,7 +131,7 @@ func TestForgottenSoldMarker(t *testing.T) {
 	v := newEnv(t)
 	v.show("s1", "A1", "A2")
 	sold := v.sell("s1", "A1")
-	if err := v.rdb.HDel(t.Context(), newKeys(v.cfg.KeyPrefix, "s1").sold(), "A1").Err(); err != nil {
+	if err := v.rdb.HDel(t.Context(), v.soldKey("s1", "A1"), "A1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	h := v.hold("s1", time.Minute, "", "A1", "A2")
@@ -151,15 +151,16 @@ func TestForgottenSoldMarker(t *testing.T) {
 func TestResyncRestoresMarkers(t *testing.T) {
 	t.Parallel()
 	v, _ := privateEnv(t)
-	seats := seatNames(10)
+	seats := seatNames(250) // three sold-marker buckets
 	v.show("s1", seats...)
+	seats[4], seats[7], seats[9] = seats[104], seats[207], seats[249]
 	sold := v.sell("s1", seats[1], seats[4], seats[7])
 	held := v.hold("s1", time.Minute, "", seats[2])
 	ctx := t.Context()
 	k := newKeys(v.cfg.KeyPrefix, "s1")
 	// Damage: a lost marker, a stale marker, a hold on a sold seat, a counter behind.
-	v.rdb.HDel(ctx, k.sold(), seats[4])
-	v.rdb.HSet(ctx, k.sold(), seats[9], "00000000-0000-4000-8000-000000000000")
+	v.rdb.HDel(ctx, v.soldKey("s1", seats[4]), seats[4])
+	v.rdb.HSet(ctx, v.soldKey("s1", seats[9]), seats[9], "00000000-0000-4000-8000-000000000000")
 	v.rdb.Set(ctx, k.hold(seats[7]), newToken()+":1:1:", time.Minute)
 	v.rdb.Set(ctx, k.gen(), 0, 0)
 	if err := v.e.Resync(ctx, "s1"); err != nil {

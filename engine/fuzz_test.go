@@ -40,7 +40,7 @@ func FuzzKeys(f *testing.F) {
 			return
 		}
 		k1, k2 := newKeys("holdfast", show1), newKeys("holdfast", show2)
-		for _, key := range []string{k1.gen(), k1.sold(), k1.hold(seat1), k1.holder(holderTag("h"))} {
+		for _, key := range []string{k1.gen(), k1.sold(0), k1.sold(7), k1.hold(seat1), k1.holder(holderTag("h"))} {
 			if hashTag(key) != show1 {
 				t.Fatalf("key %q hashes on %q, not the show %q", key, hashTag(key), show1)
 			}
@@ -52,7 +52,7 @@ func FuzzKeys(f *testing.F) {
 		if !same && show1 != show2 && k1.gen() == k2.gen() {
 			t.Fatalf("two shows share a counter key %q", k1.gen())
 		}
-		for _, k := range []string{k1.gen(), k1.sold()} {
+		for _, k := range []string{k1.gen(), k1.sold(0), k1.sold(12)} {
 			if k == k1.hold(seat1) {
 				t.Fatalf("hold key %q collides with a show key", k)
 			}

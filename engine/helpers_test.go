@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -147,13 +148,32 @@ func (v *env) counter(show string) int64 {
 	return n
 }
 
+// soldMarkers is Redis's seat -> booking id map of a show, across its buckets.
 func (v *env) soldMarkers(show string) map[string]string {
 	v.t.Helper()
-	m, err := v.rdb.HGetAll(context.Background(), newKeys(v.cfg.KeyPrefix, show).sold()).Result()
+	sh, err := v.e.show(context.Background(), show)
 	if err != nil {
-		v.t.Fatalf("HGETALL: %v", err)
+		v.t.Fatal(err)
 	}
-	return m
+	all := map[string]string{}
+	for _, b := range sh.buckets {
+		m, err := v.rdb.HGetAll(context.Background(), b).Result()
+		if err != nil {
+			v.t.Fatalf("HGETALL: %v", err)
+		}
+		maps.Copy(all, m)
+	}
+	return all
+}
+
+// soldKey is the sold-marker hash that holds a seat's marker.
+func (v *env) soldKey(show, seat string) string {
+	v.t.Helper()
+	sh, err := v.e.show(context.Background(), show)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return sh.soldKeys[seat]
 }
 
 // claims is the database's seat -> booking id map of a show.

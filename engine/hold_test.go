@@ -304,7 +304,9 @@ func TestScriptsRefuseBadArgumentsBeforeWriting(t *testing.T) {
 	before := v.redisSnapshot()
 	token := newToken()
 	badKeys := append([]string(nil), good...)
-	badKeys[4] = sh.k.hold("A3") // the middle seat's key names another seat
+	badKeys[3] = sh.k.hold("A3") // the middle seat's key names another seat
+	badSold := append([]string(nil), good...)
+	badSold[6] = sh.k.hold("A2") // the middle seat's sold bucket is not a sold bucket
 	cases := []struct {
 		name string
 		keys []string
@@ -313,6 +315,8 @@ func TestScriptsRefuseBadArgumentsBeforeWriting(t *testing.T) {
 		{"bad seat in the middle", good, scriptArgs("", []any{token, 60000, 0}, []string{"A1", "A:2", "A3"})},
 		{"duplicate seat in the middle", good, scriptArgs("", []any{token, 60000, 0}, []string{"A1", "A1", "A3"})},
 		{"key of another seat in the middle", badKeys, scriptArgs("", []any{token, 60000, 0}, []string{"A1", "A2", "A3"})},
+		{"bad sold bucket in the middle", badSold, scriptArgs("", []any{token, 60000, 0}, []string{"A1", "A2", "A3"})},
+		{"missing sold bucket", good[:7], scriptArgs("", []any{token, 60000, 0}, []string{"A1", "A2", "A3"})},
 		{"short token", good, scriptArgs("", []any{"abc", 60000, 0}, []string{"A1", "A2", "A3"})},
 		{"zero ttl", good, scriptArgs("", []any{token, 0, 0}, []string{"A1", "A2", "A3"})},
 		{"fractional ttl", good, scriptArgs("", []any{token, "1.5", 0}, []string{"A1", "A2", "A3"})},

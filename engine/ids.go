@@ -158,13 +158,21 @@ func fingerprint(showID string, sortedSeats []string, token string, generation i
 //
 //	<prefix>:{<show>}:hold:<seat>     string "<token>:<generation>:<created_ms>:<holder tag>"
 //	<prefix>:{<show>}:gen             INCR counter, never deleted
-//	<prefix>:{<show>}:sold            hash seat -> booking id
+//	<prefix>:{<show>}:sold:<bucket>   hash seat -> booking id, for the seats of one bucket
 //	<prefix>:{<show>}:holder:<tag>    zset seat -> expiry ms, the holder's live seats
+//
+// The sold markers of a show are split into buckets of soldBucketSize seats (in sorted
+// seat order), so that Redis keeps each hash as a listpack: about 50 bytes per sold seat
+// instead of about 110 in one large hashtable.
 type keys struct{ base string }
+
+// soldBucketSize is how many seats share one sold-marker hash; below Redis's default
+// hash-max-listpack-entries (128).
+const soldBucketSize = 100
 
 func newKeys(prefix, showID string) keys { return keys{base: prefix + ":{" + showID + "}:"} }
 
 func (k keys) gen() string               { return k.base + "gen" }
-func (k keys) sold() string              { return k.base + "sold" }
+func (k keys) sold(bucket int) string    { return k.base + "sold:" + strconv.Itoa(bucket) }
 func (k keys) hold(seatID string) string { return k.base + "hold:" + seatID }
 func (k keys) holder(tag string) string  { return k.base + "holder:" + tag }

@@ -204,19 +204,22 @@ func (e *env) prefix() string {
 	return p
 }
 
-func (e *env) cleanRedis(ctx context.Context) {
+func (e *env) cleanRedis(ctx context.Context) { e.cleanPrefixes(ctx, e.rdb) }
+
+// cleanPrefixes deletes the run's keys on one client.
+func (e *env) cleanPrefixes(ctx context.Context, rdb redis.UniversalClient) {
 	for _, p := range e.prefixes {
-		iter := e.rdb.Scan(ctx, 0, p+":*", 5000).Iterator()
+		iter := rdb.Scan(ctx, 0, p+":*", 5000).Iterator()
 		var batch []string
 		for iter.Next(ctx) {
 			batch = append(batch, iter.Val())
 			if len(batch) == 1000 {
-				e.rdb.Unlink(ctx, batch...)
+				rdb.Unlink(ctx, batch...)
 				batch = batch[:0]
 			}
 		}
 		if len(batch) > 0 {
-			e.rdb.Unlink(ctx, batch...)
+			rdb.Unlink(ctx, batch...)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/db"
 	"github.com/holdfast/holdfast/engine"
@@ -72,8 +73,14 @@ func (e *env) inventory(ctx context.Context) (*inventory, error) {
 // seatOf maps a sequence number onto the inventory, wrapping around when it runs out
 // (a wrapped hold is refused: counted apart, never as success).
 func (iv *inventory) seatOf(seq int64) (show, seat string) {
+	show, seat, _ = iv.seatAt(seq)
+	return show, seat
+}
+
+// seatAt is seatOf with the seat's index in its show's sorted inventory.
+func (iv *inventory) seatAt(seq int64) (show, seat string, index int) {
 	i := int(seq % int64(invShows*invPerShow))
-	return iv.shows[i/invPerShow], iv.seats[i%invPerShow]
+	return iv.shows[i/invPerShow], iv.seats[i%invPerShow], i % invPerShow
 }
 
 // warm prepares an engine for a fresh prefix the way CreateShow would: the show's
@@ -110,15 +117,15 @@ func (e *env) engines(ctx context.Context, shows ...string) ([]*engine.Engine, e
 
 func epochOf(seq, space int64) int { return int(min(seq/space, epochs-1)) }
 
-// rawKeys are the hold script's keys, built as the engine lays them out.
-func rawKeys(prefix, show string, seats ...string) []string {
+// rawKeys are a script's keys for one seat (index: its place in the show's sorted
+// inventory), built as the engine lays them out (internal/lua/common.lua).
+func rawKeys(prefix, show, seat string, index int) []string {
 	base := prefix + ":{" + show + "}:"
-	ks := []string{base + "gen", base + "sold", base + "holder:"}
-	for _, s := range seats {
-		ks = append(ks, base+"hold:"+s)
-	}
-	return ks
+	return []string{base + "gen", base + "holder:", base + "hold:" + seat, base + "sold:" + strconv.Itoa(index/100)}
 }
+
+// rawGen is a show's counter key.
+func rawGen(prefix, show string) string { return prefix + ":{" + show + "}:gen" }
 
 func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 	iv, err := e.inventory(ctx)
@@ -142,13 +149,13 @@ func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 		for i := range raws {
 			raws[i] = e.prefix()
 			for _, s := range iv.shows {
-				e.rdb.Set(ctx, rawKeys(raws[i], s)[0], 0, 0)
+				e.rdb.Set(ctx, rawGen(raws[i], s), 0, 0)
 			}
 		}
 		ttl := strconv.FormatInt(holdTTL.Milliseconds(), 10)
 		rs := drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
-			show, seat := iv.seatOf(seq)
-			res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat), "", fmt.Sprintf("%032x", seq), ttl, 0, seat).Slice()
+			show, seat, index := iv.seatAt(seq)
+			res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat, index), "", fmt.Sprintf("%032x", seq), ttl, 0, seat).Slice()
 			if err == nil && res[0] != "OK" {
 				err = errors.New("refused")
 			}
@@ -343,13 +350,28 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
+	// Measure in an empty logical database of the same server (one Redis, not a
+	// cluster): there the main dictionary grows from nothing, as it would for the holds
+	// alone, instead of rehashing around the keys earlier workloads left.
+	mrdb, prefix := e.rdb, e.prefix()
+	if c, ok := e.rdb.(*redis.Client); ok {
+		opt := *c.Options()
+		opt.DB = 15
+		mc := redis.NewClient(&opt)
+		defer mc.Close()
+		if n, err := mc.DBSize(ctx).Result(); err == nil && n == 0 {
+			// The database was empty: use the engine's default key prefix, whose key
+			// lengths are what a deployment sees, and empty it again afterwards.
+			mrdb, prefix = mc, "holdfast"
+			defer mc.FlushDB(context.WithoutCancel(ctx))
+		}
+	}
 	// Redis bytes per live hold: 100,000 single-seat holds.
 	const holds = 100_000
-	eng, prefix, err := e.engine(engine.Config{})
+	eng, err := engine.New(e.pool, mrdb, &engine.Config{KeyPrefix: prefix})
 	if err != nil {
 		return err
 	}
-	_ = prefix
 	if err := warm(ctx, eng, iv.shows...); err != nil { // counters first, so that they are not counted
 		return err
 	}
@@ -372,12 +394,12 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 
 	// Redis bytes per sold seat: the marker of 50,000 seats of one show.
 	const sold = 50_000
-	mp := e.prefix()
-	e.rdb.Set(ctx, rawKeys(mp, "hot")[0], 0, 0)
+	mp := prefix + "m"
+	mrdb.Set(ctx, rawGen(mp, "hot"), 0, 0)
 	before, _ = e.usedMemory(ctx)
 	if err := parallel(ctx, 50, sold, func(ctx context.Context, i int) error {
 		seat := iv.hot[i]
-		return lua.Sold.Run(ctx, e.rdb, rawKeys(mp, "hot", seat), "", uuid.NewString(), seat).Err()
+		return lua.Sold.Run(ctx, mrdb, rawKeys(mp, "hot", seat, i), "", uuid.NewString(), seat).Err()
 	}); err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@
 -- {"LIMIT", deadline_ms} (the new expiry would pass created + max age).
 
 local F = 5
-local n, err = layout(F, 1, 1)
+local n, err = layout(F, 1, 1, false)
 if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 if not is_hex(token, 32) then return bad("token") end
@@ -26,10 +26,10 @@ if not created then return {"LOST"} end
 local now = now_ms()
 if now + ttl > created + max_age then return {"LIMIT", created + max_age} end
 for i = 1, n do
-    redis.call("PEXPIRE", KEYS[3 + i], ttl)
-    if tag ~= "" then redis.call("ZADD", KEYS[3], "XX", now + ttl, seat(i, F)) end
+    redis.call("PEXPIRE", hk(i), ttl)
+    if tag ~= "" then redis.call("ZADD", KEYS[2], "XX", now + ttl, seat(i, F)) end
 end
-if tag ~= "" and redis.call("EXISTS", KEYS[3]) == 1 and redis.call("PTTL", KEYS[3]) < ttl then
-    redis.call("PEXPIRE", KEYS[3], ttl)
+if tag ~= "" and redis.call("EXISTS", KEYS[2]) == 1 and redis.call("PTTL", KEYS[2]) < ttl then
+    redis.call("PEXPIRE", KEYS[2], ttl)
 end
 return {"OK", now + ttl}

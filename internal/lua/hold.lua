@@ -13,7 +13,7 @@
 -- {"LIMIT", held}, or {"NOSTATE"} when the counter is missing (Redis lost the show).
 
 local F = 4
-local n, err = layout(F, 1, 1)
+local n, err = layout(F, 1, 1, false)
 if not n then return err end
 local tag, token = ARGV[1], ARGV[2]
 if not is_hex(token, 32) then return bad("token") end
@@ -26,7 +26,7 @@ if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
 local now = now_ms()
 local mine, taken, first = 0, {"TAKEN"}, nil
 for i = 1, n do
-    local v = redis.call("GET", KEYS[3 + i])
+    local v = redis.call("GET", hk(i))
     if v then
         if string.sub(v, 1, 33) == token .. ":" then
             mine = mine + 1
@@ -34,30 +34,30 @@ for i = 1, n do
         else
             taken[#taken + 1] = seat(i, F)
         end
-    elseif redis.call("HEXISTS", KEYS[2], seat(i, F)) == 1 then
+    elseif redis.call("HEXISTS", sk(i), seat(i, F)) == 1 then
         taken[#taken + 1] = seat(i, F)
     end
 end
 if mine == n then
     -- A retry of this very hold: answer as the first call did.
     local gen, created = string.match(first, "^[0-9a-f]+:(%d+):(%d+):")
-    return {"OK", tonumber(gen), now + redis.call("PTTL", KEYS[4]), tonumber(created)}
+    return {"OK", tonumber(gen), now + redis.call("PTTL", hk(1)), tonumber(created)}
 end
 if mine > 0 then return bad("token holds other seats") end
 if #taken > 1 then return taken end
 
 local capped = tag ~= "" and cap > 0
 if capped then
-    redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now)
-    local held = redis.call("ZCARD", KEYS[3])
+    redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
+    local held = redis.call("ZCARD", KEYS[2])
     if held + n > cap then return {"LIMIT", held} end
 end
 
 local gen = redis.call("INCR", KEYS[1])
 local value = token .. ":" .. gen .. ":" .. now .. ":" .. tag
 for i = 1, n do
-    redis.call("SET", KEYS[3 + i], value, "PX", ttl)
-    if capped then redis.call("ZADD", KEYS[3], now + ttl, seat(i, F)) end
+    redis.call("SET", hk(i), value, "PX", ttl)
+    if capped then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end
 end
-if capped and redis.call("PTTL", KEYS[3]) < ttl then redis.call("PEXPIRE", KEYS[3], ttl) end
+if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 return {"OK", gen, now + ttl, now}

@@ -13,7 +13,7 @@
 -- {"LOST"} when the token no longer owns every seat with that generation.
 
 local F = 4
-local n, err = layout(F, 1, 1)
+local n, err = layout(F, 1, 1, false)
 if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 if not is_hex(token, 32) then return bad("token") end
@@ -31,5 +31,5 @@ if cur < floor then
 end
 local new = redis.call("INCR", KEYS[1])
 local value = token .. ":" .. new .. ":" .. created .. ":" .. tag
-for i = 1, n do redis.call("SET", KEYS[3 + i], value, "KEEPTTL") end
+for i = 1, n do redis.call("SET", hk(i), value, "KEEPTTL") end
 return {"OK", new, repaired}

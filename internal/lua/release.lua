@@ -9,7 +9,7 @@
 -- Returns "OK", or "LOST" (not this hold: nothing changed).
 
 local F = 3
-local n, err = layout(F, 1, 1)
+local n, err = layout(F, 1, 1, false)
 if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 if not is_hex(token, 32) then return bad("token") end
@@ -17,7 +17,7 @@ if not is_uint(gen, 1, 9007199254740991) then return bad("generation") end
 
 if not owned(n, token, gen, tag) then return "LOST" end
 for i = 1, n do
-    redis.call("DEL", KEYS[3 + i])
-    if tag ~= "" then redis.call("ZREM", KEYS[3], seat(i, F)) end
+    redis.call("DEL", hk(i))
+    if tag ~= "" then redis.call("ZREM", KEYS[2], seat(i, F)) end
 end
 return "OK"

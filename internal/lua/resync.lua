@@ -1,6 +1,7 @@
 -- resync.lua: rebuild a show's Redis state from the database.
 --
--- KEYS       the common layout (common.lua); KEYS[4..] are the hold keys of sold seats
+-- KEYS       the common layout (common.lua) for the sold seats, then every sold bucket
+--            of the show (cleared in "replace" mode)
 -- ARGV[1]    holder tag (unused: "")
 -- ARGV[2]    floor: the largest generation the database has accepted for the show
 -- ARGV[3]    "replace" (drop markers the database does not have) or "merge" (only add)
@@ -12,7 +13,7 @@
 -- Returns {markers written, counter repaired (0/1)}.
 
 local F = 3
-local n, err = layout(F, 2, 0)
+local n, err = layout(F, 2, 0, true)
 if not n then return err end
 if not is_uint(ARGV[2], 0, 9007199254740991) then return bad("floor") end
 local mode = ARGV[3]
@@ -29,9 +30,11 @@ if not cur or tonumber(cur) < floor then
     redis.call("SET", KEYS[1], floor)
     repaired = 1
 end
-if mode == "replace" then redis.call("DEL", KEYS[2]) end
+if mode == "replace" then -- every bucket of the show: the per-seat ones and the rest
+    for i = 3 + n, #KEYS do redis.call("DEL", KEYS[i]) end
+end
 for i = 1, n do
-    redis.call("HSET", KEYS[2], seat(i, F), ARGV[F + n + i])
-    redis.call("DEL", KEYS[3 + i])
+    redis.call("HSET", sk(i), seat(i, F), ARGV[F + n + i])
+    redis.call("DEL", hk(i))
 end
 return {n, repaired}

@@ -9,13 +9,13 @@
 -- Returns the number of seats marked.
 
 local F = 2
-local n, err = layout(F, 1, 1)
+local n, err = layout(F, 1, 1, false)
 if not n then return err end
 local id = ARGV[2]
 if #id ~= 36 or not string.match(id, "^[0-9a-f-]+$") then return bad("booking id") end
 for i = 1, n do
-    redis.call("HSET", KEYS[2], seat(i, F), id)
-    redis.call("DEL", KEYS[3 + i])
-    if ARGV[1] ~= "" then redis.call("ZREM", KEYS[3], seat(i, F)) end
+    redis.call("HSET", sk(i), seat(i, F), id)
+    redis.call("DEL", hk(i))
+    if ARGV[1] ~= "" then redis.call("ZREM", KEYS[2], seat(i, F)) end
 end
 return n

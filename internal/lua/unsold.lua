@@ -8,14 +8,14 @@
 -- Returns the number of markers dropped.
 
 local F = 2
-local n, err = layout(F, 1, 1)
+local n, err = layout(F, 1, 1, false)
 if not n then return err end
 local id = ARGV[2]
 if #id ~= 36 or not string.match(id, "^[0-9a-f-]+$") then return bad("booking id") end
 local dropped = 0
 for i = 1, n do
-    if redis.call("HGET", KEYS[2], seat(i, F)) == id then
-        redis.call("HDEL", KEYS[2], seat(i, F))
+    if redis.call("HGET", sk(i), seat(i, F)) == id then
+        redis.call("HDEL", sk(i), seat(i, F))
         dropped = dropped + 1
     end
 end

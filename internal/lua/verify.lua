@@ -9,7 +9,7 @@
 -- Returns 1 when every seat holds this token and generation, else 0.
 
 local F = 3
-local n, err = layout(F, 1, 1)
+local n, err = layout(F, 1, 1, false)
 if not n then return err end
 if not is_hex(ARGV[2], 32) then return bad("token") end
 if not is_uint(ARGV[3], 1, 9007199254740991) then return bad("generation") end
