@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
@@ -20,12 +21,19 @@ import (
 // TestMain lets the test binary be a second engine process: TestChaosEngineProcessPaused
 // runs it again with HOLDFAST_HELPER_HOLD set.
 func TestMain(m *testing.M) {
+	// Tests stop, freeze and restart Redis on purpose; go-redis's own "failed to dial"
+	// lines would only bury the test output.
+	redis.SetLogger(quietRedis{})
 	if raw := os.Getenv("HOLDFAST_HELPER_HOLD"); raw != "" {
 		engineProcess(raw)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // engineProcess confirms the hold in raw, stopping between its Redis check and its
 // write until a line arrives on stdin; it prints READY there and RESULT at the end.
