@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
@@ -107,4 +109,86 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 
+}
+
+// TestRedisClusterFailoverToStaleReplica: a show's master dies and its replica, which
+// missed the last writes (it was frozen), takes over. Redis now forgets sold seats and
+// its counter went backwards; PostgreSQL still knows. No double booking, a sold seat the
+// replica forgot is refused at confirm (and its marker repaired), new holds confirm.
+func TestRedisClusterFailoverToStaleReplica(t *testing.T) {
+	t.Parallel()
+	cluster := testsvc.StartClusterWithReplicas(t)
+	cc := cluster.Client()
+	v := newEnvWith(t, testsvc.Database(t), cc)
+	ctx := t.Context()
+	v.show("fo", seatNames(6)...)
+	node, err := cc.MasterForKey(ctx, newKeys(v.cfg.KeyPrefix, "fo").gen())
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := cluster.Node(node.Options().Addr)
+	replica := cluster.ReplicaOf(master.Addr())
+
+	v.sell("fo", "S000") // generation 1, replicated
+	if n, err := node.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d %v", n, err)
+	}
+	// Freeze the replica and cut its link, so it cannot reconnect: from here on it
+	// misses every write (a frozen process still reads what is already on its socket).
+	replica.Pause()
+	if err := node.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		t.Fatalf("cut the replication link: %v", err)
+	}
+	v.sell("fo", "S001", "S002")          // generations 2 and 3: markers only on the master
+	v.hold("fo", time.Minute, "", "S003") // a live hold the replica will not have
+	master.Stop()
+	replica.Resume()
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer rc.Close()
+	if err := rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	cluster.WaitOK()
+	// go-redis refreshes its slot map lazily; until it does, calls that reach the dead
+	// master are ErrUnavailable (never a wrong answer). Refresh it now.
+	cc.ReloadState(ctx)
+
+	// S001 is sold in PostgreSQL; the new master never heard of it.
+	var h Hold
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		h, err = v.e.Hold(ctx, HoldRequest{ShowID: "fo", SeatIDs: []string{"S001"}})
+		if err == nil || !errors.Is(err, ErrUnavailable) || time.Now().After(deadline) {
+			break
+		}
+		cc.ReloadState(ctx)
+	}
+	if err != nil {
+		t.Fatalf("hold after the failover: %v", err)
+	}
+	if h.Generation > 3 {
+		t.Fatalf("generation %d: the replica's counter should have been behind", h.Generation)
+	}
+	_, err = v.e.Confirm(ctx, h, ConfirmOptions{})
+	var sue *SeatsUnavailableError
+	if !errors.As(err, &sue) {
+		t.Fatalf("confirm of a sold seat the new master forgot: %v, want seats unavailable", err)
+	}
+	if v.soldMarkers("fo")["S001"] == "" {
+		t.Fatal("the forgotten marker was not repaired")
+	}
+	// A free seat confirms on the first call, above the high-water mark.
+	h2 := v.hold("fo", time.Minute, "", "S004")
+	b, err := v.e.Confirm(ctx, h2, ConfirmOptions{})
+	if err != nil || b.Generation <= 3 {
+		t.Fatalf("confirm after the failover: %+v %v", b, err)
+	}
+	if v.doubleBookings() != 0 || v.bookings("fo") != 4 {
+		t.Fatalf("double booking or lost booking: %d bookings", v.bookings("fo"))
+	}
+	if err := v.e.Resync(ctx, "fo"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := v.soldMarkers("fo"), v.claims("fo"); !maps.Equal(got, want) {
+		t.Fatalf("markers %v, claims %v", got, want)
+	}
 }

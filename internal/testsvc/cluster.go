@@ -21,7 +21,12 @@ type Cluster struct {
 
 // StartCluster starts three cluster-enabled redis-servers (no persistence, noeviction)
 // and joins them into one cluster covering every slot.
-func StartCluster(t testing.TB) *Cluster {
+func StartCluster(t testing.TB) *Cluster { return startCluster(t, 0) }
+
+// StartClusterWithReplicas starts three masters with one replica each.
+func StartClusterWithReplicas(t testing.TB) *Cluster { return startCluster(t, 1) }
+
+func startCluster(t testing.TB, replicas int) *Cluster {
 	t.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
@@ -33,14 +38,14 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	c := &Cluster{t: t}
 	var addrs []string
-	for range 3 {
+	for range 3 * (1 + replicas) {
 		n := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-port", strconv.Itoa(FreePort(t)), "--cluster-node-timeout", "2000")
 		c.Nodes = append(c.Nodes, n)
 		addrs = append(addrs, n.Addr())
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -64,11 +69,53 @@ func (c *Cluster) Client() *redis.ClusterClient {
 	return cc
 }
 
-// WaitOK waits until every node reports cluster_state:ok.
+// Node returns the node listening on addr.
+func (c *Cluster) Node(addr string) *RedisServer {
+	for _, n := range c.Nodes {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// ReplicaOf returns the replica of the master at addr (a cluster with replicas).
+func (c *Cluster) ReplicaOf(master string) *RedisServer {
+	c.t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: master})
+	defer cl.Close()
+	id, err := cl.Do(context.Background(), "CLUSTER", "MYID").Text()
+	if err != nil {
+		c.t.Fatalf("CLUSTER MYID: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		nodes, err := cl.ClusterNodes(context.Background()).Result()
+		if err == nil {
+			for _, line := range strings.Split(nodes, "\n") {
+				f := strings.Fields(line)
+				if len(f) > 3 && strings.Contains(f[2], "slave") && f[3] == id {
+					addr, _, _ := strings.Cut(f[1], "@")
+					if n := c.Node(addr); n != nil {
+						return n
+					}
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("no replica of %s", master)
+	return nil
+}
+
+// WaitOK waits until every running node reports cluster_state:ok.
 func (c *Cluster) WaitOK() {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
 		cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
 		for {
 			info, err := cl.ClusterInfo(context.Background()).Result()

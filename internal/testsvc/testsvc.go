@@ -419,6 +419,9 @@ func (s *RedisServer) Stop() {
 	s.cmd = nil
 }
 
+// Running reports whether the server process is up (not stopped by Stop).
+func (s *RedisServer) Running() bool { return s.cmd != nil }
+
 // Restart kills the server and starts a new one on the same port: all data is lost.
 func (s *RedisServer) Restart() {
 	s.t.Helper()
