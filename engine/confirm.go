@@ -23,6 +23,10 @@ var (
 	errLostBeforeCommit = errors.New("hold lost before commit")
 )
 
+// recheckAfterWait is how long a confirmation may wait for a PostgreSQL connection
+// before it checks its hold in Redis once more.
+const recheckAfterWait = 20 * time.Millisecond
+
 // resolveTimeout bounds the look-up that settles a COMMIT whose reply was lost.
 const resolveTimeout = 5 * time.Second
 
@@ -82,28 +86,41 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
 		fp: fingerprint(sh.id, seats, h.Token, h.Generation)}
 
-	// Take the PostgreSQL connection first, then check the hold: under load the wait
-	// for a connection can outlast the hold, and a check made before that wait would
-	// let an expired hold do all its writes only to be rolled back at the second check.
-	// Every query of this call then runs on this one connection, so a confirmation
-	// never waits for a second one while holding the first.
-	conn, err := e.pool.Acquire(ctx)
-	if err != nil {
-		return Booking{}, unavailable("postgres", err)
-	}
-	c.conn, c.q = conn, db.New(conn)
-	defer c.release()
-
-	current, err := e.verify(ctx, c, h.Generation)
-	if err != nil {
-		return Booking{}, err
-	}
-	if !current {
+	c.released = true // no connection yet: queries go to the pool
+	notCurrent := func() (Booking, error) {
 		// A retry whose first call succeeded finds the hold replaced by the sold marker.
 		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 			return b, err
 		}
 		return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
+	}
+	current, err := e.verify(ctx, c, h.Generation)
+	if err != nil {
+		return Booking{}, err
+	}
+	if !current {
+		return notCurrent()
+	}
+	// Every query from here runs on one connection, so a confirmation never waits for
+	// a second one while holding the first. Under load the wait for it can outlast the
+	// hold: after a long wait, check the hold again before writing anything, rather
+	// than let an expired hold do all its writes only to be rolled back at the second
+	// check.
+	waitStart := time.Now()
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return Booking{}, unavailable("postgres", err)
+	}
+	c.conn, c.q, c.released = conn, db.New(conn), false
+	defer c.release()
+	if time.Since(waitStart) > recheckAfterWait {
+		if current, err = e.verify(ctx, c, h.Generation); err != nil {
+			return Booking{}, err
+		}
+		if !current {
+			c.release()
+			return notCurrent()
+		}
 	}
 	if e.hooks.beforeWrite != nil {
 		e.hooks.beforeWrite(ctx)
