@@ -84,9 +84,12 @@ pick_dir() {
 	fi
 }
 
+# pg_running: our cluster's postmaster is alive and answers on our port (a stale
+# postmaster.pid whose pid was reused by another process does not count).
 pg_running() {
 	local bin="$1"
-	[ -f "$DIR/pg/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$DIR/pg" status >/dev/null 2>&1
+	[ -f "$DIR/pg/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$DIR/pg" status >/dev/null 2>&1 &&
+		"$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
 }
 
 start_pg() {
