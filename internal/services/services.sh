@@ -207,7 +207,7 @@ stop_all() {
 			rm -f "$DIR/cluster-$p.pid"
 		fi
 	done
-	if bin="$(pg_bindir)" && pg_running "$bin"; then
+	if bin="$(pg_bindir)" && [ -f "$DIR/pg/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$DIR/pg" status >/dev/null 2>&1; then
 		log "stopping postgresql"
 		as_pg "$bin/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null
 	fi
