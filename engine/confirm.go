@@ -62,17 +62,25 @@ type confirmation struct {
 	key   string
 	fp    []byte
 
-	conn     *pgxpool.Conn
-	q        *db.Queries // on conn
-	released bool
+	conn *pgxpool.Conn // nil until taken and once released
+	q    *db.Queries   // on conn
 }
 
 // release gives the connection back to the pool (once).
 func (c *confirmation) release() {
-	if !c.released {
-		c.released = true
+	if c.conn != nil {
 		c.conn.Release()
+		c.conn = nil
 	}
+}
+
+// db returns the queries of this call: on its connection while it holds one, else on
+// the pool.
+func (c *confirmation) db(e *Engine) *db.Queries {
+	if c.conn == nil {
+		return e.q
+	}
+	return c.q
 }
 
 func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Booking, error) {
@@ -86,7 +94,6 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
 		fp: fingerprint(sh.id, seats, h.Token, h.Generation)}
 
-	c.released = true // no connection yet: queries go to the pool
 	notCurrent := func() (Booking, error) {
 		// A retry whose first call succeeded finds the hold replaced by the sold marker.
 		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
@@ -111,7 +118,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	if err != nil {
 		return Booking{}, unavailable("postgres", err)
 	}
-	c.conn, c.q, c.released = conn, db.New(conn), false
+	c.conn, c.q = conn, db.New(conn)
 	defer c.release()
 	if time.Since(waitStart) > recheckAfterWait {
 		if current, err = e.verify(ctx, c, h.Generation); err != nil {
@@ -134,7 +141,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		switch {
 		case err == nil:
 			c.release() // the booking is committed: free the connection before Redis
-			e.markSold(ctx, c.sh, c.seats, c.tag, id)
+			e.markSold(ctx, sh.id, c.ks, c.seats, c.tag, id)
 			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 			return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: h.HolderID,
 				Status: BookingConfirmed, ConfirmedAt: at}, nil
@@ -187,20 +194,14 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	}
 }
 
-// confirmTx runs the confirmation transaction, retried whole on 40001 and 40P01.
+// confirmTx runs the confirmation transaction, retried whole on 40001 and 40P01; a
+// PostgreSQL error left after the retries is ErrUnavailable.
 func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, error) {
-	for attempt := 1; ; attempt++ {
-		at, err := e.confirmOnce(ctx, c, gen, id)
-		if !retryable(err) || attempt == maxTxAttempts {
-			if err != nil && !errors.Is(err, ErrUnavailable) && pgCode(err) != "" {
-				err = unavailable("postgres", err)
-			}
-			return at, err
-		}
-		if werr := sleepJitter(ctx, attempt); werr != nil {
-			return at, unavailable("postgres", err)
-		}
+	at, err := retryTx(ctx, func() (time.Time, error) { return e.confirmOnce(ctx, c, gen, id) })
+	if err != nil && !errors.Is(err, ErrUnavailable) && pgCode(err) != "" {
+		err = unavailable("postgres", err)
 	}
+	return at, err
 }
 
 // confirmOnce is the transaction: fence, booking with its claims and event, the second
@@ -345,7 +346,7 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 	b := bookingFromRow(row)
 	b.Replayed = true
 	if remark && b.Status == BookingConfirmed {
-		e.markSold(ctx, c.sh, b.SeatIDs, c.tag, b.ID)
+		e.markSold(ctx, c.sh.id, c.ks, c.seats, c.tag, b.ID) // same fingerprint: same seats
 	}
 	return b, true, nil
 }
@@ -373,16 +374,12 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 	return newGen, true, nil
 }
 
-// markSold replaces the hold keys of booked seats by the sold marker. The booking is
-// committed whatever happens here: a failure is logged, and the next confirm on those
-// seats, or Resync, repairs the marker.
-func (e *Engine) markSold(ctx context.Context, sh *show, seats []string, tag string, id uuid.UUID) {
-	ks, err := sh.scriptKeys(tag, seats)
-	if err == nil {
-		err = lua.Sold.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{id.String()}, seats)...).Err()
-	}
-	if err != nil {
-		e.log.WarnContext(ctx, "write sold markers", "show_id", sh.id, "booking_id", id, "error", err)
+// markSold replaces the hold keys of booked seats by the sold marker; ks are the
+// seats' script keys. The booking is committed whatever happens here: a failure is
+// logged, and the next confirm on those seats, or Resync, repairs the marker.
+func (e *Engine) markSold(ctx context.Context, showID string, ks, seats []string, tag string, id uuid.UUID) {
+	if err := lua.Sold.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{id.String()}, seats)...).Err(); err != nil {
+		e.log.WarnContext(ctx, "write sold markers", "show_id", showID, "booking_id", id, "error", err)
 	}
 }
 
@@ -396,20 +393,14 @@ func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
 	taken := make([]string, len(claims))
 	for i, cl := range claims {
 		taken[i] = cl.SeatID
-		e.markSold(ctx, c.sh, []string{cl.SeatID}, "", cl.BookingID)
+		seat := []string{cl.SeatID}
+		if ks, err := c.sh.scriptKeys("", seat); err == nil {
+			e.markSold(ctx, c.sh.id, ks, seat, "", cl.BookingID)
+		}
 	}
 	e.m.markerRepairs.Add(float64(len(claims)))
 	e.event(ctx, c.db(e), c.sh.id, "marker_repaired", c.h.Generation, taken, c.h.HolderID)
 	return taken
-}
-
-// db returns the queries of this call: on its connection while it holds one, else on
-// the pool.
-func (c *confirmation) db(e *Engine) *db.Queries {
-	if c.released {
-		return e.q
-	}
-	return c.q
 }
 
 // event appends to the booking event log outside any transaction (refusals and repairs).

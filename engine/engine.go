@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,10 +223,10 @@ func (e *Engine) EnsureShow(ctx context.Context, showID string, seatIDs []string
 	if err := validateID("showID", showID); err != nil {
 		return false, err
 	}
-	if err := validateSeatIDs("seatIDs", seatIDs, e.cfg.MaxSeatsPerShow); err != nil {
+	seats, err := sortedSeatIDs("seatIDs", seatIDs, e.cfg.MaxSeatsPerShow)
+	if err != nil {
 		return false, err
 	}
-	seats := slices.Sorted(slices.Values(seatIDs))
 	err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
 		q := e.q.WithTx(tx)
 		n, err := q.ShowInsert(ctx, showID)
@@ -289,31 +290,11 @@ func (e *Engine) Cancel(ctx context.Context, bookingID uuid.UUID) error {
 func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 	var showID string
 	var seats []string
-	err := e.withTxRetry(ctx, func(tx pgx.Tx) error {
-		q := e.q.WithTx(tx)
-		b, err := q.BookingGetForUpdate(ctx, bookingID)
-		if err != nil {
+	_, err := retryTx(ctx, func() (struct{}, error) {
+		return struct{}{}, pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) (err error) {
+			showID, seats, err = cancelTx(ctx, e.q.WithTx(tx), bookingID)
 			return err
-		}
-		showID = b.ShowID
-		if b.Status != string(BookingConfirmed) {
-			seats = nil
-			return nil
-		}
-		detail, err := q.BookingGet(ctx, bookingID)
-		if err != nil {
-			return err
-		}
-		seats = detail.SeatIds
-		if _, err := q.SeatClaimsDeleteByBooking(ctx, db.SeatClaimsDeleteByBookingParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
-			return err
-		}
-		if _, err := q.BookingCancel(ctx, db.BookingCancelParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
-			return err
-		}
-		return q.BookingEventInsert(ctx, db.BookingEventInsertParams{ShowID: b.ShowID,
-			BookingID: uuid.NullUUID{UUID: bookingID, Valid: true}, Kind: "cancelled",
-			Generation: b.Generation, SeatIds: seats, HolderID: b.HolderID})
+		})
 	})
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -339,6 +320,32 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 	}
 	e.log.InfoContext(ctx, "booking cancelled", "show_id", showID, "booking_id", bookingID, "seats", len(seats))
 	return nil
+}
+
+// cancelTx cancels a booking inside a transaction and returns its show and the seats it
+// freed (none when it was cancelled already).
+func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (string, []string, error) {
+	b, err := q.BookingGetForUpdate(ctx, bookingID)
+	if err != nil {
+		return "", nil, err
+	}
+	if b.Status != string(BookingConfirmed) {
+		return b.ShowID, nil, nil
+	}
+	detail, err := q.BookingGet(ctx, bookingID)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := q.SeatClaimsDeleteByBooking(ctx, db.SeatClaimsDeleteByBookingParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
+		return "", nil, err
+	}
+	if _, err := q.BookingCancel(ctx, db.BookingCancelParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
+		return "", nil, err
+	}
+	err = q.BookingEventInsert(ctx, db.BookingEventInsertParams{ShowID: b.ShowID,
+		BookingID: uuid.NullUUID{UUID: bookingID, Valid: true}, Kind: "cancelled",
+		Generation: b.Generation, SeatIds: detail.SeatIds, HolderID: b.HolderID})
+	return b.ShowID, detail.SeatIds, err
 }
 
 // Seats returns every seat of a show, sorted, as free, held (with its expiry) or sold.
@@ -486,17 +493,17 @@ func (e *Engine) txOptions() pgx.TxOptions {
 // a deadlock.
 const maxTxAttempts = 4
 
-// withTxRetry runs fn in a transaction, retrying the whole transaction (with jitter) on
-// 40001 and 40P01 only. fn must have no effect outside the database.
-func (e *Engine) withTxRetry(ctx context.Context, fn func(pgx.Tx) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), fn)
-		if !retryable(err) || attempt == maxTxAttempts {
-			return err
+// retryTx runs attempt (one whole transaction) and runs it again, with jitter, when it
+// hit a serialization failure or a deadlock (40001, 40P01), at most maxTxAttempts
+// times. attempt must have no effect outside the database.
+func retryTx[T any](ctx context.Context, attempt func() (T, error)) (T, error) {
+	for n := 1; ; n++ {
+		v, err := attempt()
+		if !retryable(err) || n == maxTxAttempts {
+			return v, err
 		}
-		if werr := sleepJitter(ctx, attempt); werr != nil {
-			return err
+		if sleepJitter(ctx, n) != nil {
+			return v, err
 		}
 	}
 }
@@ -507,7 +514,7 @@ func retryable(err error) bool {
 }
 
 func sleepJitter(ctx context.Context, attempt int) error {
-	d := time.Duration(attempt) * time.Duration(1+time.Now().UnixNano()%5) * time.Millisecond
+	d := time.Duration(attempt) * time.Duration(1+rand.IntN(5)) * time.Millisecond
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

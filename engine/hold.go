@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/holdfast/holdfast/internal/lua"
-	"slices"
 	"time"
 )
 
@@ -22,7 +21,8 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err := validateID("HoldRequest.ShowID", req.ShowID); err != nil {
 		return Hold{}, err
 	}
-	if err := validateSeatIDs("HoldRequest.SeatIDs", req.SeatIDs, e.cfg.MaxSeatsPerHold); err != nil {
+	seats, err := sortedSeatIDs("HoldRequest.SeatIDs", req.SeatIDs, e.cfg.MaxSeatsPerHold)
+	if err != nil {
 		return Hold{}, err
 	}
 	ttl := req.TTL
@@ -39,7 +39,6 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
-	seats := sortedCopy(req.SeatIDs)
 	tag := holderTag(req.HolderID)
 	ks, err := sh.scriptKeys(tag, seats)
 	if err != nil {
@@ -94,22 +93,14 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	}
 }
 
-// sortedCopy returns the seats sorted, in a slice of their own.
-func sortedCopy(seats []string) []string {
-	out := slices.Clone(seats)
-	if len(out) > 1 {
-		slices.Sort(out)
-	}
-	return out
-}
-
 // ownedHold validates a presented hold and returns its show, sorted seats, script keys
 // and holder tag.
 func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []string, string, error) {
 	if err := validateID("Hold.ShowID", h.ShowID); err != nil {
 		return nil, nil, nil, "", err
 	}
-	if err := validateSeatIDs("Hold.SeatIDs", h.SeatIDs, e.cfg.MaxSeatsPerHold); err != nil {
+	seats, err := sortedSeatIDs("Hold.SeatIDs", h.SeatIDs, e.cfg.MaxSeatsPerHold)
+	if err != nil {
 		return nil, nil, nil, "", err
 	}
 	if !validToken(h.Token) {
@@ -125,7 +116,6 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	seats := sortedCopy(h.SeatIDs)
 	tag := holderTag(h.HolderID)
 	ks, err := sh.scriptKeys(tag, seats)
 	if err != nil {

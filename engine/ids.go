@@ -42,35 +42,28 @@ func validateID(field, s string) error {
 	return nil
 }
 
-// validateSeatIDs checks a list of seat ids: each well formed, no duplicates, between 1
-// and max of them.
-func validateSeatIDs(field string, seats []string, max int) error {
+// sortedSeatIDs checks a list of seat ids — each well formed, no duplicates, between 1
+// and max of them — and returns them sorted, in a slice of their own.
+func sortedSeatIDs(field string, seats []string, max int) ([]string, error) {
 	if len(seats) == 0 {
-		return invalid(field, "no seats")
+		return nil, invalid(field, "no seats")
 	}
 	if len(seats) > max {
-		return invalid(field, "%d seats, at most %d", len(seats), max)
+		return nil, invalid(field, "%d seats, at most %d", len(seats), max)
 	}
-	for i, s := range seats {
+	for _, s := range seats {
 		if !validID(s) {
-			return invalid(field, "seat %q must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", s)
-		}
-		// Holds have at most a few seats: a quadratic scan beats a map here. Larger
-		// lists (show inventories) are checked after sorting.
-		if max <= 64 && slices.Contains(seats[:i], s) {
-			return invalid(field, "seat %q appears twice", s)
+			return nil, invalid(field, "seat %q must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", s)
 		}
 	}
-	if max > 64 {
-		sorted := slices.Clone(seats)
-		slices.Sort(sorted)
-		for i := 1; i < len(sorted); i++ {
-			if sorted[i] == sorted[i-1] {
-				return invalid(field, "seat %q appears twice", sorted[i])
-			}
+	sorted := slices.Clone(seats)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return nil, invalid(field, "seat %q appears twice", sorted[i])
 		}
 	}
-	return nil
+	return sorted, nil
 }
 
 func validToken(t string) bool {
