@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -137,6 +138,15 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	active := make(chan struct{}, 1) // the server has begun reading a request
+	ctx = context.WithValue(ctx, connStateKey{}, func(_ net.Conn, s http.ConnState) {
+		if s == http.StateActive {
+			select {
+			case active <- struct{}{}:
+			default:
+			}
+		}
+	})
 	out := &lineWriter{lines: make(chan string, 64)}
 	done := make(chan error, 1)
 	go func() {
@@ -171,9 +181,13 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		got <- result{status: resp.StatusCode}
 	}()
 	fmt.Fprint(pw, `{"seats":`)
-	time.Sleep(100 * time.Millisecond) // the request is being read
-	stop()                             // SIGTERM
-	time.Sleep(200 * time.Millisecond) // shutdown has begun and waits
+	select {
+	case <-active:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server never began reading the request")
+	}
+	stop()                             // SIGTERM, with the request in flight
+	time.Sleep(200 * time.Millisecond) // a window in which serve must still be waiting
 	select {
 	case err := <-done:
 		t.Fatalf("serve returned (%v) before the in-flight request finished", err)

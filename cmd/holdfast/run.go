@@ -108,7 +108,7 @@ func (b *backendFlags) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("PostgreSQL at %s does not answer (%w); is it running? `make services` starts one", redactURL(b.databaseURL), err)
+		return nil, fmt.Errorf("the PostgreSQL at %s does not answer (%w); is it running? `make services` starts one", redactURL(b.databaseURL), err)
 	}
 	return pool, nil
 }
@@ -143,7 +143,7 @@ func (b *backendFlags) openRedis(ctx context.Context) (redis.UniversalClient, er
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("Redis at %s does not answer (%w); is it running? `make services` starts one", redactURL(b.redisURL), err)
+		return nil, fmt.Errorf("the Redis at %s does not answer (%w); is it running? `make services` starts one", redactURL(b.redisURL), err)
 	}
 	return rdb, nil
 }

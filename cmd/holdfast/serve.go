@@ -67,6 +67,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if hook, ok := ctx.Value(connStateKey{}).(func(net.Conn, http.ConnState)); ok {
+		srv.ConnState = hook // a test watching its request arrive
+	}
 	fmt.Fprintf(stdout, "holdfast: listening on http://%s\n", ln.Addr())
 	if *demoShow != "" {
 		printWalkthrough(stdout, ln.Addr().String(), *demoShow)
@@ -94,6 +97,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log.Info("stopped")
 	return nil
 }
+
+// connStateKey carries a test's http.Server ConnState hook in the context given to
+// serve.
+type connStateKey struct{}
 
 // printWalkthrough shows a new user the API in three curl commands.
 func printWalkthrough(w io.Writer, addr, show string) {

@@ -225,10 +225,9 @@ func (e *env) cleanPrefixes(ctx context.Context, rdb redis.UniversalClient) {
 }
 
 // engine returns an engine over the scratch database with a fresh Redis prefix.
-func (e *env) engine(cfg engine.Config) (*engine.Engine, string, error) {
+func (e *env) engine(cfg engine.Config) (*engine.Engine, error) {
 	cfg.KeyPrefix = e.prefix()
-	eng, err := engine.New(e.pool, e.rdb, &cfg)
-	return eng, cfg.KeyPrefix, err
+	return engine.New(e.pool, e.rdb, &cfg)
 }
 
 // stats are one timed run's operations and latencies.

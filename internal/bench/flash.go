@@ -188,7 +188,7 @@ func (e *env) flashSale(ctx context.Context, r *Report) error {
 	for i := range seats {
 		seats[i] = fmt.Sprintf("B%03dR%02dS%02d", i/1000, (i/40)%25, i%40)
 	}
-	eng, _, err := e.engine(engine.Config{MaxSeatsPerHold: 4})
+	eng, err := e.engine(engine.Config{MaxSeatsPerHold: 4})
 	if err != nil {
 		return err
 	}

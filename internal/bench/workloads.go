@@ -103,7 +103,7 @@ const epochs = 6
 func (e *env) engines(ctx context.Context, shows ...string) ([]*engine.Engine, error) {
 	out := make([]*engine.Engine, epochs)
 	for i := range out {
-		eng, _, err := e.engine(engine.Config{})
+		eng, err := e.engine(engine.Config{})
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +188,7 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 		return err
 	}
 	const clients = 50
-	eng, _, err := e.engine(engine.Config{})
+	eng, err := e.engine(engine.Config{})
 	if err != nil {
 		return err
 	}
@@ -407,7 +407,7 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	r.Memory.RedisBytesPerSoldSeat = (after - before) / sold
 
 	// Engine heap and allocations per call, sequential, after a warm-up.
-	heng, _, err := e.engine(engine.Config{})
+	heng, err := e.engine(engine.Config{})
 	if err != nil {
 		return err
 	}

@@ -333,7 +333,7 @@ func (s *Server) holder(w http.ResponseWriter, r *http.Request) (string, bool) {
 		writeProblem(w, http.StatusBadRequest, "missing-holder", "Missing holder", "the "+HolderHeader+" header is required")
 		return "", false
 	}
-	if len(h) > 128 {
+	if len(h) > 128 { // also bounds the rate limiter's keys
 		writeProblem(w, http.StatusBadRequest, "invalid-argument", "Invalid argument", HolderHeader+": at most 128 bytes")
 		return "", false
 	}
