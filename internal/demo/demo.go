@@ -9,10 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -412,21 +412,11 @@ func (s Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "sale over in %s: %d/%d seats sold in %d bookings, %d requests (%.0f/s)\n",
 		s.Elapsed.Round(time.Millisecond), s.SeatsSold, s.Seats, s.Bookings, s.Requests, float64(s.Requests)/s.Elapsed.Seconds())
 	fmt.Fprintln(w, "outcomes:")
-	keys := make([]string, 0, len(s.Outcomes))
-	for k := range s.Outcomes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(s.Outcomes)) {
 		fmt.Fprintf(w, "  %-40s %d\n", k, s.Outcomes[k])
 	}
 	fmt.Fprintln(w, "latency (p50 / p90 / p99):")
-	ops := make([]string, 0, len(s.Latency))
-	for k := range s.Latency {
-		ops = append(ops, k)
-	}
-	sort.Strings(ops)
-	for _, op := range ops {
+	for _, op := range slices.Sorted(maps.Keys(s.Latency)) {
 		l := s.Latency[op]
 		fmt.Fprintf(w, "  %-14s %8s %8s %8s\n", op, l[0].Round(10*time.Microsecond), l[1].Round(10*time.Microsecond), l[2].Round(10*time.Microsecond))
 	}

@@ -69,6 +69,17 @@ local function layout(fixed, per_seat, min_seats, extra_buckets)
     return n
 end
 
+-- hold_layout checks the arguments of a script that acts on an existing hold: the
+-- common layout, ARGV[2] the token and ARGV[3] the generation. It returns the number
+-- of seats, or nil and an error reply.
+local function hold_layout(fixed)
+    local n, err = layout(fixed, 1, 1, false)
+    if not n then return nil, err end
+    if not is_hex(ARGV[2], 32) then return nil, bad("token") end
+    if not is_uint(ARGV[3], 1, 9007199254740991) then return nil, bad("generation") end
+    return n
+end
+
 -- owned returns the creation time (ms) of the hold when every seat key holds exactly
 -- token:gen:<created>:tag with one creation time, or nil when any seat is not this hold.
 -- The token is compared here, inside Redis, and nowhere else.

@@ -12,11 +12,9 @@
 -- {"LIMIT", deadline_ms} (the new expiry would pass created + max age).
 
 local F = 5
-local n, err = layout(F, 1, 1, false)
+local n, err = hold_layout(F)
 if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
-if not is_hex(token, 32) then return bad("token") end
-if not is_uint(gen, 1, 9007199254740991) then return bad("generation") end
 if not is_uint(ARGV[4], 1, 86400000) then return bad("ttl") end
 if not is_uint(ARGV[5], 1, 86400000) then return bad("max age") end
 local ttl, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])

@@ -13,11 +13,9 @@
 -- {"LOST"} when the token no longer owns every seat with that generation.
 
 local F = 4
-local n, err = layout(F, 1, 1, false)
+local n, err = hold_layout(F)
 if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
-if not is_hex(token, 32) then return bad("token") end
-if not is_uint(gen, 1, 9007199254740991) then return bad("generation") end
 if not is_uint(ARGV[4], 0, 9007199254740991) then return bad("floor") end
 local floor = tonumber(ARGV[4])
 

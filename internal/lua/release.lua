@@ -9,11 +9,9 @@
 -- Returns "OK", or "LOST" (not this hold: nothing changed).
 
 local F = 3
-local n, err = layout(F, 1, 1, false)
+local n, err = hold_layout(F)
 if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
-if not is_hex(token, 32) then return bad("token") end
-if not is_uint(gen, 1, 9007199254740991) then return bad("generation") end
 
 if not owned(n, token, gen, tag) then return "LOST" end
 for i = 1, n do

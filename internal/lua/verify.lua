@@ -9,9 +9,7 @@
 -- Returns 1 when every seat holds this token and generation, else 0.
 
 local F = 3
-local n, err = layout(F, 1, 1, false)
+local n, err = hold_layout(F)
 if not n then return err end
-if not is_hex(ARGV[2], 32) then return bad("token") end
-if not is_uint(ARGV[3], 1, 9007199254740991) then return bad("generation") end
 if owned(n, ARGV[2], ARGV[3], ARGV[1]) then return 1 end
 return 0
