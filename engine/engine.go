@@ -278,8 +278,10 @@ func bookingFromRow(r db.BookingDetail) Booking {
 
 // Cancel cancels a confirmed booking: its claims go, the booking is marked cancelled and
 // the event logged, then the sold markers are dropped. The seats' fences stay, so the
-// hold that made the booking can never confirm again. Cancelling a cancelled booking
-// does nothing.
+// hold that made the booking can never confirm again. When Redis fails after the commit
+// the answer is ErrUnavailable (the seats still look sold); cancelling a cancelled
+// booking changes nothing in PostgreSQL and drops any marker still naming it, so a
+// retry finishes the job.
 func (e *Engine) Cancel(ctx context.Context, bookingID uuid.UUID) error {
 	start := time.Now()
 	err := e.cancel(ctx, bookingID)
@@ -302,9 +304,6 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 		}
 		return e.pgErr(err)
 	}
-	if len(seats) == 0 {
-		return nil
-	}
 	sh, err := e.show(ctx, showID)
 	if err != nil {
 		return err
@@ -314,27 +313,28 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 		return err
 	}
 	if err := lua.Unsold.Run(ctx, e.rdb, ks, scriptArgs("", []any{bookingID.String()}, seats)...).Err(); err != nil {
-		// The cancellation is committed; the stale marker only refuses holds on the
-		// seats until Resync drops it.
-		e.log.WarnContext(ctx, "drop sold markers after cancel", "show_id", showID, "booking_id", bookingID, "error", err)
+		// The cancellation is committed, but its seats still look sold in Redis: new
+		// holds on them are refused. That is not success; a retried Cancel (or Resync)
+		// drops the markers.
+		return e.redisErr(fmt.Errorf("booking cancelled, but its sold markers are still in Redis: %w", err))
 	}
 	e.log.InfoContext(ctx, "booking cancelled", "show_id", showID, "booking_id", bookingID, "seats", len(seats))
 	return nil
 }
 
-// cancelTx cancels a booking inside a transaction and returns its show and the seats it
-// freed (none when it was cancelled already).
+// cancelTx cancels a booking inside a transaction (nothing to do when it is cancelled
+// already) and returns its show and seats, whose sold markers the caller drops.
 func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (string, []string, error) {
 	b, err := q.BookingGetForUpdate(ctx, bookingID)
 	if err != nil {
 		return "", nil, err
 	}
-	if b.Status != string(BookingConfirmed) {
-		return b.ShowID, nil, nil
-	}
 	detail, err := q.BookingGet(ctx, bookingID)
 	if err != nil {
 		return "", nil, err
+	}
+	if b.Status != string(BookingConfirmed) {
+		return b.ShowID, detail.SeatIds, nil
 	}
 	if _, err := q.SeatClaimsDeleteByBooking(ctx, db.SeatClaimsDeleteByBookingParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
 		return "", nil, err

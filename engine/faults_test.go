@@ -517,3 +517,35 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestCancelWithRedisDown: the cancellation commits but Redis cannot drop the sold
+// marker, so the seat still looks sold: Cancel says ErrUnavailable, not success, and a
+// retried Cancel finishes the job.
+func TestCancelWithRedisDown(t *testing.T) {
+	t.Parallel()
+	v, srv := privateEnv(t)
+	v.show("s1", "A1")
+	sold := v.sell("s1", "A1")
+	id := uuid.MustParse(sold["A1"])
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	err := v.e.Cancel(ctx, id)
+	cancel()
+	srv.Resume()
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("cancel with Redis frozen: %v, want ErrUnavailable", err)
+	}
+	if b, err := v.e.Booking(t.Context(), id); err != nil || b.Status != BookingCancelled {
+		t.Fatalf("the cancellation did not commit: %+v %v", b, err)
+	}
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{"A1"}}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("setup: the stale marker should still refuse holds: %v", err)
+	}
+	if err := v.e.Cancel(t.Context(), id); err != nil {
+		t.Fatalf("retried cancel: %v", err)
+	}
+	if len(v.soldMarkers("s1")) != 0 {
+		t.Fatal("the retried cancel left the marker")
+	}
+	v.hold("s1", time.Minute, "", "A1")
+}
