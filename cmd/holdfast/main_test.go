@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -138,14 +137,15 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	active := make(chan struct{}, 1) // the server has begun reading a request
-	ctx = context.WithValue(ctx, connStateKey{}, func(_ net.Conn, s http.ConnState) {
-		if s == http.StateActive {
+	active := make(chan struct{}, 1) // a request has reached the handler
+	ctx = context.WithValue(ctx, handlerWrapKey{}, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case active <- struct{}{}:
 			default:
 			}
-		}
+			next.ServeHTTP(w, r)
+		})
 	})
 	out := &lineWriter{lines: make(chan string, 64)}
 	done := make(chan error, 1)
@@ -184,7 +184,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	select {
 	case <-active:
 	case <-time.After(20 * time.Second):
-		t.Fatal("the server never began reading the request")
+		t.Fatal("the request never reached the handler")
 	}
 	stop()                             // SIGTERM, with the request in flight
 	time.Sleep(200 * time.Millisecond) // a window in which serve must still be waiting

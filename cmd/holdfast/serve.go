@@ -67,8 +67,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	if hook, ok := ctx.Value(connStateKey{}).(func(net.Conn, http.ConnState)); ok {
-		srv.ConnState = hook // a test watching its request arrive
+	if wrap, ok := ctx.Value(handlerWrapKey{}).(func(http.Handler) http.Handler); ok {
+		srv.Handler = wrap(srv.Handler) // a test watching its request reach the handler
 	}
 	fmt.Fprintf(stdout, "holdfast: listening on http://%s\n", ln.Addr())
 	if *demoShow != "" {
@@ -98,9 +98,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
-// connStateKey carries a test's http.Server ConnState hook in the context given to
-// serve.
-type connStateKey struct{}
+// handlerWrapKey carries, in the context given to serve, a test's wrapper around the
+// server's handler.
+type handlerWrapKey struct{}
 
 // printWalkthrough shows a new user the API in three curl commands.
 func printWalkthrough(w io.Writer, addr, show string) {
