@@ -112,6 +112,26 @@ func (q *Queries) BookingEventInsert(ctx context.Context, arg BookingEventInsert
 	return err
 }
 
+const bookingExistsByFingerprint = `-- name: BookingExistsByFingerprint :one
+SELECT EXISTS (
+    SELECT 1 FROM bookings WHERE show_id = $1 AND fingerprint = $2
+)
+`
+
+type BookingExistsByFingerprintParams struct {
+	ShowID      string
+	Fingerprint []byte
+}
+
+// BookingExistsByFingerprint tells whether a hold (its request fingerprint) has been
+// turned into a booking already, cancelled or not.
+func (q *Queries) BookingExistsByFingerprint(ctx context.Context, arg BookingExistsByFingerprintParams) (bool, error) {
+	row := q.db.QueryRow(ctx, bookingExistsByFingerprint, arg.ShowID, arg.Fingerprint)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const bookingGet = `-- name: BookingGet :one
 SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details WHERE booking_id = $1
 `

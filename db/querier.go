@@ -25,6 +25,9 @@ type Querier interface {
 	// BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
 	// is written by BookingCreate).
 	BookingEventInsert(ctx context.Context, arg BookingEventInsertParams) error
+	// BookingExistsByFingerprint tells whether a hold (its request fingerprint) has been
+	// turned into a booking already, cancelled or not.
+	BookingExistsByFingerprint(ctx context.Context, arg BookingExistsByFingerprintParams) (bool, error)
 	BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingDetail, error)
 	BookingGetByIdempotencyKey(ctx context.Context, arg BookingGetByIdempotencyKeyParams) (BookingDetail, error)
 	BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) (BookingGetForUpdateRow, error)

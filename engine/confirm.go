@@ -151,10 +151,17 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
 				return b, err
 			}
-			if !regenerated {
+			consumed, err := c.db(e).BookingExistsByFingerprint(ctx, db.BookingExistsByFingerprintParams{ShowID: sh.id, Fingerprint: c.fp})
+			if err != nil {
+				return Booking{}, e.pgErr(err)
+			}
+			if !regenerated && !consumed {
 				// The hold may still be current while the database has seen its
 				// generation: Redis lost data and its counter went backwards. Raise the
 				// counter above the database's high-water mark, re-issue, try again.
+				// Never for a hold that already made a booking (its keys can outlive
+				// the booking when the post-commit marker write failed): its generation
+				// is spent, even if that booking was cancelled since.
 				newGen, ok, err := e.regenerate(ctx, c, gen)
 				if err != nil {
 					return Booking{}, err
@@ -374,12 +381,29 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 	return newGen, true, nil
 }
 
+// markSoldTimeout bounds how long a committed confirmation keeps trying to replace its
+// hold keys by the sold marker when Redis fails.
+const markSoldTimeout = 2 * time.Second
+
 // markSold replaces the hold keys of booked seats by the sold marker; ks are the
-// seats' script keys. The booking is committed whatever happens here: a failure is
-// logged, and the next confirm on those seats, or Resync, repairs the marker.
+// seats' script keys. The booking is committed whatever happens here, so a failing
+// Redis is retried for up to markSoldTimeout, even past the caller's context: until
+// it succeeds, the hold keys would still let their owner release or extend a hold that
+// is spent. A failure after that is logged; the next confirm on those seats, or Resync,
+// repairs the marker.
 func (e *Engine) markSold(ctx context.Context, showID string, ks, seats []string, tag string, id uuid.UUID) {
-	if err := lua.Sold.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{id.String()}, seats)...).Err(); err != nil {
-		e.log.WarnContext(ctx, "write sold markers", "show_id", showID, "booking_id", id, "error", err)
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markSoldTimeout)
+	defer cancel()
+	args := scriptArgs(tag, []any{id.String()}, seats)
+	for attempt := 1; ; attempt++ {
+		err := lua.Sold.Run(mctx, e.rdb, ks, args...).Err()
+		if err == nil {
+			return
+		}
+		if sleepJitter(mctx, attempt) != nil {
+			e.log.WarnContext(ctx, "write sold markers", "show_id", showID, "booking_id", id, "error", err)
+			return
+		}
 	}
 }
 

@@ -549,3 +549,33 @@ func TestCancelWithRedisDown(t *testing.T) {
 	}
 	v.hold("s1", time.Minute, "", "A1")
 }
+
+// TestConsumedHoldNeverRebooks: the sold-marker write after a commit failed, so the hold
+// keys outlived the booking; the booking is cancelled. The old hold is still "current"
+// in Redis, but its generation was consumed: confirming it again must not re-book the
+// seat (the counter-repair path must not re-issue it).
+func TestConsumedHoldNeverRebooks(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1")
+	h := v.hold("s1", time.Minute, "alice", "A1")
+	k := newKeys(v.cfg.KeyPrefix, "s1")
+	value := v.holdValue("s1", "A1")
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As if the post-commit marker write had failed: the hold key is still there.
+	v.rdb.Set(t.Context(), k.hold("A1"), value, time.Minute)
+	v.rdb.HDel(t.Context(), v.soldKey("s1", "A1"), "A1")
+	if err := v.e.Cancel(t.Context(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	if !errors.Is(err, ErrStaleGeneration) && !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("confirm of a consumed, cancelled hold: %v, want a refusal", err)
+	}
+	if n := v.bookings("s1"); n != 0 {
+		t.Fatalf("the consumed hold re-booked the seat: %d confirmed bookings", n)
+	}
+}

@@ -50,3 +50,10 @@ RETURNING cancelled_at;
 -- is written by BookingCreate).
 INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
 VALUES (@show_id, sqlc.narg(booking_id), @kind, @generation::bigint, @seat_ids::text[], @holder_id);
+
+-- name: BookingExistsByFingerprint :one
+-- BookingExistsByFingerprint tells whether a hold (its request fingerprint) has been
+-- turned into a booking already, cancelled or not.
+SELECT EXISTS (
+    SELECT 1 FROM bookings WHERE show_id = @show_id AND fingerprint = @fingerprint
+);

@@ -51,14 +51,17 @@ func TestMigrateUpDownStatus(t *testing.T) {
 	if code, text := step("up"); code != 0 || strings.Contains(text, "applied 0") {
 		t.Fatalf("second up: %d %q", code, text)
 	}
-	if code, text := step("status"); code != 0 || !strings.Contains(text, "applied  00001_schema.sql") {
+	if code, text := step("status"); code != 0 || !strings.Contains(text, "applied  00001_schema.sql") ||
+		!strings.Contains(text, "applied  00002_booking_fingerprint_index.sql") {
 		t.Fatalf("status after up: %d %q", code, text)
 	}
-	if code, text := step("down"); code != 0 || !strings.Contains(text, "rolled back 00001_schema.sql") {
+	// down rolls back the newest migration only.
+	if code, text := step("down"); code != 0 || !strings.Contains(text, "rolled back 00002_booking_fingerprint_index.sql") {
 		t.Fatalf("down: %d %q", code, text)
 	}
-	if code, _ := step("status"); code != exitPending {
-		t.Fatalf("status after down: %d", code)
+	if code, text := step("status"); code != exitPending || !strings.Contains(text, "applied  00001_schema.sql") ||
+		!strings.Contains(text, "pending  00002_booking_fingerprint_index.sql") {
+		t.Fatalf("status after down: %d %q", code, text)
 	}
 	if code, _ := step("sideways"); code != exitUsage {
 		t.Fatalf("unknown action: %d", code)
