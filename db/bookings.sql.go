@@ -33,13 +33,13 @@ func (q *Queries) BookingCancel(ctx context.Context, arg BookingCancelParams) (*
 
 const bookingCreate = `-- name: BookingCreate :one
 WITH booking AS (
-    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint)
-    VALUES ($1, $2, $3::bigint, $4, $5, $6)
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
+    VALUES ($1, $2, $3::bigint, $4, $5, $6, $7)
     RETURNING show_id, booking_id, confirmed_at
 ), booked_seats AS (
     INSERT INTO booking_seats (show_id, booking_id, seat_id)
     SELECT booking.show_id, booking.booking_id, s
-    FROM booking, unnest($7::text[]) AS s
+    FROM booking, unnest($8::text[]) AS s
     RETURNING show_id, booking_id, seat_id
 ), claims AS (
     INSERT INTO seat_claims (show_id, seat_id, booking_id, generation)
@@ -49,11 +49,16 @@ WITH booking AS (
     RETURNING seat_id
 ), event AS (
     INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
-    SELECT show_id, booking_id, 'confirmed', $3::bigint, $7::text[], $4
+    SELECT show_id, booking_id, 'confirmed', $3::bigint, $8::text[], $4
     FROM booking
     RETURNING event_id
+), marker AS (
+    INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
+    SELECT show_id, $3::bigint, true, $8::text[]
+    FROM booking
+    RETURNING seq
 )
-SELECT confirmed_at FROM booking
+SELECT booking.confirmed_at, marker.seq AS marker_seq FROM booking, marker
 `
 
 type BookingCreateParams struct {
@@ -63,13 +68,21 @@ type BookingCreateParams struct {
 	HolderID       string
 	IdempotencyKey pgtype.Text
 	Fingerprint    []byte
+	HoldHash       []byte
 	SeatIds        []string
+}
+
+type BookingCreateRow struct {
+	ConfirmedAt time.Time
+	MarkerSeq   int64
 }
 
 // BookingCreate records a confirmed booking in one statement: the booking, its seats,
 // the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
-// the "confirmed" event. Run it after SeatFencesAdvance accepted every seat.
-func (q *Queries) BookingCreate(ctx context.Context, arg BookingCreateParams) (time.Time, error) {
+// the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after
+// SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
+// violation on bookings_hold_unique.
+func (q *Queries) BookingCreate(ctx context.Context, arg BookingCreateParams) (BookingCreateRow, error) {
 	row := q.db.QueryRow(ctx, bookingCreate,
 		arg.ShowID,
 		arg.BookingID,
@@ -77,11 +90,12 @@ func (q *Queries) BookingCreate(ctx context.Context, arg BookingCreateParams) (t
 		arg.HolderID,
 		arg.IdempotencyKey,
 		arg.Fingerprint,
+		arg.HoldHash,
 		arg.SeatIds,
 	)
-	var confirmed_at time.Time
-	err := row.Scan(&confirmed_at)
-	return confirmed_at, err
+	var i BookingCreateRow
+	err := row.Scan(&i.ConfirmedAt, &i.MarkerSeq)
+	return i, err
 }
 
 const bookingEventInsert = `-- name: BookingEventInsert :exec
@@ -112,32 +126,43 @@ func (q *Queries) BookingEventInsert(ctx context.Context, arg BookingEventInsert
 	return err
 }
 
-const bookingExistsByFingerprint = `-- name: BookingExistsByFingerprint :one
-SELECT EXISTS (
-    SELECT 1 FROM bookings WHERE show_id = $1 AND fingerprint = $2
-)
-`
-
-type BookingExistsByFingerprintParams struct {
-	ShowID      string
-	Fingerprint []byte
-}
-
-// BookingExistsByFingerprint tells whether a hold (its request fingerprint) has been
-// turned into a booking already, cancelled or not.
-func (q *Queries) BookingExistsByFingerprint(ctx context.Context, arg BookingExistsByFingerprintParams) (bool, error) {
-	row := q.db.QueryRow(ctx, bookingExistsByFingerprint, arg.ShowID, arg.Fingerprint)
-	var exists bool
-	err := row.Scan(&exists)
-	return exists, err
-}
-
 const bookingGet = `-- name: BookingGet :one
 SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details WHERE booking_id = $1
 `
 
 func (q *Queries) BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingDetail, error) {
 	row := q.db.QueryRow(ctx, bookingGet, bookingID)
+	var i BookingDetail
+	err := row.Scan(
+		&i.ShowID,
+		&i.BookingID,
+		&i.Generation,
+		&i.HolderID,
+		&i.Fingerprint,
+		&i.Status,
+		&i.ConfirmedAt,
+		&i.CancelledAt,
+		&i.SeatIds,
+	)
+	return i, err
+}
+
+const bookingGetByHold = `-- name: BookingGetByHold :one
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details
+WHERE booking_id = (
+    SELECT b.booking_id FROM bookings b WHERE b.show_id = $1 AND b.hold_hash = $2
+)
+`
+
+type BookingGetByHoldParams struct {
+	ShowID   string
+	HoldHash []byte
+}
+
+// BookingGetByHold finds the booking a hold (its hold_hash) made, cancelled or not: a
+// hold makes at most one.
+func (q *Queries) BookingGetByHold(ctx context.Context, arg BookingGetByHoldParams) (BookingDetail, error) {
+	row := q.db.QueryRow(ctx, bookingGetByHold, arg.ShowID, arg.HoldHash)
 	var i BookingDetail
 	err := row.Scan(
 		&i.ShowID,

@@ -21,6 +21,7 @@ type Booking struct {
 	Status         string
 	ConfirmedAt    time.Time
 	CancelledAt    *time.Time
+	HoldHash       []byte
 }
 
 type BookingDetail struct {
@@ -52,17 +53,27 @@ type BookingSeat struct {
 	SeatID    string
 }
 
+type MarkerOutbox struct {
+	ShowID     string
+	Seq        int64
+	Generation int64
+	Sold       bool
+	SeatIds    []string
+	CreatedAt  time.Time
+}
+
 type Seat struct {
 	ShowID string
 	SeatID string
 }
 
 type SeatClaim struct {
-	ShowID     string
-	SeatID     string
-	BookingID  uuid.UUID
-	Generation int64
-	ClaimedAt  time.Time
+	ShowID        string
+	SeatID        string
+	BookingID     uuid.UUID
+	Generation    int64
+	ClaimedAt     time.Time
+	BookingStatus string
 }
 
 type SeatFence struct {

@@ -20,17 +20,29 @@ type Querier interface {
 	BookingCancel(ctx context.Context, arg BookingCancelParams) (*time.Time, error)
 	// BookingCreate records a confirmed booking in one statement: the booking, its seats,
 	// the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
-	// the "confirmed" event. Run it after SeatFencesAdvance accepted every seat.
-	BookingCreate(ctx context.Context, arg BookingCreateParams) (time.Time, error)
+	// the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after
+	// SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
+	// violation on bookings_hold_unique.
+	BookingCreate(ctx context.Context, arg BookingCreateParams) (BookingCreateRow, error)
 	// BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
 	// is written by BookingCreate).
 	BookingEventInsert(ctx context.Context, arg BookingEventInsertParams) error
-	// BookingExistsByFingerprint tells whether a hold (its request fingerprint) has been
-	// turned into a booking already, cancelled or not.
-	BookingExistsByFingerprint(ctx context.Context, arg BookingExistsByFingerprintParams) (bool, error)
 	BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingDetail, error)
+	// BookingGetByHold finds the booking a hold (its hold_hash) made, cancelled or not: a
+	// hold makes at most one.
+	BookingGetByHold(ctx context.Context, arg BookingGetByHoldParams) (BookingDetail, error)
 	BookingGetByIdempotencyKey(ctx context.Context, arg BookingGetByIdempotencyKeyParams) (BookingDetail, error)
 	BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) (BookingGetForUpdateRow, error)
+	// MarkerOutboxDelete drops rows whose marker writes Redis has.
+	MarkerOutboxDelete(ctx context.Context, arg MarkerOutboxDeleteParams) (int64, error)
+	// MarkerOutboxInsert records, inside a cancellation's transaction, the marker write it
+	// owes Redis.
+	MarkerOutboxInsert(ctx context.Context, arg MarkerOutboxInsertParams) (int64, error)
+	// MarkerOutboxListDue locks the oldest rows that have waited at least @min_age_seconds, for
+	// one engine to apply while the others skip them.
+	MarkerOutboxListDue(ctx context.Context, arg MarkerOutboxListDueParams) ([]MarkerOutboxListDueRow, error)
+	// MarkerOutboxPending counts the rows not yet applied, and the age of the oldest.
+	MarkerOutboxPending(ctx context.Context) (MarkerOutboxPendingRow, error)
 	SeatClaimListBySeats(ctx context.Context, arg SeatClaimListBySeatsParams) ([]SeatClaimListBySeatsRow, error)
 	SeatClaimListByShow(ctx context.Context, showID string) ([]SeatClaimListByShowRow, error)
 	SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsDeleteByBookingParams) (int64, error)
@@ -42,6 +54,11 @@ type Querier interface {
 	// missing from the result refused the generation (it has seen it or a larger one).
 	SeatFencesAdvance(ctx context.Context, arg SeatFencesAdvanceParams) ([]string, error)
 	SeatListByShow(ctx context.Context, showID string) ([]string, error)
+	// SeatMarkListByShow is what Redis's sold markers must say, for one page of a show's
+	// seats after @after (in seat order): every seat a confirmation ever reached, with its
+	// fence and whether it is claimed now (sold by the booking of that generation) or not
+	// (that booking was cancelled). Seats never booked have no marker.
+	SeatMarkListByShow(ctx context.Context, arg SeatMarkListByShowParams) ([]SeatMarkListByShowRow, error)
 	// SeatsInsert adds a show's inventory and a zero fence for each seat.
 	SeatsInsert(ctx context.Context, arg SeatsInsertParams) error
 	ShowExists(ctx context.Context, showID string) (bool, error)

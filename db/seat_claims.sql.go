@@ -12,7 +12,7 @@ import (
 )
 
 const seatClaimListBySeats = `-- name: SeatClaimListBySeats :many
-SELECT seat_id, booking_id FROM seat_claims
+SELECT seat_id, booking_id, generation FROM seat_claims
 WHERE show_id = $1 AND seat_id = ANY($2::text[])
 ORDER BY seat_id
 `
@@ -23,8 +23,9 @@ type SeatClaimListBySeatsParams struct {
 }
 
 type SeatClaimListBySeatsRow struct {
-	SeatID    string
-	BookingID uuid.UUID
+	SeatID     string
+	BookingID  uuid.UUID
+	Generation int64
 }
 
 func (q *Queries) SeatClaimListBySeats(ctx context.Context, arg SeatClaimListBySeatsParams) ([]SeatClaimListBySeatsRow, error) {
@@ -36,7 +37,7 @@ func (q *Queries) SeatClaimListBySeats(ctx context.Context, arg SeatClaimListByS
 	items := []SeatClaimListBySeatsRow{}
 	for rows.Next() {
 		var i SeatClaimListBySeatsRow
-		if err := rows.Scan(&i.SeatID, &i.BookingID); err != nil {
+		if err := rows.Scan(&i.SeatID, &i.BookingID, &i.Generation); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -48,12 +49,13 @@ func (q *Queries) SeatClaimListBySeats(ctx context.Context, arg SeatClaimListByS
 }
 
 const seatClaimListByShow = `-- name: SeatClaimListByShow :many
-SELECT seat_id, booking_id FROM seat_claims WHERE show_id = $1 ORDER BY seat_id
+SELECT seat_id, booking_id, generation FROM seat_claims WHERE show_id = $1 ORDER BY seat_id
 `
 
 type SeatClaimListByShowRow struct {
-	SeatID    string
-	BookingID uuid.UUID
+	SeatID     string
+	BookingID  uuid.UUID
+	Generation int64
 }
 
 func (q *Queries) SeatClaimListByShow(ctx context.Context, showID string) ([]SeatClaimListByShowRow, error) {
@@ -65,7 +67,7 @@ func (q *Queries) SeatClaimListByShow(ctx context.Context, showID string) ([]Sea
 	items := []SeatClaimListByShowRow{}
 	for rows.Next() {
 		var i SeatClaimListByShowRow
-		if err := rows.Scan(&i.SeatID, &i.BookingID); err != nil {
+		if err := rows.Scan(&i.SeatID, &i.BookingID, &i.Generation); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

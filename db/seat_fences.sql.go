@@ -75,3 +75,48 @@ func (q *Queries) SeatFencesAdvance(ctx context.Context, arg SeatFencesAdvancePa
 	}
 	return items, nil
 }
+
+const seatMarkListByShow = `-- name: SeatMarkListByShow :many
+SELECT f.seat_id, f.generation, (c.seat_id IS NOT NULL)::bool AS claimed
+FROM seat_fences f
+LEFT JOIN seat_claims c ON c.show_id = f.show_id AND c.seat_id = f.seat_id
+WHERE f.show_id = $1 AND f.seat_id > $2::text AND f.generation > 0
+ORDER BY f.seat_id
+LIMIT $3::int
+`
+
+type SeatMarkListByShowParams struct {
+	ShowID  string
+	After   string
+	MaxRows int32
+}
+
+type SeatMarkListByShowRow struct {
+	SeatID     string
+	Generation int64
+	Claimed    bool
+}
+
+// SeatMarkListByShow is what Redis's sold markers must say, for one page of a show's
+// seats after @after (in seat order): every seat a confirmation ever reached, with its
+// fence and whether it is claimed now (sold by the booking of that generation) or not
+// (that booking was cancelled). Seats never booked have no marker.
+func (q *Queries) SeatMarkListByShow(ctx context.Context, arg SeatMarkListByShowParams) ([]SeatMarkListByShowRow, error) {
+	rows, err := q.db.Query(ctx, seatMarkListByShow, arg.ShowID, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SeatMarkListByShowRow{}
+	for rows.Next() {
+		var i SeatMarkListByShowRow
+		if err := rows.Scan(&i.SeatID, &i.Generation, &i.Claimed); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -19,6 +19,7 @@ func benchEnv(b *testing.B, shows, seatsPerShow int) (*Engine, []string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(e.Close)
 	seats := make([]string, seatsPerShow)
 	for i := range seats {
 		seats[i] = fmt.Sprintf("R%03dS%03d", i/100, i%100)

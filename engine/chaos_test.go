@@ -232,7 +232,7 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 	if err := e.Resync(ctx, w.show); err != nil {
 		t.Fatalf("resync: %v", err)
 	}
-	if got, want := v.soldMarkers(w.show), v.claims(w.show); !maps.Equal(got, want) {
+	if got, want := v.soldMarkers(w.show), v.claimMarks(w.show); !maps.Equal(got, want) {
 		t.Errorf("sold markers after Resync %v, claims %v", got, want)
 	}
 	t.Logf("ops %d, holds %d, confirms %d, refusals %d, unavailable %d, bookings %d, violations 0 if no error above",

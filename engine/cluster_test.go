@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,7 +61,8 @@ func TestRedisCluster(t *testing.T) {
 		if err := v.e.Release(ctx, r); err != nil {
 			t.Fatalf("%s: release: %v", s, err)
 		}
-		sold[s] = map[string]string{"S000": b.ID.String(), "S001": b.ID.String(), "S002": b.ID.String()}
+		g := strconv.FormatInt(b.Generation, 10)
+		sold[s] = map[string]string{"S000": g, "S001": g, "S002": g}
 		if got := v.soldMarkers(s); !maps.Equal(got, sold[s]) {
 			t.Fatalf("%s: markers %v", s, got)
 		}
@@ -104,7 +106,7 @@ func TestRedisCluster(t *testing.T) {
 		if err := v.e.Resync(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := v.soldMarkers(s), v.claims(s); !maps.Equal(got, want) {
+		if got, want := v.soldMarkers(s), v.claimMarks(s); !maps.Equal(got, want) {
 			t.Fatalf("%s: markers %v, claims %v", s, got, want)
 		}
 	}
@@ -188,7 +190,7 @@ func TestRedisClusterFailoverToStaleReplica(t *testing.T) {
 	if err := v.e.Resync(ctx, "fo"); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := v.soldMarkers("fo"), v.claims("fo"); !maps.Equal(got, want) {
+	if got, want := v.soldMarkers("fo"), v.claimMarks("fo"); !maps.Equal(got, want) {
 		t.Fatalf("markers %v, claims %v", got, want)
 	}
 }

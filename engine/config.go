@@ -46,6 +46,23 @@ type Config struct {
 	// them. Defaults to a logger that discards everything.
 	Logger *slog.Logger
 
+	// MarkerRepairInterval is how often the engine looks in PostgreSQL for sold-marker
+	// writes that a confirmation or cancellation committed but could not make in Redis
+	// (Redis down or refusing writes, a process that died after COMMIT), and makes them.
+	// A marker is repaired within markerRepairAge plus this interval of Redis taking
+	// writes again. Defaults to 250 milliseconds.
+	MarkerRepairInterval time.Duration
+
+	// MaxCachedShows bounds how many shows' inventories the engine keeps in memory; past
+	// it, the least recently loaded are dropped (and loaded again when used). Defaults
+	// to 10,000.
+	MaxCachedShows int
+
+	// UnknownShowTTL is how long the engine remembers that a show id does not exist, so
+	// that requests for unknown shows do not each cost a PostgreSQL query. Creating the
+	// show through this engine forgets it at once. Defaults to 2 seconds.
+	UnknownShowTTL time.Duration
+
 	// Registerer receives the engine's Prometheus metrics (holdfast_*). Defaults to nil:
 	// metrics are kept but registered nowhere.
 	Registerer prometheus.Registerer
@@ -61,6 +78,9 @@ const (
 	defaultMaxSeatsPerShow   = 100_000
 	defaultLockTimeout       = 2 * time.Second
 	defaultStatementTimeout  = 5 * time.Second
+	defaultMarkerRepair      = 250 * time.Millisecond
+	defaultMaxCachedShows    = 10_000
+	defaultUnknownShowTTL    = 2 * time.Second
 
 	// minHoldTTL is the shortest hold Redis can keep: PX takes whole milliseconds.
 	minHoldTTL = time.Millisecond
@@ -92,6 +112,8 @@ func (cfg *Config) withDefaults() (Config, error) {
 		{"Config.MaxHoldAge", &c.MaxHoldAge, defaultMaxHoldAge},
 		{"Config.LockTimeout", &c.LockTimeout, defaultLockTimeout},
 		{"Config.StatementTimeout", &c.StatementTimeout, defaultStatementTimeout},
+		{"Config.MarkerRepairInterval", &c.MarkerRepairInterval, defaultMarkerRepair},
+		{"Config.UnknownShowTTL", &c.UnknownShowTTL, defaultUnknownShowTTL},
 	}
 	for _, d := range durations {
 		if *d.v == 0 {
@@ -116,6 +138,7 @@ func (cfg *Config) withDefaults() (Config, error) {
 		{"Config.MaxSeatsPerHold", &c.MaxSeatsPerHold, defaultMaxSeatsPerHold, maxSeatsLimit},
 		{"Config.MaxSeatsPerHolder", &c.MaxSeatsPerHolder, defaultMaxSeatsPerHolder, maxSeatsLimit},
 		{"Config.MaxSeatsPerShow", &c.MaxSeatsPerShow, defaultMaxSeatsPerShow, 1_000_000},
+		{"Config.MaxCachedShows", &c.MaxCachedShows, defaultMaxCachedShows, 10_000_000},
 	}
 	for _, n := range counts {
 		if *n.v == 0 {

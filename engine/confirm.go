@@ -20,6 +20,7 @@ var (
 	errStale            = errors.New("fence refused the generation")
 	errSeatClaimed      = errors.New("a seat is claimed already")
 	errKeyConflict      = errors.New("idempotency key used already")
+	errSpent            = errors.New("the hold made a booking already")
 	errLostBeforeCommit = errors.New("hold lost before commit")
 )
 
@@ -33,7 +34,9 @@ const resolveTimeout = 5 * time.Second
 // Confirm turns a current hold into a booking, in one PostgreSQL transaction that
 // advances each seat's fence (only for a strictly larger generation) and claims the
 // seats. The hold is checked in Redis before the transaction and again just before
-// COMMIT; after the commit its keys are replaced by the sold marker.
+// COMMIT; after the commit its keys are replaced by the sold marker. A hold makes at most
+// one booking, ever: confirming it again (other seats, another generation, after the
+// booking was cancelled) is refused with a [*HoldSpentError].
 //
 // Refusals: ErrHoldLost (the hold is not current), ErrStaleGeneration (the database has
 // accepted this generation or a larger one for a seat), ErrSeatsUnavailable (a seat is
@@ -60,7 +63,8 @@ type confirmation struct {
 	tag   string
 	h     Hold
 	key   string
-	fp    []byte
+	fp    []byte // the request's fingerprint, for its idempotency key
+	hold  []byte // the hold's hash: one booking per hold
 
 	conn *pgxpool.Conn // nil until taken and once released
 	q    *db.Queries   // on conn
@@ -92,20 +96,25 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		return Booking{}, err
 	}
 	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
-		fp: fingerprint(sh.id, seats, h.Token, h.Generation)}
+		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token)}
 
 	notCurrent := func() (Booking, error) {
 		// A retry whose first call succeeded finds the hold replaced by the sold marker.
 		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 			return b, err
 		}
+		if err := e.spent(ctx, c, ErrHoldLost); err != nil {
+			return Booking{}, err
+		}
 		return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
 	}
-	current, err := e.verify(ctx, c, h.Generation)
+	// The hold's generation now: the one presented, or the one Redis re-issued it when
+	// an earlier confirmation of it found the counter behind the database.
+	gen, err := e.verify(ctx, c, h.Generation)
 	if err != nil {
 		return Booking{}, err
 	}
-	if !current {
+	if gen == 0 {
 		return notCurrent()
 	}
 	// Every query from here runs on one connection, so a confirmation never waits for
@@ -121,10 +130,10 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	c.conn, c.q = conn, db.New(conn)
 	defer c.release()
 	if time.Since(waitStart) > recheckAfterWait {
-		if current, err = e.verify(ctx, c, h.Generation); err != nil {
+		if gen, err = e.verify(ctx, c, gen); err != nil {
 			return Booking{}, err
 		}
-		if !current {
+		if gen == 0 {
 			c.release()
 			return notCurrent()
 		}
@@ -133,15 +142,14 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		e.hooks.beforeWrite(ctx)
 	}
 
-	gen := h.Generation
 	regenerated := false
 	for {
 		id := uuid.New()
-		at, err := e.confirmTx(ctx, c, gen, id)
+		at, seq, err := e.confirmTx(ctx, c, gen, id)
 		switch {
 		case err == nil:
 			c.release() // the booking is committed: free the connection before Redis
-			e.markSold(ctx, sh.id, c.ks, c.seats, c.tag, id)
+			_ = e.afterCommit(ctx, sh, c.seats, gen, true, seq, markSoldTimeout)
 			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 			return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: h.HolderID,
 				Status: BookingConfirmed, ConfirmedAt: at}, nil
@@ -151,17 +159,15 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
 				return b, err
 			}
-			consumed, err := c.db(e).BookingExistsByFingerprint(ctx, db.BookingExistsByFingerprintParams{ShowID: sh.id, Fingerprint: c.fp})
-			if err != nil {
-				return Booking{}, e.pgErr(err)
+			// A hold that made a booking is spent, whatever generation it presents now
+			// (its keys can outlive the booking until its sold markers are written).
+			if err := e.spent(ctx, c, ErrStaleGeneration); err != nil {
+				return Booking{}, err
 			}
-			if !regenerated && !consumed {
+			if !regenerated {
 				// The hold may still be current while the database has seen its
 				// generation: Redis lost data and its counter went backwards. Raise the
 				// counter above the database's high-water mark, re-issue, try again.
-				// Never for a hold that already made a booking (its keys can outlive
-				// the booking when the post-commit marker write failed): its generation
-				// is spent, even if that booking was cancelled since.
 				newGen, ok, err := e.regenerate(ctx, c, gen)
 				if err != nil {
 					return Booking{}, err
@@ -182,6 +188,15 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			e.event(ctx, c.db(e), sh.id, "refused_taken", gen, seats, h.HolderID)
 			return Booking{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
 
+		case errors.Is(err, errSpent):
+			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+				return b, err
+			}
+			if err := e.spent(ctx, c, ErrStaleGeneration); err != nil {
+				return Booking{}, err
+			}
+			return Booking{}, fmt.Errorf("%w: the hold made a booking already", ErrStaleGeneration)
+
 		case errors.Is(err, errKeyConflict):
 			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
 				return b, err
@@ -201,69 +216,79 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	}
 }
 
+// committed is what a confirmation transaction wrote: when, and its marker_outbox row.
+type committed struct {
+	at  time.Time
+	seq int64
+}
+
 // confirmTx runs the confirmation transaction, retried whole on 40001 and 40P01; a
-// PostgreSQL error left after the retries is ErrUnavailable.
-func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, error) {
-	at, err := retryTx(ctx, func() (time.Time, error) { return e.confirmOnce(ctx, c, gen, id) })
+// PostgreSQL error left after the retries is ErrUnavailable. It returns the booking's
+// time and its marker_outbox row.
+func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, int64, error) {
+	r, err := retryTx(ctx, func() (committed, error) { return e.confirmOnce(ctx, c, gen, id) })
 	if err != nil && !errors.Is(err, ErrUnavailable) && pgCode(err) != "" {
 		err = unavailable("postgres", err)
 	}
-	return at, err
+	return r.at, r.seq, err
 }
 
-// confirmOnce is the transaction: fence, booking with its claims and event, the second
-// Redis check, COMMIT.
-func (e *Engine) confirmOnce(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, error) {
+// confirmOnce is the transaction: fence, booking with its claims, event and marker
+// row, the second Redis check, COMMIT.
+func (e *Engine) confirmOnce(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (committed, error) {
 	tx, err := c.conn.BeginTx(ctx, e.txOptions())
 	if err != nil {
-		return time.Time{}, unavailable("postgres", err)
+		return committed{}, unavailable("postgres", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	q := c.q.WithTx(tx)
 
 	advanced, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: c.sh.id, SeatIds: c.seats, Generation: gen})
 	if err != nil {
-		return time.Time{}, e.txErr(err)
+		return committed{}, e.txErr(err)
 	}
 	if len(advanced) != len(c.seats) {
-		return time.Time{}, errStale
+		return committed{}, errStale
 	}
 	params := db.BookingCreateParams{ShowID: c.sh.id, BookingID: id, Generation: gen, HolderID: c.h.HolderID,
-		Fingerprint: c.fp, SeatIds: c.seats}
+		Fingerprint: c.fp, HoldHash: c.hold, SeatIds: c.seats}
 	if c.key != "" {
 		params.IdempotencyKey.String, params.IdempotencyKey.Valid = c.key, true
 	}
-	at, err := q.BookingCreate(ctx, params)
+	row, err := q.BookingCreate(ctx, params)
 	if err != nil {
 		if cerr := claimErr(err); cerr != nil {
-			return time.Time{}, cerr
+			return committed{}, cerr
 		}
-		return time.Time{}, e.txErr(err)
+		return committed{}, e.txErr(err)
 	}
+	r := committed{at: row.ConfirmedAt, seq: row.MarkerSeq}
 	if e.hooks.beforeCommit != nil {
 		e.hooks.beforeCommit(ctx)
 	}
-	current, err := e.verify(ctx, c, gen)
+	cur, err := e.verify(ctx, c, gen)
 	if err != nil {
-		return time.Time{}, err
+		return committed{}, err
 	}
-	if !current {
-		return time.Time{}, errLostBeforeCommit
+	if cur != gen {
+		return committed{}, errLostBeforeCommit
 	}
 	pid := tx.Conn().PgConn().PID()
 	if err := tx.Commit(ctx); err != nil {
 		if pgCode(err) != "" {
 			// The server answered: the transaction did not commit.
-			return time.Time{}, e.txErr(err)
+			return committed{}, e.txErr(err)
 		}
 		c.release() // the connection is gone; settle the outcome on another
-		return e.resolveCommit(ctx, pid, id, err)
+		r.at, err = e.resolveCommit(ctx, pid, id, err)
+		return r, err
 	}
-	return at, nil
+	return r, nil
 }
 
 // claimErr maps the unique violations of BookingCreate: a seat claimed already
-// (errSeatClaimed), an idempotency key used already (errKeyConflict); nil otherwise.
+// (errSeatClaimed), an idempotency key used already (errKeyConflict), a hold that made a
+// booking already (errSpent); nil otherwise.
 func claimErr(err error) error {
 	if pgCode(err) != "23505" {
 		return nil
@@ -273,6 +298,8 @@ func claimErr(err error) error {
 		return errSeatClaimed
 	case "bookings_idempotency_key_unique":
 		return errKeyConflict
+	case "bookings_hold_unique":
+		return errSpent
 	}
 	return nil
 }
@@ -321,14 +348,32 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 	}
 }
 
-// verify reports whether the hold is current in Redis: every seat holds its token and
-// this generation.
-func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (bool, error) {
+// verify returns the hold's current generation in Redis — gen, or the generation
+// regen.lua re-issued a hold that had gen — when every seat still holds its token, and
+// 0 when the hold is not current.
+func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64, error) {
 	n, err := lua.Verify.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64()
 	if err != nil {
-		return false, e.redisErr(err)
+		return 0, e.redisErr(err)
 	}
-	return n == 1, nil
+	return n, nil
+}
+
+// spent returns a [*HoldSpentError] matching sentinel when the hold made a booking
+// already, nil when it did not.
+func (e *Engine) spent(ctx context.Context, c *confirmation, sentinel error) error {
+	row, err := c.db(e).BookingGetByHold(ctx, db.BookingGetByHoldParams{ShowID: c.sh.id, HoldHash: c.hold})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return e.pgErr(err)
+	}
+	se := &HoldSpentError{ShowID: c.sh.id, err: sentinel}
+	if subtle.ConstantTimeCompare([]byte(row.HolderID), []byte(c.h.HolderID)) == 1 {
+		se.BookingID = row.BookingID
+	}
+	return se
 }
 
 // replay looks up the booking an earlier call with the same idempotency key created.
@@ -353,7 +398,9 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 	b := bookingFromRow(row)
 	b.Replayed = true
 	if remark && b.Status == BookingConfirmed {
-		e.markSold(ctx, c.sh.id, c.ks, c.seats, c.tag, b.ID) // same fingerprint: same seats
+		// The first call may have lost its markers; they only move forward, so this
+		// cannot undo a cancellation that came since.
+		_ = e.markBooking(ctx, c.sh, b.SeatIDs, b.Generation, true)
 	}
 	return b, true, nil
 }
@@ -381,46 +428,24 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 	return newGen, true, nil
 }
 
-// markSoldTimeout bounds how long a committed confirmation keeps trying to replace its
-// hold keys by the sold marker when Redis fails.
-const markSoldTimeout = 2 * time.Second
-
-// markSold replaces the hold keys of booked seats by the sold marker; ks are the
-// seats' script keys. The booking is committed whatever happens here, so a failing
-// Redis is retried for up to markSoldTimeout, even past the caller's context: until
-// it succeeds, the hold keys would still let their owner release or extend a hold that
-// is spent. A failure after that is logged; the next confirm on those seats, or Resync,
-// repairs the marker.
-func (e *Engine) markSold(ctx context.Context, showID string, ks, seats []string, tag string, id uuid.UUID) {
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markSoldTimeout)
-	defer cancel()
-	args := scriptArgs(tag, []any{id.String()}, seats)
-	for attempt := 1; ; attempt++ {
-		err := lua.Sold.Run(mctx, e.rdb, ks, args...).Err()
-		if err == nil {
-			return
-		}
-		if sleepJitter(mctx, attempt) != nil {
-			e.log.WarnContext(ctx, "write sold markers", "show_id", showID, "booking_id", id, "error", err)
-			return
-		}
-	}
-}
-
-// repairMarkers writes the sold marker of the requested seats the database says are
+// repairMarkers writes the sold markers of the requested seats the database says are
 // claimed, and returns those seats (all requested seats when the claim is gone by now).
+// Markers only move forward, so a cancellation committed after the read is not undone.
 func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
 	claims, err := c.db(e).SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.seats})
 	if err != nil || len(claims) == 0 {
 		return c.seats
 	}
+	if e.hooks.repairRead != nil {
+		e.hooks.repairRead(ctx)
+	}
 	taken := make([]string, len(claims))
+	marks := make([]string, len(claims))
 	for i, cl := range claims {
-		taken[i] = cl.SeatID
-		seat := []string{cl.SeatID}
-		if ks, err := c.sh.scriptKeys("", seat); err == nil {
-			e.markSold(ctx, c.sh.id, ks, seat, "", cl.BookingID)
-		}
+		taken[i], marks[i] = cl.SeatID, marker(cl.Generation, true)
+	}
+	if _, _, err := e.writeMarkers(ctx, c.sh, taken, marks, "-"); err != nil {
+		e.log.WarnContext(ctx, "repair sold markers", "show_id", c.sh.id, "error", err)
 	}
 	e.m.markerRepairs.Add(float64(len(claims)))
 	e.event(ctx, c.db(e), c.sh.id, "marker_repaired", c.h.Generation, taken, c.h.HolderID)

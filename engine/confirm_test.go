@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestConfirmBooksAndMarksSold(t *testing.T) {
 		t.Fatalf("Booking(id) = %+v, %v", got, err)
 	}
 	// The hold keys are replaced by the sold marker: a new hold is refused at once.
-	if v.holdValue("s1", "A1") != "" || v.soldMarkers("s1")["A1"] != b.ID.String() {
+	if v.holdValue("s1", "A1") != "" || v.soldMarkers("s1")["A1"] != strconv.FormatInt(b.Generation, 10) {
 		t.Fatalf("after confirm: hold %q, markers %v", v.holdValue("s1", "A1"), v.soldMarkers("s1"))
 	}
 	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{"A3", "A1"}}); !errors.Is(err, ErrSeatsUnavailable) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // The errors the engine returns. Match them with [errors.Is]; they may be wrapped.
@@ -80,3 +82,25 @@ func unavailable(backend string, err error) error {
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, backend, err)
 }
+
+// HoldSpentError reports a confirmation of a hold that made a booking already: a hold
+// makes at most one booking, ever, whatever seats or generation it presents, even after
+// that booking was cancelled. It matches [ErrStaleGeneration] when the database refused
+// the hold, or [ErrHoldLost] when Redis no longer had it.
+type HoldSpentError struct {
+	ShowID string
+	// BookingID is the booking the hold made, when the caller is its holder (zero
+	// otherwise).
+	BookingID uuid.UUID
+	err       error
+}
+
+func (e *HoldSpentError) Error() string {
+	if e.BookingID != uuid.Nil {
+		return fmt.Sprintf("%v: the hold made booking %s already", e.err, e.BookingID)
+	}
+	return fmt.Sprintf("%v: the hold made a booking already", e.err)
+}
+
+// Unwrap returns the sentinel it matches.
+func (e *HoldSpentError) Unwrap() error { return e.err }

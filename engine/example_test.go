@@ -24,7 +24,7 @@ func exampleEngine(ctx context.Context) (*engine.Engine, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return e, func() { rdb.Close(); _ = drop() }, nil
+	return e, func() { e.Close(); rdb.Close(); _ = drop() }, nil
 }
 
 // The whole flow: a show, a hold, a refusal, a confirmation, an idempotent retry and

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +42,7 @@ func newEnvWith(t *testing.T, pool *pgxpool.Pool, rdb redis.UniversalClient, twe
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(e.Close)
 	return &env{t: t, e: e, pool: pool, rdb: rdb, cfg: e.cfg}
 }
 
@@ -53,6 +54,7 @@ func (v *env) twin() *Engine {
 	if err != nil {
 		v.t.Fatal(err)
 	}
+	v.t.Cleanup(e.Close)
 	return e
 }
 
@@ -148,7 +150,8 @@ func (v *env) counter(show string) int64 {
 	return n
 }
 
-// soldMarkers is Redis's seat -> booking id map of a show, across its buckets.
+// soldMarkers is Redis's seat -> generation map of a show's sold seats, across its
+// buckets (tombstones of cancelled bookings left out).
 func (v *env) soldMarkers(show string) map[string]string {
 	v.t.Helper()
 	sh, err := v.e.show(context.Background(), show)
@@ -161,7 +164,11 @@ func (v *env) soldMarkers(show string) map[string]string {
 		if err != nil {
 			v.t.Fatalf("HGETALL: %v", err)
 		}
-		maps.Copy(all, m)
+		for s, g := range m {
+			if !strings.HasPrefix(g, "-") {
+				all[s] = g
+			}
+		}
 	}
 	return all
 }
@@ -186,6 +193,21 @@ func (v *env) claims(show string) map[string]string {
 	m := map[string]string{}
 	for _, r := range rows {
 		m[r.SeatID] = r.BookingID.String()
+	}
+	return m
+}
+
+// claimMarks is what Redis's sold markers must say by the database: its seat ->
+// generation map of a show's claimed seats.
+func (v *env) claimMarks(show string) map[string]string {
+	v.t.Helper()
+	rows, err := v.e.q.SeatClaimListByShow(v.t.Context(), show)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, r := range rows {
+		m[r.SeatID] = strconv.FormatInt(r.Generation, 10)
 	}
 	return m
 }

@@ -3,8 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/holdfast/holdfast/internal/lua"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/lua"
 )
 
 // Hold holds every requested seat under one new token, or none: when any seat is held by
@@ -79,7 +80,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 				return Hold{}, fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
 			}
 			_, err, shared := e.resyncs.Do(sh.id, func() (any, error) {
-				return nil, e.resync(ctx, sh, "merge")
+				return nil, e.resync(ctx, sh)
 			})
 			if err != nil {
 				return Hold{}, err

@@ -3,13 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/holdfast/holdfast/internal/lua"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/lua"
 )
 
 func TestHoldOneSeatManyClients(t *testing.T) {

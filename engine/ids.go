@@ -169,3 +169,10 @@ func (k keys) gen() string               { return k.base + "gen" }
 func (k keys) sold(bucket int) string    { return k.base + "sold:" + strconv.Itoa(bucket) }
 func (k keys) hold(seatID string) string { return k.base + "hold:" + seatID }
 func (k keys) holder(tag string) string  { return k.base + "holder:" + tag }
+
+// holdHash identifies a hold in the database without its secret: SHA-256 over the show
+// and the token. A hold makes at most one booking (bookings_hold_unique).
+func holdHash(showID, token string) []byte {
+	sum := sha256.Sum256([]byte("holdfast-hold-v1\x00" + showID + "\x00" + token))
+	return sum[:]
+}

@@ -16,6 +16,7 @@ type metrics struct {
 	fenceRefusals  prometheus.Counter
 	counterRepairs prometheus.Counter
 	markerRepairs  prometheus.Counter
+	markerDeferred prometheus.Counter
 	children       sync.Map // opResult -> *opMetrics
 }
 
@@ -40,11 +41,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		markerRepairs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "holdfast_marker_repairs_total",
-			Help: "Sold markers written to Redis because the database had a claim Redis did not know about.",
+			Help: "Sold-marker writes repaired: claims Redis did not know about, and outbox rows written by the background loop.",
+		}),
+		markerDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_marker_writes_deferred_total",
+			Help: "Sold-marker writes that failed after COMMIT and were left to the background repair.",
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs} {
+		for _, c := range []prometheus.Collector{m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

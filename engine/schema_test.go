@@ -42,7 +42,20 @@ func fence(t *testing.T, pool *pgxpool.Pool, show, seat string) int64 {
 
 func bookingParams(show string, gen int64, holder string, seats ...string) db.BookingCreateParams {
 	return db.BookingCreateParams{ShowID: show, BookingID: uuid.New(), Generation: gen, HolderID: holder,
-		Fingerprint: make([]byte, 32), SeatIds: seats}
+		Fingerprint: make([]byte, 32), HoldHash: holdHash(show, newToken()), SeatIds: seats}
+}
+
+// sqlBook advances the fences of p's seats to its generation and creates the booking,
+// in one transaction, as a confirmation does.
+func sqlBook(ctx context.Context, pool *pgxpool.Pool, p db.BookingCreateParams) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if _, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: p.ShowID, SeatIds: p.SeatIds, Generation: p.Generation}); err != nil {
+			return err
+		}
+		_, err := q.BookingCreate(ctx, p)
+		return err
+	})
 }
 
 // waitLocked waits until the server process pid waits on a lock.
@@ -157,17 +170,15 @@ func TestSQLCancelledBookingKeepsItsFence(t *testing.T) {
 	ctx := t.Context()
 	sqlShow(t, pool, "cancel", "A1")
 	q := db.New(pool)
-	if _, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: "cancel", SeatIds: []string{"A1"}, Generation: 5}); err != nil {
-		t.Fatal(err)
-	}
 	p := bookingParams("cancel", 5, "", "A1")
-	if _, err := q.BookingCreate(ctx, p); err != nil {
+	if err := sqlBook(ctx, pool, p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.SeatClaimsDeleteByBooking(ctx, db.SeatClaimsDeleteByBookingParams{ShowID: "cancel", BookingID: p.BookingID}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := q.BookingCancel(ctx, db.BookingCancelParams{ShowID: "cancel", BookingID: p.BookingID}); err != nil {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := cancelTx(ctx, db.New(tx), p.BookingID)
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: "cancel", SeatIds: []string{"A1"}, Generation: 5})
@@ -184,20 +195,19 @@ func TestSQLIdempotencyKeyIsUniquePerHolder(t *testing.T) {
 	pool := testsvc.Database(t)
 	ctx := t.Context()
 	sqlShow(t, pool, "idem", "A1", "A2", "A3")
-	q := db.New(pool)
 	p1 := bookingParams("idem", 1, "alice", "A1")
 	p1.IdempotencyKey.String, p1.IdempotencyKey.Valid = "key-1", true
-	if _, err := q.BookingCreate(ctx, p1); err != nil {
+	if err := sqlBook(ctx, pool, p1); err != nil {
 		t.Fatal(err)
 	}
 	p2 := bookingParams("idem", 2, "alice", "A2")
 	p2.IdempotencyKey = p1.IdempotencyKey
-	if _, err := q.BookingCreate(ctx, p2); !errors.Is(claimErr(err), errKeyConflict) {
+	if err := sqlBook(ctx, pool, p2); !errors.Is(claimErr(err), errKeyConflict) {
 		t.Fatalf("second booking with alice's key: %v, want errKeyConflict", err)
 	}
 	p3 := bookingParams("idem", 3, "bob", "A3")
 	p3.IdempotencyKey = p1.IdempotencyKey
-	if _, err := q.BookingCreate(ctx, p3); err != nil {
+	if err := sqlBook(ctx, pool, p3); err != nil {
 		t.Fatalf("bob may use the same key: %v", err)
 	}
 }
@@ -209,7 +219,7 @@ func TestSQLConstraintsRefuseBadRows(t *testing.T) {
 	sqlShow(t, pool, "cons", "A1")
 	q := db.New(pool)
 	p := bookingParams("cons", 7, "", "A1")
-	if _, err := q.BookingCreate(ctx, p); err != nil {
+	if err := sqlBook(ctx, pool, p); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {

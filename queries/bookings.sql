@@ -1,10 +1,12 @@
 -- name: BookingCreate :one
 -- BookingCreate records a confirmed booking in one statement: the booking, its seats,
 -- the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
--- the "confirmed" event. Run it after SeatFencesAdvance accepted every seat.
+-- the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after
+-- SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
+-- violation on bookings_hold_unique.
 WITH booking AS (
-    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint)
-    VALUES (@show_id, @booking_id, @generation::bigint, @holder_id, sqlc.narg(idempotency_key), @fingerprint)
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
+    VALUES (@show_id, @booking_id, @generation::bigint, @holder_id, sqlc.narg(idempotency_key), @fingerprint, @hold_hash)
     RETURNING show_id, booking_id, confirmed_at
 ), booked_seats AS (
     INSERT INTO booking_seats (show_id, booking_id, seat_id)
@@ -22,8 +24,13 @@ WITH booking AS (
     SELECT show_id, booking_id, 'confirmed', @generation::bigint, @seat_ids::text[], @holder_id
     FROM booking
     RETURNING event_id
+), marker AS (
+    INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
+    SELECT show_id, @generation::bigint, true, @seat_ids::text[]
+    FROM booking
+    RETURNING seq
 )
-SELECT confirmed_at FROM booking;
+SELECT booking.confirmed_at, marker.seq AS marker_seq FROM booking, marker;
 
 -- name: BookingGet :one
 SELECT * FROM booking_details WHERE booking_id = @booking_id;
@@ -51,9 +58,10 @@ RETURNING cancelled_at;
 INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
 VALUES (@show_id, sqlc.narg(booking_id), @kind, @generation::bigint, @seat_ids::text[], @holder_id);
 
--- name: BookingExistsByFingerprint :one
--- BookingExistsByFingerprint tells whether a hold (its request fingerprint) has been
--- turned into a booking already, cancelled or not.
-SELECT EXISTS (
-    SELECT 1 FROM bookings WHERE show_id = @show_id AND fingerprint = @fingerprint
+-- name: BookingGetByHold :one
+-- BookingGetByHold finds the booking a hold (its hold_hash) made, cancelled or not: a
+-- hold makes at most one.
+SELECT * FROM booking_details
+WHERE booking_id = (
+    SELECT b.booking_id FROM bookings b WHERE b.show_id = @show_id AND b.hold_hash = @hold_hash
 );

@@ -52,15 +52,15 @@ func TestMigrateUpDownStatus(t *testing.T) {
 		t.Fatalf("second up: %d %q", code, text)
 	}
 	if code, text := step("status"); code != 0 || !strings.Contains(text, "applied  00001_schema.sql") ||
-		!strings.Contains(text, "applied  00002_booking_fingerprint_index.sql") {
+		!strings.Contains(text, "applied  00003_invariants.sql") {
 		t.Fatalf("status after up: %d %q", code, text)
 	}
 	// down rolls back the newest migration only.
-	if code, text := step("down"); code != 0 || !strings.Contains(text, "rolled back 00002_booking_fingerprint_index.sql") {
+	if code, text := step("down"); code != 0 || !strings.Contains(text, "rolled back 00003_invariants.sql") {
 		t.Fatalf("down: %d %q", code, text)
 	}
 	if code, text := step("status"); code != exitPending || !strings.Contains(text, "applied  00001_schema.sql") ||
-		!strings.Contains(text, "pending  00002_booking_fingerprint_index.sql") {
+		!strings.Contains(text, "pending  00003_invariants.sql") {
 		t.Fatalf("status after down: %d %q", code, text)
 	}
 	if code, _ := step("sideways"); code != exitUsage {

@@ -168,7 +168,7 @@ func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, 
 		return nil, fmt.Errorf("not starting: %w", err)
 	}
 	var migrated bool
-	if err := pool.QueryRow(rctx, "SELECT to_regclass('seat_fences') IS NOT NULL").Scan(&migrated); err != nil || !migrated {
+	if err := pool.QueryRow(rctx, "SELECT to_regclass('marker_outbox') IS NOT NULL").Scan(&migrated); err != nil || !migrated {
 		svc.close()
 		return nil, fmt.Errorf("not starting: the database is not migrated; run `holdfast migrate up`")
 	}
@@ -180,6 +180,9 @@ func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, 
 }
 
 func (s *service) close() {
+	if s.engine != nil {
+		s.engine.Close()
+	}
 	s.rdb.Close()
 	s.pool.Close()
 }

@@ -85,6 +85,7 @@ type env struct {
 	rdb      redis.UniversalClient
 	prefixes []string
 	runID    string
+	opened   []*engine.Engine // closed when the run ends
 }
 
 func randHex(n int) string {
@@ -119,6 +120,9 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		return nil, err
 	}
 	defer func() {
+		for _, eng := range e.opened {
+			eng.Close()
+		}
 		e.cleanRedis(context.WithoutCancel(ctx))
 		if derr := drop(); derr != nil && err == nil {
 			err = derr
@@ -227,7 +231,11 @@ func (e *env) cleanPrefixes(ctx context.Context, rdb redis.UniversalClient) {
 // engine returns an engine over the scratch database with a fresh Redis prefix.
 func (e *env) engine(cfg engine.Config) (*engine.Engine, error) {
 	cfg.KeyPrefix = e.prefix()
-	return engine.New(e.pool, e.rdb, &cfg)
+	eng, err := engine.New(e.pool, e.rdb, &cfg)
+	if err == nil {
+		e.opened = append(e.opened, eng)
+	}
+	return eng, err
 }
 
 // stats are one timed run's operations and latencies.

@@ -372,6 +372,7 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
+	defer eng.Close()
 	if err := warm(ctx, eng, iv.shows...); err != nil { // counters first, so that they are not counted
 		return err
 	}
@@ -399,7 +400,7 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	before, _ = e.usedMemory(ctx)
 	if err := parallel(ctx, 50, sold, func(ctx context.Context, i int) error {
 		seat := iv.hot[i]
-		return lua.Sold.Run(ctx, mrdb, rawKeys(mp, "hot", seat, i), "", uuid.NewString(), seat).Err()
+		return lua.Mark.Run(ctx, mrdb, rawKeys(mp, "hot", seat, i), "", "-", seat, strconv.Itoa(100_000+i)).Err()
 	}); err != nil {
 		return err
 	}

@@ -57,6 +57,7 @@ func newAPI(t *testing.T, rdb redis.UniversalClient, cfg engine.Config, opts Opt
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(e.Close)
 	opts.Logger, opts.Registry = log, reg
 	if opts.RateLimit == 0 {
 		opts.RateLimit = 1000

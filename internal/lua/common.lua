@@ -5,13 +5,12 @@
 --   KEYS[1]            <base>gen             the show's generation counter
 --   KEYS[2]            <base>holder:<tag>    zset seat -> expiry ms of one holder (tag = ARGV[1])
 --   KEYS[3..2+n]       <base>hold:<seat>     one per seat, in the order of the seat arguments
---   KEYS[3+n..2+2n]    <base>sold:<bucket>   the sold-marker hash (seat -> booking id) of each
+--   KEYS[3+n..2+2n]    <base>sold:<bucket>   the sold-marker hash (seat -> marker) of each
 --                                            seat's bucket: a show's seats are split, in sorted
 --                                            order, into buckets of 100 so that Redis keeps each
 --                                            hash as a compact listpack
 -- and ARGV[1] is always the holder tag ("" or 32 lowercase hex digits), then the
--- script's own fixed arguments, then the seat ids (and, for resync, one booking id each).
--- resync may pass more sold-bucket keys after these: every bucket of the show.
+-- script's own fixed arguments, then the seat ids (and, for mark, one marker each).
 
 local function bad(what) return redis.error_reply("HOLDFAST_BADARG " .. what) end
 
@@ -27,30 +26,29 @@ local function is_uint(s, min, max)
     return v ~= nil and string.match(s, "^%d+$") ~= nil and v >= min and v <= max
 end
 
--- N is the number of seats of the call, set by layout.
-local N = 0
+-- N is the number of seats of the call and BASE the show's key prefix, set by layout.
+local N, BASE = 0, ""
 
 -- hk and sk are the hold key and the sold-bucket key of seat i.
 local function hk(i) return KEYS[2 + i] end
 local function sk(i) return KEYS[2 + N + i] end
 
 -- layout checks the keys and the seat arguments. fixed counts ARGV[1..fixed]; each seat
--- is followed by per_seat - 1 more arguments at the end; min_seats is 0 or 1; with
--- extra_buckets, more sold-bucket keys may follow the per-seat ones.
+-- is followed by per_seat - 1 more arguments at the end; min_seats is 0 or 1.
 -- It returns the number of seats, or nil and an error reply.
-local function layout(fixed, per_seat, min_seats, extra_buckets)
+local function layout(fixed, per_seat, min_seats)
     local rest = #ARGV - fixed
     if rest < 0 or rest % per_seat ~= 0 then return nil, bad("argument count") end
     local n = rest / per_seat
     local tag = ARGV[1]
-    if n < min_seats or #KEYS < 2 + 2 * n or (not extra_buckets and #KEYS ~= 2 + 2 * n) then
+    if n < min_seats or #KEYS ~= 2 + 2 * n then
         return nil, bad("key count")
     end
     if tag ~= "" and not is_hex(tag, 32) then return nil, bad("holder tag") end
     if string.sub(KEYS[1], -4) ~= ":gen" then return nil, bad("keys") end
     local base = string.sub(KEYS[1], 1, -4)
     if KEYS[2] ~= base .. "holder:" .. tag then return nil, bad("keys") end
-    N = n
+    N, BASE = n, base
     local seen = {}
     for i = 1, n do
         local seat = ARGV[fixed + i]
@@ -73,26 +71,54 @@ end
 -- common layout, ARGV[2] the token and ARGV[3] the generation. It returns the number
 -- of seats, or nil and an error reply.
 local function hold_layout(fixed)
-    local n, err = layout(fixed, 1, 1, false)
+    local n, err = layout(fixed, 1, 1)
     if not n then return nil, err end
     if not is_hex(ARGV[2], 32) then return nil, bad("token") end
     if not is_uint(ARGV[3], 1, 9007199254740991) then return nil, bad("generation") end
     return n
 end
 
--- owned returns the creation time (ms) of the hold when every seat key holds exactly
--- token:gen:<created>:tag with one creation time, or nil when any seat is not this hold.
--- The token is compared here, inside Redis, and nowhere else.
+-- int formats an integer as digits: tostring would write 1e+14 from 10^14 on.
+local function int(x) return string.format("%d", x) end
+
+-- parse_hold splits a hold value "<token>:<gen>:<created_ms>:<tag>[:<original gen>]"
+-- (the original generation is there once regen.lua re-issued the hold's generation).
+local function parse_hold(v)
+    return string.match(v, "^([0-9a-f]+):(%d+):(%d+):([0-9a-f]*):?(%d*)$")
+end
+
+-- owned returns the creation time (ms) and the current generation of the hold when every
+-- seat key holds token with one creation time and one generation, the holder tag is tag,
+-- and gen is that generation or the one it had before regen.lua re-issued it; nil when
+-- any seat is not this hold. The token is compared here, inside Redis, and nowhere else.
 local function owned(n, token, gen, tag)
-    local created
+    local created, cur
     for i = 1, n do
         local v = redis.call("GET", hk(i))
         if not v then return nil end
-        local t, g, c, h = string.match(v, "^([0-9a-f]+):(%d+):(%d+):(.*)$")
-        if t ~= token or g ~= gen or h ~= tag or (created and c ~= created) then return nil end
-        created = c
+        local t, g, c, h, o = parse_hold(v)
+        if t ~= token or h ~= tag or (g ~= gen and o ~= gen) or (created and (c ~= created or g ~= cur)) then
+            return nil
+        end
+        created, cur = c, g
     end
-    return tonumber(created)
+    return tonumber(created), cur
 end
+
+-- Sold markers. A seat's marker is the generation of the booking that sold it ("g"), or,
+-- once that booking is cancelled, "-g" (a tombstone: the seat is free). Markers are
+-- ordered by (generation, cancelled): a write only ever moves a marker forward, so
+-- marker writes may arrive late, twice or out of order and still end where the
+-- database is. A value that is not a number (written by an older holdfast) counts as
+-- sold, below every generation.
+local function mark_order(v)
+    if not v then return -1, 0 end
+    local g = tonumber(v)
+    if not g then return 0, 0 end
+    if g < 0 then return -g, 1 end
+    return g, 0
+end
+
+local function is_sold(v) return v and string.sub(v, 1, 1) ~= "-" end
 
 local function seat(i, fixed) return ARGV[fixed + i] end

@@ -13,7 +13,7 @@
 -- {"LIMIT", held}, or {"NOSTATE"} when the counter is missing (Redis lost the show).
 
 local F = 4
-local n, err = layout(F, 1, 1, false)
+local n, err = layout(F, 1, 1)
 if not n then return err end
 local tag, token = ARGV[1], ARGV[2]
 if not is_hex(token, 32) then return bad("token") end
@@ -34,7 +34,7 @@ for i = 1, n do
         else
             taken[#taken + 1] = seat(i, F)
         end
-    elseif redis.call("HEXISTS", sk(i), seat(i, F)) == 1 then
+    elseif is_sold(redis.call("HGET", sk(i), seat(i, F))) then
         taken[#taken + 1] = seat(i, F)
     end
 end
@@ -54,7 +54,7 @@ if capped then
 end
 
 local gen = redis.call("INCR", KEYS[1])
-local value = token .. ":" .. gen .. ":" .. now .. ":" .. tag
+local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
 for i = 1, n do
     redis.call("SET", hk(i), value, "PX", ttl)
     if capped then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end

@@ -26,21 +26,17 @@ var (
 	verifyLua string
 	//go:embed regen.lua
 	regenLua string
-	//go:embed sold.lua
-	soldLua string
-	//go:embed unsold.lua
-	unsoldLua string
-	//go:embed resync.lua
-	resyncLua string
+	//go:embed mark.lua
+	markLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
 	Release = newScript(" flags=allow-oom", releaseLua) // only deletes: works when Redis is full
 	Verify  = newScript(" flags=no-writes", verifyLua)
 	Regen   = newScript("", regenLua)
-	Sold    = newScript("", soldLua)
-	Unsold  = newScript(" flags=allow-oom", unsoldLua) // only deletes
-	Resync  = newScript("", resyncLua)
+	// Mark writes sold markers and tombstones. It runs when Redis is full too: a marker
+	// is a few bytes and replaces a hold key, and a sold seat must look sold.
+	Mark = newScript(" flags=allow-oom", markLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

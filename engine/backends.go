@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// txOptions begins every transaction with bounds on lock waits and statements, so that a
+// stuck row lock becomes ErrUnavailable instead of a hang.
+func (e *Engine) txOptions() pgx.TxOptions {
+	return pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '" + strconv.FormatInt(e.cfg.LockTimeout.Milliseconds(), 10) +
+		"ms'; SET LOCAL statement_timeout = '" + strconv.FormatInt(e.cfg.StatementTimeout.Milliseconds(), 10) + "ms'"}
+}
+
+// maxTxAttempts bounds the retries of a transaction that hit a serialization failure or
+// a deadlock.
+const maxTxAttempts = 4
+
+// retryTx runs attempt (one whole transaction) and runs it again, with jitter, when it
+// hit a serialization failure or a deadlock (40001, 40P01), at most maxTxAttempts
+// times. attempt must have no effect outside the database.
+func retryTx[T any](ctx context.Context, attempt func() (T, error)) (T, error) {
+	for n := 1; ; n++ {
+		v, err := attempt()
+		if !retryable(err) || n == maxTxAttempts {
+			return v, err
+		}
+		if sleepJitter(ctx, n) != nil {
+			return v, err
+		}
+	}
+}
+
+func retryable(err error) bool {
+	code := pgCode(err)
+	return code == "40001" || code == "40P01"
+}
+
+func sleepJitter(ctx context.Context, attempt int) error {
+	d := time.Duration(attempt) * time.Duration(1+rand.IntN(5)) * time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func pgConstraint(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.ConstraintName
+	}
+	return ""
+}
+
+// pgErr translates a PostgreSQL error at the boundary: engine errors pass through,
+// constraint violations become ErrInvalidArgument or ErrNotFound, everything else
+// (connection loss, timeouts, lock waits) is ErrUnavailable.
+func (e *Engine) pgErr(err error) error {
+	var iae *InvalidArgumentError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &iae), errors.Is(err, ErrNotFound), errors.Is(err, ErrUnavailable):
+		return err
+	}
+	switch pgCode(err) {
+	case "23514", "22001", "22P02":
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	case "23503":
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return unavailable("postgres", err)
+}
+
+// redisErr translates a Redis error: a script's argument check is ErrInvalidArgument,
+// everything else (connection loss, timeouts, OOM, BUSY) is ErrUnavailable.
+func (e *Engine) redisErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if strings.HasPrefix(err.Error(), "HOLDFAST_BADARG") {
+		return fmt.Errorf("%w: redis script: %w", ErrInvalidArgument, err)
+	}
+	return unavailable("redis", err)
+}
+
+// scriptArgs lays out a script's arguments: the holder tag, the fixed arguments, the
+// seats.
+func scriptArgs(tag string, fixed []any, seats []string) []any {
+	args := make([]any, 0, 1+len(fixed)+len(seats))
+	args = append(args, tag)
+	args = append(args, fixed...)
+	for _, s := range seats {
+		args = append(args, s)
+	}
+	return args
+}

@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/holdfast/holdfast/db"
+	"github.com/jackc/pgx/v5"
+)
+
+// Booking returns a booking by id, or ErrNotFound.
+func (e *Engine) Booking(ctx context.Context, bookingID uuid.UUID) (Booking, error) {
+	row, err := e.q.BookingGet(ctx, bookingID)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Booking{}, notFound("booking %s", bookingID)
+		}
+		return Booking{}, e.pgErr(err)
+	}
+	return bookingFromRow(row), nil
+}
+
+func bookingFromRow(r db.BookingDetail) Booking {
+	return Booking{ID: r.BookingID, ShowID: r.ShowID, SeatIDs: r.SeatIds, Generation: r.Generation,
+		HolderID: r.HolderID, Status: BookingStatus(r.Status), ConfirmedAt: r.ConfirmedAt, CancelledAt: r.CancelledAt}
+}
+
+// Cancel cancels a confirmed booking: its claims go, the booking is marked cancelled and
+// the event logged, then the seats' sold markers become tombstones (free). The seats'
+// fences stay, so the hold that made the booking can never confirm again. When Redis
+// fails after the commit the answer is ErrUnavailable (the seats still look sold for
+// now); the marker write is recorded with the cancellation, and the background repair
+// makes it once Redis takes writes again. Cancelling a cancelled booking changes
+// nothing in PostgreSQL and writes its tombstones again, so a retry finishes the job.
+func (e *Engine) Cancel(ctx context.Context, bookingID uuid.UUID) error {
+	start := time.Now()
+	err := e.cancel(ctx, bookingID)
+	e.m.observe("cancel", start, resultOf(err))
+	return err
+}
+
+// cancellation is what a cancel transaction did.
+type cancellation struct {
+	showID string
+	seats  []string
+	gen    int64
+	seq    int64 // its marker_outbox row; 0 when the booking was cancelled already
+}
+
+func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
+	c, err := retryTx(ctx, func() (c cancellation, err error) {
+		err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
+			c, err = cancelTx(ctx, e.q.WithTx(tx), bookingID)
+			return err
+		})
+		return c, err
+	})
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("booking %s", bookingID)
+		}
+		return e.pgErr(err)
+	}
+	sh, err := e.show(ctx, c.showID)
+	if err != nil {
+		return err
+	}
+	if c.seq != 0 {
+		err = e.afterCommit(ctx, sh, c.seats, c.gen, false, c.seq, 0)
+	} else {
+		err = e.markBooking(ctx, sh, c.seats, c.gen, false)
+	}
+	if err != nil {
+		// The cancellation is committed, but its seats still look sold in Redis: new
+		// holds on them are refused until the background repair (or a retried Cancel)
+		// writes the tombstones. That is not success.
+		return fmt.Errorf("booking cancelled, but its seats still look sold in Redis: %w", err)
+	}
+	e.log.InfoContext(ctx, "booking cancelled", "show_id", c.showID, "booking_id", bookingID, "seats", len(c.seats))
+	return nil
+}
+
+// cancelTx cancels a booking inside a transaction (nothing to do when it is cancelled
+// already), and records the tombstones it owes Redis.
+func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (cancellation, error) {
+	b, err := q.BookingGetForUpdate(ctx, bookingID)
+	if err != nil {
+		return cancellation{}, err
+	}
+	detail, err := q.BookingGet(ctx, bookingID)
+	if err != nil {
+		return cancellation{}, err
+	}
+	c := cancellation{showID: b.ShowID, seats: detail.SeatIds, gen: b.Generation}
+	if b.Status != string(BookingConfirmed) {
+		return c, nil
+	}
+	if _, err := q.SeatClaimsDeleteByBooking(ctx, db.SeatClaimsDeleteByBookingParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
+		return c, err
+	}
+	if _, err := q.BookingCancel(ctx, db.BookingCancelParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
+		return c, err
+	}
+	err = q.BookingEventInsert(ctx, db.BookingEventInsertParams{ShowID: b.ShowID,
+		BookingID: uuid.NullUUID{UUID: bookingID, Valid: true}, Kind: "cancelled",
+		Generation: b.Generation, SeatIds: detail.SeatIds, HolderID: b.HolderID})
+	if err != nil {
+		return c, err
+	}
+	c.seq, err = q.MarkerOutboxInsert(ctx, db.MarkerOutboxInsertParams{ShowID: b.ShowID, Generation: b.Generation,
+		Sold: false, SeatIds: detail.SeatIds})
+	return c, err
+}

@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
+)
+
+// Sold markers tell Redis which seats are sold, so that a hold on them is refused at
+// once. PostgreSQL is the authority; a marker is a seat's fence generation, written as
+// "g" when the booking of that generation holds the seat and "-g" once it is cancelled,
+// and it only ever moves forward (mark.lua). Every marker write a transaction owes Redis
+// is recorded in marker_outbox by that transaction, made right after COMMIT, and made
+// again by the background loop of every engine when the first try failed.
+
+// markSoldTimeout bounds how long a committed confirmation keeps trying to write its
+// sold markers when Redis fails, before it answers and leaves them to the background.
+const markSoldTimeout = 2 * time.Second
+
+// markerRepairAge is how old an outbox row must be before the background loop takes it:
+// younger ones are still being written by the engine that committed them.
+const markerRepairAge = time.Second
+
+// markerRepairBatch bounds the rows one background round takes.
+const markerRepairBatch = 256
+
+// marker is a seat's marker value for the booking of generation gen.
+func marker(gen int64, sold bool) string {
+	if sold {
+		return strconv.FormatInt(gen, 10)
+	}
+	return "-" + strconv.FormatInt(gen, 10)
+}
+
+// writeMarkers moves the markers of seats forward to marks (one each); floor, unless
+// "-", raises the show's counter to at least that. It returns how many holds on sold
+// seats it dropped and whether the counter was raised.
+func (e *Engine) writeMarkers(ctx context.Context, sh *show, seats, marks []string, floor string) (dropped int64, repaired bool, err error) {
+	ks, err := sh.scriptKeys("", seats)
+	if err != nil {
+		return 0, false, err
+	}
+	args := make([]any, 0, 2+2*len(seats))
+	args = append(args, "", floor)
+	for _, s := range seats {
+		args = append(args, s)
+	}
+	for _, m := range marks {
+		args = append(args, m)
+	}
+	res, err := lua.Mark.Run(ctx, e.rdb, ks, args...).Int64Slice()
+	if err != nil {
+		return 0, false, e.redisErr(err)
+	}
+	if len(res) != 3 {
+		return 0, false, fmt.Errorf("%w: unexpected mark script reply %v", ErrUnavailable, res)
+	}
+	return res[1], res[2] == 1, nil
+}
+
+// markBooking writes the markers of one booking's seats: sold, or its tombstones.
+func (e *Engine) markBooking(ctx context.Context, sh *show, seats []string, gen int64, sold bool) error {
+	marks := make([]string, len(seats))
+	for i := range marks {
+		marks[i] = marker(gen, sold)
+	}
+	_, _, err := e.writeMarkers(ctx, sh, seats, marks, "-")
+	return err
+}
+
+// afterCommit writes the markers a committed transaction owes Redis (its outbox row
+// seq). With a wait, it keeps trying for that long, even past the caller's context (the
+// transaction is committed whatever happens here); with none, it tries once. Once Redis
+// has them the row is dropped; otherwise the background loop writes them later.
+func (e *Engine) afterCommit(ctx context.Context, sh *show, seats []string, gen int64, sold bool, seq int64, wait time.Duration) error {
+	if e.hooks.afterCommit != nil && !e.hooks.afterCommit(ctx) {
+		return fmt.Errorf("%w: marker write skipped by a test hook", ErrUnavailable)
+	}
+	err := e.markBooking(ctx, sh, seats, gen, sold)
+	if err != nil && wait > 0 {
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+		defer cancel()
+		for attempt := 1; err != nil && sleepJitter(mctx, attempt) == nil; attempt++ {
+			err = e.markBooking(mctx, sh, seats, gen, sold)
+		}
+	}
+	if err != nil {
+		e.m.markerDeferred.Inc()
+		e.log.WarnContext(ctx, "sold markers left to the background repair", "show_id", sh.id, "generation", gen, "error", err)
+		return err
+	}
+	e.outbox.applied(sh.id, seq)
+	return nil
+}
+
+// outbox collects the outbox rows whose markers this engine wrote, for the background
+// loop to delete in one statement.
+type outbox struct {
+	mu    sync.Mutex
+	shows []string
+	seqs  []int64
+}
+
+func (o *outbox) applied(showID string, seq int64) {
+	o.mu.Lock()
+	o.shows = append(o.shows, showID)
+	o.seqs = append(o.seqs, seq)
+	o.mu.Unlock()
+}
+
+func (o *outbox) take() ([]string, []int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, q := o.shows, o.seqs
+	o.shows, o.seqs = nil, nil
+	return s, q
+}
+
+// repayMarkers is the engine's background loop: every MarkerRepairInterval it deletes
+// the outbox rows whose markers it wrote, and writes the markers of rows left behind.
+// It ends when the engine is closed.
+func (e *Engine) repayMarkers(ctx context.Context) {
+	defer close(e.done)
+	t := time.NewTicker(e.cfg.MarkerRepairInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// Drop what was written, so that no other engine writes it again.
+			dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			e.deleteApplied(dctx)
+			cancel()
+			return
+		case <-t.C:
+		}
+		e.deleteApplied(ctx)
+		if n, err := e.repayOnce(ctx); err != nil && ctx.Err() == nil {
+			e.log.WarnContext(ctx, "repair sold markers", "rows", n, "error", err)
+		}
+	}
+}
+
+// deleteApplied drops the outbox rows whose markers this engine wrote. On failure they
+// stay, and are written once more by whichever engine takes them (harmless).
+func (e *Engine) deleteApplied(ctx context.Context) {
+	shows, seqs := e.outbox.take()
+	if len(seqs) == 0 {
+		return
+	}
+	if _, err := e.q.MarkerOutboxDelete(ctx, db.MarkerOutboxDeleteParams{ShowIds: shows, Seqs: seqs}); err != nil {
+		e.log.WarnContext(ctx, "delete written marker rows", "rows", len(seqs), "error", err)
+	}
+}
+
+// repayOnce takes the outbox rows older than markerRepairAge that no other engine is
+// working on, writes their markers, and deletes the rows Redis took, in one
+// transaction. It returns how many rows it wrote.
+func (e *Engine) repayOnce(ctx context.Context) (int, error) {
+	written := 0
+	var failed error // a row Redis did not take: it stays for the next round
+	err := pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
+		q := e.q.WithTx(tx)
+		rows, err := q.MarkerOutboxListDue(ctx, db.MarkerOutboxListDueParams{
+			MinAgeSeconds: markerRepairAge.Seconds(), MaxRows: markerRepairBatch})
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		var shows []string
+		var seqs []int64
+		for _, r := range rows {
+			sh, err := e.show(ctx, r.ShowID)
+			if err == nil {
+				err = e.markBooking(ctx, sh, r.SeatIds, r.Generation, r.Sold)
+			}
+			if err != nil {
+				failed = err
+				continue
+			}
+			shows, seqs = append(shows, r.ShowID), append(seqs, r.Seq)
+		}
+		written = len(seqs)
+		if written > 0 {
+			e.m.markerRepairs.Add(float64(written))
+			if _, err := q.MarkerOutboxDelete(ctx, db.MarkerOutboxDeleteParams{ShowIds: shows, Seqs: seqs}); err != nil {
+				return err
+			}
+			e.log.InfoContext(ctx, "sold markers repaired from the outbox", "rows", written)
+		}
+		return nil
+	})
+	if err == nil {
+		err = failed
+	}
+	return written, err
+}

@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/holdfast/holdfast/db"
+)
+
+// resyncPage is how many seats one Resync step reads and writes: each step is one
+// script call, so Redis is never blocked for long (about a millisecond a page).
+const resyncPage = 500
+
+// Resync rebuilds a show's Redis state from PostgreSQL: every seat a booking ever
+// reached gets the marker the database says (sold, or free after a cancellation), holds
+// on sold seats that were taken before the sale are dropped, and the generation counter
+// is raised to the database's high-water mark. It works a page of seats at a time and
+// only moves markers forward, so it is safe while the show is on sale: it never
+// resurrects a cancelled booking's marker, never drops a marker written after it read
+// the database, and never drops a hold it did not find on a sold seat.
+func (e *Engine) Resync(ctx context.Context, showID string) error {
+	if err := validateID("showID", showID); err != nil {
+		return err
+	}
+	sh, err := e.show(ctx, showID)
+	if err != nil {
+		return err
+	}
+	return e.resync(ctx, sh)
+}
+
+// resync writes every page of markers, then raises the counter: while a Redis that lost
+// the show has no counter, the hold script refuses to grant (it answers NOSTATE), so no
+// hold is granted on a sold seat whose marker is not back yet.
+func (e *Engine) resync(ctx context.Context, sh *show) error {
+	floor, err := e.q.SeatFenceMaxByShow(ctx, sh.id)
+	if err != nil {
+		return e.pgErr(err)
+	}
+	after := ""
+	for {
+		rows, err := e.q.SeatMarkListByShow(ctx, db.SeatMarkListByShowParams{ShowID: sh.id, After: after, MaxRows: resyncPage})
+		if err != nil {
+			return e.pgErr(err)
+		}
+		if e.hooks.resyncRead != nil {
+			e.hooks.resyncRead(ctx)
+		}
+		last := len(rows) < resyncPage
+		seats := make([]string, len(rows))
+		marks := make([]string, len(rows))
+		for i, r := range rows {
+			seats[i], marks[i] = r.SeatID, marker(r.Generation, r.Claimed)
+		}
+		f := "-"
+		if last {
+			f = strconv.FormatInt(floor, 10)
+		}
+		dropped, repaired, err := e.writeMarkers(ctx, sh, seats, marks, f)
+		if err != nil {
+			return err
+		}
+		if dropped > 0 {
+			e.log.InfoContext(ctx, "resync dropped holds on sold seats", "show_id", sh.id, "holds", dropped)
+		}
+		if repaired && floor > 0 {
+			e.m.counterRepairs.Inc()
+			e.log.WarnContext(ctx, "generation counter raised to the database high-water mark", "show_id", sh.id, "generation", floor)
+		}
+		if last {
+			return nil
+		}
+		after = rows[len(rows)-1].SeatID
+	}
+}

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/holdfast/holdfast/db"
+	"github.com/jackc/pgx/v5"
+)
+
+// show is a show's inventory as the engine keeps it in memory, with every Redis key
+// built once.
+type show struct {
+	id       string
+	k        keys
+	seats    []string          // sorted
+	holdKeys map[string]string // seat -> its hold key
+	soldKeys map[string]string // seat -> the sold-marker hash of its bucket
+	buckets  []string          // every sold-marker hash of the show
+}
+
+// show returns a show's inventory, loading it from PostgreSQL on first use. An unknown
+// show id is remembered for Config.UnknownShowTTL.
+func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
+	if sh, known := e.shows.get(showID); sh != nil {
+		return sh, nil
+	} else if !known {
+		return nil, notFound("show %q", showID)
+	}
+	v, err, _ := e.loads.Do(showID, func() (any, error) {
+		if sh, _ := e.shows.get(showID); sh != nil {
+			return sh, nil
+		}
+		seats, err := e.q.SeatListByShow(ctx, showID)
+		if err != nil {
+			return nil, unavailable("postgres", err)
+		}
+		if len(seats) == 0 {
+			e.shows.forget(showID, time.Now().Add(e.cfg.UnknownShowTTL))
+			return nil, notFound("show %q", showID)
+		}
+		return e.shows.put(newShow(e.cfg.KeyPrefix, showID, seats)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*show), nil
+}
+
+// showCache keeps at most max shows' inventories (the oldest loaded go first) and
+// remembers, for a while, show ids that do not exist (at most max of them too).
+type showCache struct {
+	mu      sync.RWMutex
+	max     int
+	shows   map[string]*show
+	order   []string             // load order of shows, for eviction
+	unknown map[string]time.Time // show id -> until when it is known not to exist
+}
+
+func newShowCache(max int) *showCache {
+	return &showCache{max: max, shows: map[string]*show{}, unknown: map[string]time.Time{}}
+}
+
+// get returns the cached show, or nil; known is false when the id is remembered as
+// unknown.
+func (c *showCache) get(id string) (sh *show, known bool) {
+	c.mu.RLock()
+	sh = c.shows[id]
+	until, isUnknown := c.unknown[id]
+	c.mu.RUnlock()
+	return sh, sh != nil || !isUnknown || time.Now().After(until)
+}
+
+// put caches sh unless the show is cached already, and returns the cached one.
+func (c *showCache) put(sh *show) *show {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if have := c.shows[sh.id]; have != nil {
+		return have
+	}
+	delete(c.unknown, sh.id)
+	for len(c.shows) >= c.max {
+		oldest := c.order[0]
+		c.order = c.order[1:]
+		delete(c.shows, oldest)
+	}
+	c.shows[sh.id] = sh
+	c.order = append(c.order, sh.id)
+	return sh
+}
+
+// forget remembers that id is not a show, until until.
+func (c *showCache) forget(id string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.unknown) >= c.max {
+		clear(c.unknown)
+	}
+	c.unknown[id] = until
+}
+
+func newShow(prefix, showID string, seats []string) *show {
+	sh := &show{id: showID, k: newKeys(prefix, showID), seats: slices.Sorted(slices.Values(seats)),
+		holdKeys: make(map[string]string, len(seats)), soldKeys: make(map[string]string, len(seats))}
+	for i, s := range sh.seats {
+		sh.holdKeys[s] = sh.k.hold(s)
+		if i%soldBucketSize == 0 {
+			sh.buckets = append(sh.buckets, sh.k.sold(i/soldBucketSize))
+		}
+		sh.soldKeys[s] = sh.buckets[i/soldBucketSize]
+	}
+	return sh
+}
+
+// scriptKeys returns the common key layout of the scripts for these seats (counter,
+// holder zset, hold keys, sold buckets; see internal/lua/common.lua), or ErrNotFound
+// naming a seat the show does not have.
+func (sh *show) scriptKeys(tag string, seats []string) ([]string, error) {
+	n := len(seats)
+	ks := make([]string, 2+2*n)
+	ks[0], ks[1] = sh.k.gen(), sh.k.holder(tag)
+	for i, s := range seats {
+		hk, ok := sh.holdKeys[s]
+		if !ok {
+			return nil, notFound("seat %q in show %q", s, sh.id)
+		}
+		ks[2+i], ks[2+n+i] = hk, sh.soldKeys[s]
+	}
+	return ks, nil
+}
+
+// CreateShow creates a show with its seats. Creating a show that exists with the same
+// seats does nothing; with other seats it is ErrInvalidArgument (a show's inventory is
+// fixed).
+func (e *Engine) CreateShow(ctx context.Context, showID string, seatIDs []string) error {
+	_, err := e.EnsureShow(ctx, showID, seatIDs)
+	return err
+}
+
+// EnsureShow is CreateShow that also reports whether it created the show.
+func (e *Engine) EnsureShow(ctx context.Context, showID string, seatIDs []string) (created bool, err error) {
+	if err := validateID("showID", showID); err != nil {
+		return false, err
+	}
+	seats, err := sortedSeatIDs("seatIDs", seatIDs, e.cfg.MaxSeatsPerShow)
+	if err != nil {
+		return false, err
+	}
+	err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
+		q := e.q.WithTx(tx)
+		n, err := q.ShowInsert(ctx, showID)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			have, err := q.SeatListByShow(ctx, showID)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(have, seats) {
+				return invalid("seatIDs", "show %q exists with %d other seats; a show's seats are fixed", showID, len(have))
+			}
+			return nil
+		}
+		created = true
+		return q.SeatsInsert(ctx, db.SeatsInsertParams{ShowID: showID, SeatIds: seats})
+	})
+	if err != nil {
+		return false, e.pgErr(err)
+	}
+	sh := e.shows.put(newShow(e.cfg.KeyPrefix, showID, seats))
+	// Start the show's counter in Redis (it stays if it exists). Should this fail, the
+	// first hold finds no counter and rebuilds the show's Redis state from the database.
+	if err := e.resync(ctx, sh); err != nil {
+		return created, err
+	}
+	return created, nil
+}

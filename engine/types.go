@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// HoldRequest asks for seats of one show.
+type HoldRequest struct {
+	ShowID  string
+	SeatIDs []string
+	// TTL is the life of the hold; zero means Config.DefaultHoldTTL.
+	TTL time.Duration
+	// HolderID names the customer; it is capped at Config.MaxSeatsPerHolder seats held
+	// at once per show, and it scopes idempotency keys. Empty means no cap.
+	HolderID string
+}
+
+// Hold is a granted hold. Keep it whole: Extend, Release and Confirm need every field.
+// Token is a secret: never log it or put it in a URL.
+type Hold struct {
+	ShowID     string
+	SeatIDs    []string // sorted
+	Token      string
+	Generation int64
+	ExpiresAt  time.Time
+	HolderID   string
+}
+
+// ConfirmOptions tunes a confirmation.
+type ConfirmOptions struct {
+	// IdempotencyKey makes the confirmation safe to retry: a retry with the same key
+	// returns the booking the first call created; the same key with another request is
+	// refused with ErrIdempotencyKeyReused. Keys are scoped to the holder and show.
+	IdempotencyKey string
+}
+
+// BookingStatus is confirmed or cancelled.
+type BookingStatus string
+
+// The booking statuses.
+const (
+	BookingConfirmed BookingStatus = "confirmed"
+	BookingCancelled BookingStatus = "cancelled"
+)
+
+// Booking is a confirmed (or later cancelled) booking.
+type Booking struct {
+	ID          uuid.UUID
+	ShowID      string
+	SeatIDs     []string
+	Generation  int64
+	HolderID    string
+	Status      BookingStatus
+	ConfirmedAt time.Time
+	CancelledAt *time.Time
+	// Replayed is true when Confirm returned the booking an earlier call with the same
+	// idempotency key created.
+	Replayed bool
+}
+
+// SeatStatus is free, held or sold.
+type SeatStatus string
+
+// The seat statuses.
+const (
+	SeatFree SeatStatus = "free"
+	SeatHeld SeatStatus = "held"
+	SeatSold SeatStatus = "sold"
+)
+
+// SeatState is one seat of a show's seat map.
+type SeatState struct {
+	SeatID    string
+	Status    SeatStatus
+	ExpiresAt *time.Time // when held
+}

@@ -1,0 +1,61 @@
+-- mark.lua: move a show's sold markers forward to what the database says.
+-- Serves every marker write: sold after a confirmation, the tombstone after a
+-- cancellation, the repairs, and Resync (a page of seats at a time).
+--
+-- KEYS       the common layout (common.lua)
+-- ARGV[1]    holder tag (unused: "")
+-- ARGV[2]    floor: raise the show's counter to at least this, creating it; "-" leaves
+--            the counter alone
+-- ARGV[3..2+n]      seat ids
+-- ARGV[3+n..2+2n]   each seat's marker: "g" (sold by the booking of generation g) or
+--                   "-g" (that booking was cancelled)
+--
+-- A marker only moves forward (see mark_order in common.lua), so a write that arrives
+-- late, twice or out of order never undoes a later one. When a seat ends up sold, a hold
+-- on it whose generation is not above the sale's is dropped (with its holder's count):
+-- it was taken before the booking and can never confirm. A hold taken later (while the
+-- marker was missing) is left to its owner, whose confirmation the claim refuses.
+-- Returns {markers moved, holds dropped, counter repaired (0/1)}.
+
+local F = 2
+local n, err = layout(F, 2, 0)
+if not n then return err end
+local floor = ARGV[2]
+if floor ~= "-" and not is_uint(floor, 0, 9007199254740991) then return bad("floor") end
+for i = 1, n do
+    local m = ARGV[F + n + i]
+    if not string.match(m, "^%-?[1-9]%d*$") or #m > 17 then return bad("marker " .. i) end
+end
+
+local repaired = 0
+if floor ~= "-" then
+    local cur = redis.call("GET", KEYS[1])
+    if not cur or tonumber(cur) < tonumber(floor) then
+        redis.call("SET", KEYS[1], floor)
+        repaired = 1
+    end
+end
+
+local moved, dropped = 0, 0
+for i = 1, n do
+    local s, m = seat(i, F), ARGV[F + n + i]
+    local cur = redis.call("HGET", sk(i), s)
+    local cg, cc = mark_order(cur)
+    local ng, nc = mark_order(m)
+    if ng > cg or (ng == cg and nc > cc) then
+        redis.call("HSET", sk(i), s, m)
+        moved, cur, cg = moved + 1, m, ng
+    end
+    if is_sold(cur) then
+        local v = redis.call("GET", hk(i))
+        if v then
+            local _, g, _, tag = parse_hold(v)
+            if not g or tonumber(g) <= cg then
+                redis.call("DEL", hk(i))
+                if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
+                dropped = dropped + 1
+            end
+        end
+    end
+end
+return {moved, dropped, repaired}
