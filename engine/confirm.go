@@ -398,6 +398,9 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 	b := bookingFromRow(row)
 	b.Replayed = true
 	if remark && b.Status == BookingConfirmed {
+		if e.hooks.afterRead != nil {
+			e.hooks.afterRead(ctx, "replay")
+		}
 		// The first call may have lost its markers; they only move forward, so this
 		// cannot undo a cancellation that came since.
 		_ = e.markBooking(ctx, c.sh, b.SeatIDs, b.Generation, true)
@@ -436,8 +439,8 @@ func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
 	if err != nil || len(claims) == 0 {
 		return c.seats
 	}
-	if e.hooks.repairRead != nil {
-		e.hooks.repairRead(ctx)
+	if e.hooks.afterRead != nil {
+		e.hooks.afterRead(ctx, "repair")
 	}
 	taken := make([]string, len(claims))
 	marks := make([]string, len(claims))

@@ -46,11 +46,10 @@ type hooks struct {
 	// afterCommit runs after a confirmation or cancellation committed, before its
 	// marker write; returning false skips that write, as a process dying there would.
 	afterCommit func(ctx context.Context) bool
-	// resyncRead runs in Resync after each page is read from PostgreSQL, before its
-	// marker write.
-	resyncRead func(ctx context.Context)
-	// repairRead runs in a confirmation's marker repair after it read the claims.
-	repairRead func(ctx context.Context)
+	// afterRead runs where a repair has read PostgreSQL and is about to write what it
+	// read to Redis: path is "resync" (after each page), "repair" (a confirmation's
+	// marker repair) or "replay" (an idempotent retry re-marking its booking).
+	afterRead func(ctx context.Context, path string)
 }
 
 // New returns an engine over a migrated database (see package migrations) and a Redis.

@@ -43,8 +43,8 @@ func (e *Engine) resync(ctx context.Context, sh *show) error {
 		if err != nil {
 			return e.pgErr(err)
 		}
-		if e.hooks.resyncRead != nil {
-			e.hooks.resyncRead(ctx)
+		if e.hooks.afterRead != nil {
+			e.hooks.afterRead(ctx, "resync")
 		}
 		last := len(rows) < resyncPage
 		seats := make([]string, len(rows))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -315,4 +316,95 @@ func TestSQLFenceUnderManyWriters(t *testing.T) {
 	if f := fence(t, pool, "many", "A1"); f != slices.Max(accepted) || f != accepted[len(accepted)-1] {
 		t.Fatalf("fence %d, want the largest accepted %d", f, slices.Max(accepted))
 	}
+}
+
+// TestSQLInvariants: each invariant the engine keeps is also the schema's, so a direct
+// SQL write (psql, a script, a bug) that breaks one is refused.
+func TestSQLInvariants(t *testing.T) {
+	t.Parallel()
+	pool := testsvc.Database(t)
+	ctx := t.Context()
+	sqlShow(t, pool, "inv", "A1", "A2", "A3")
+	p := bookingParams("inv", 5, "", "A1")
+	if err := sqlBook(ctx, pool, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE seat_fences SET generation = 6 WHERE show_id = 'inv' AND seat_id = 'A2'"); err != nil {
+		t.Fatalf("raising a fence: %v", err)
+	}
+	inTx := func(stmts ...string) func() error {
+		return func() error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				for _, s := range stmts {
+					var args []any
+					if strings.Contains(s, "$1") {
+						args = append(args, p.BookingID)
+					}
+					if _, err := tx.Exec(ctx, s, args...); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	cases := []struct {
+		name       string
+		run        func() error
+		code, rule string
+	}{
+		{"lower a fence", inTx("UPDATE seat_fences SET generation = 4 WHERE show_id = 'inv' AND seat_id = 'A1'"),
+			"23000", "seat_fences_never_lowered"},
+		{"claim above its seat's fence", func() error {
+			// A2's fence is 6; a booking of generation 7 that did not advance it.
+			_, err := db.New(pool).BookingCreate(ctx, bookingParams("inv", 7, "", "A2"))
+			return err
+		}, "23000", "seat_claims_at_fence"},
+		{"claim with another generation than its booking's", inTx(
+			"INSERT INTO booking_seats (show_id, booking_id, seat_id) VALUES ('inv', $1, 'A2')",
+			"INSERT INTO seat_claims (show_id, seat_id, booking_id, generation) VALUES ('inv', 'A2', $1, 6)"),
+			"23503", "seat_claims_booking_fkey"},
+		{"cancelled booking that keeps its claims", inTx(
+			"UPDATE bookings SET status = 'cancelled', cancelled_at = now() WHERE booking_id = $1"),
+			"23503", "seat_claims_booking_fkey"},
+		{"confirmed booking without its claims", inTx("DELETE FROM seat_claims WHERE booking_id = $1"),
+			"23000", "bookings_claims_whole"},
+		{"confirmed booking created without claims", inTx(
+			"INSERT INTO bookings (show_id, booking_id, generation, fingerprint, hold_hash) VALUES ('inv', gen_random_uuid(), 9, decode(repeat('ab', 32), 'hex'), decode(repeat('cd', 32), 'hex'))"),
+			"23000", "bookings_claims_whole"},
+		{"claim rewritten in place", inTx("UPDATE seat_claims SET claimed_at = now() WHERE booking_id = $1"),
+			"23000", "seat_claims_immutable"},
+		{"truncate the event log", inTx("TRUNCATE booking_events"), "23000", "booking_events_no_truncate"},
+		{"truncate the fences", inTx("TRUNCATE seat_fences CASCADE"), "23000", "seat_fences_no_truncate"},
+		{"a second booking of one hold", func() error {
+			q := bookingParams("inv", 8, "", "A3")
+			q.HoldHash = p.HoldHash
+			return sqlBook(ctx, pool, q)
+		}, "23505", "bookings_hold_unique"},
+	}
+	before := dbSnapshot(t, pool)
+	for _, c := range cases {
+		err := c.run()
+		if got := pgCode(err); got != c.code || pgConstraint(err) != c.rule {
+			t.Errorf("%s: error %v (code %q, constraint %q), want code %s from %s", c.name, err, got, pgConstraint(err), c.code, c.rule)
+		}
+	}
+	if after := dbSnapshot(t, pool); after != before {
+		t.Fatalf("refused writes changed the database:\n%s\nthen\n%s", before, after)
+	}
+}
+
+// dbSnapshot is the engine's tables' contents, for "nothing changed" assertions.
+func dbSnapshot(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var s string
+	err := pool.QueryRow(t.Context(), `SELECT concat_ws(E'\n',
+		(SELECT string_agg(show_id || seat_id || generation, ',' ORDER BY show_id, seat_id) FROM seat_fences),
+		(SELECT string_agg(show_id || seat_id || booking_id || generation, ',' ORDER BY show_id, seat_id) FROM seat_claims),
+		(SELECT string_agg(show_id || booking_id || status, ',' ORDER BY booking_id) FROM bookings),
+		(SELECT count(*) FROM booking_events))`).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -101,3 +101,47 @@ func TestConcurrentUpIsSerialized(t *testing.T) {
 		t.Fatalf("pending after concurrent up: %v %v", pending, err)
 	}
 }
+
+// TestInvariantsMigrationChecksExistingRows: 00003 states the engine's invariants in the
+// schema; on a database whose rows already break one, it fails and says which.
+func TestInvariantsMigrationChecksExistingRows(t *testing.T) {
+	t.Parallel()
+	pool, _ := testsvc.EmptyDatabase(t)
+	ctx := t.Context()
+	p, err := migrations.NewProvider(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.UpTo(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	// A cancelled booking that kept its claim, written before the schema refused it.
+	for _, q := range []string{
+		`INSERT INTO shows (show_id) VALUES ('s')`,
+		`INSERT INTO seats (show_id, seat_id) VALUES ('s', 'A1')`,
+		`INSERT INTO seat_fences (show_id, seat_id, generation) VALUES ('s', 'A1', 3)`,
+		`INSERT INTO bookings (show_id, booking_id, generation, fingerprint, status, cancelled_at)
+		 VALUES ('s', '00000000-0000-4000-8000-000000000001', 3, decode(repeat('ab', 32), 'hex'), 'cancelled', now())`,
+		`INSERT INTO booking_seats (show_id, booking_id, seat_id) VALUES ('s', '00000000-0000-4000-8000-000000000001', 'A1')`,
+		`INSERT INTO seat_claims (show_id, seat_id, booking_id, generation) VALUES ('s', 'A1', '00000000-0000-4000-8000-000000000001', 3)`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_, err = p.UpTo(ctx, 3)
+	if err == nil || !strings.Contains(err.Error(), "of a cancelled booking") {
+		t.Fatalf("migrating a database that breaks an invariant: %v, want a refusal naming it", err)
+	}
+	if v, err := p.GetDBVersion(ctx); err != nil || v != 2 {
+		t.Fatalf("version %d (%v) after the refused migration, want 2", v, err)
+	}
+	// Repaired, it migrates.
+	if _, err := pool.Exec(ctx, `DELETE FROM seat_claims`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatalf("after the repair: %v", err)
+	}
+}
