@@ -10,6 +10,12 @@ BIN          := bin/holdfast
 # or those of the PostgreSQL and Redis that services.sh starts for this checkout.
 with-services = set -a; eval "$$($(SERVICES) start)"; set +a;
 
+# make run and make demo share an operator token (show creation over HTTP), made once
+# per checkout under .local/ (git-ignored) unless HOLDFAST_OPERATOR_TOKEN is set.
+OPERATOR_TOKEN_FILE := .local/operator-token
+with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN:-$$(test -s $(OPERATOR_TOKEN_FILE) || \
+	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
+
 .DEFAULT_GOAL := help
 .PHONY: help services services-down generate verify test test-cluster fuzz build run demo bench chaos
 
@@ -63,10 +69,10 @@ build: ## Build bin/holdfast
 	go build -o $(BIN) ./cmd/holdfast
 
 run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are set), migrate, serve the demo show on LISTEN_ADDR (127.0.0.1:8080)
-	@$(with-services) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo
+	@$(with-services) $(with-operator-token) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo
 
 bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL, flash sale vs a database-only design (BENCH_FLAGS=…)
 	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --json bench.json $(BENCH_FLAGS)
 
 demo: build ## Simulate a sale opening against `make run`'s server (200 buyers, 500 seats)
-	@$(with-services) ./$(BIN) demo --url "http://$${LISTEN_ADDR:-127.0.0.1:8080}"
+	@$(with-services) $(with-operator-token) ./$(BIN) demo --url "http://$${LISTEN_ADDR:-127.0.0.1:8080}"

@@ -567,3 +567,44 @@ func TestLargeGenerations(t *testing.T) {
 		t.Fatalf("marker %q", m)
 	}
 }
+
+// TestShowCache: the in-memory inventories are bounded, and an unknown show id is
+// remembered for Config.UnknownShowTTL instead of costing a query per request.
+func TestShowCache(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxCachedShows = 2; c.UnknownShowTTL = 300 * time.Millisecond })
+	for _, s := range []string{"a", "b", "c", "d"} {
+		v.show(s, "A1")
+		v.hold(s, time.Minute, "", "A1")
+	}
+	if n := len(v.e.shows.shows); n > 2 {
+		t.Fatalf("%d shows cached, want at most 2", n)
+	}
+	// An evicted show loads again, and its hold is still there.
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "a", SeatIDs: []string{"A1"}}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("hold on an evicted show's held seat: %v", err)
+	}
+	if _, err := v.e.Seats(t.Context(), "late"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown show: %v", err)
+	}
+	// Another process creates it: this engine answers from memory until the TTL passes.
+	other := v.twin()
+	if err := other.CreateShow(t.Context(), "late", []string{"A1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.e.Seats(t.Context(), "late"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a remembered unknown show was looked up again: %v", err)
+	}
+	waitFor(t, "the unknown show forgotten", 10*time.Second, func() bool {
+		_, err := v.e.Seats(t.Context(), "late")
+		return err == nil
+	})
+	// Creating a show through this engine forgets at once that it was unknown.
+	if _, err := v.e.Seats(t.Context(), "mine"); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	v.show("mine", "A1")
+	if _, err := v.e.Seats(t.Context(), "mine"); err != nil {
+		t.Fatalf("a show created here is still unknown: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/internal/demo"
+	"github.com/holdfast/holdfast/internal/httpapi"
 )
 
 // runDemo simulates a sale opening against a live server (--url), or against one it
@@ -26,6 +28,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		buyers   = fs.Int("buyers", 200, "concurrent buyers")
 		ttl      = fs.Duration("hold-ttl", time.Second, "TTL buyers ask for (late payers wait past it)")
 		duration = fs.Duration("duration", time.Minute, "stop by then even if seats remain")
+		opToken  = fs.String("operator-token", getenv("HOLDFAST_OPERATOR_TOKEN"), "the server's operator token, to create the show (env HOLDFAST_OPERATOR_TOKEN)")
 	)
 	backends.register(fs, getenv)
 	eng.register(fs, getenv)
@@ -42,7 +45,9 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	defer pool.Close()
 	url := *baseURL
 	if url == "" {
-		svc, err := openService(ctx, &backends, &eng, slog.New(slog.DiscardHandler), 1000, 1000)
+		*opToken = rand.Text()
+		svc, err := openService(ctx, &backends, &eng, slog.New(slog.DiscardHandler), httpapi.Options{
+			RateLimit: 1000, RateBurst: 1000, ReadRateLimit: 1000, ReadRateBurst: 1000, OperatorToken: *opToken})
 		if err != nil {
 			return err
 		}
@@ -59,7 +64,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	fmt.Fprintf(stdout, "demo: %d buyers open the sale of %s (%d seats) at %s\n", *buyers, *show, *seats, url)
 	sum, err := demo.Run(ctx, demo.Options{BaseURL: url, Pool: pool, ShowID: *show, Seats: *seats, Buyers: *buyers,
-		HoldTTL: *ttl, Duration: *duration, Progress: stderr})
+		HoldTTL: *ttl, Duration: *duration, Progress: stderr, OperatorToken: *opToken})
 	if err != nil {
 		return err
 	}

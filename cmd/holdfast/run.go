@@ -40,6 +40,7 @@ const usage = `holdfast — seat reservations that hold on the busiest minute of
 Usage:
   holdfast serve   [flags]              serve the HTTP API
   holdfast migrate up|down|status       apply, roll back one, or list the migrations
+  holdfast resync  --show SHOW          rebuild a show's Redis state from PostgreSQL
   holdfast demo    [flags]              simulate a sale opening against a live server
   holdfast bench   [flags]              measure throughput against raw Redis and PostgreSQL
 
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, args[1:], getenv, stdout, stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], getenv, stdout, stderr)
+	case "resync":
+		return resync(ctx, args[1:], getenv, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":

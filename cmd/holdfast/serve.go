@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/net/netutil"
 
 	"github.com/holdfast/holdfast/engine"
 	"github.com/holdfast/holdfast/internal/httpapi"
@@ -28,6 +29,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		addr      = fs.String("addr", envOr(getenv, "LISTEN_ADDR", "127.0.0.1:8080"), "listen address host:port (env LISTEN_ADDR)")
 		rateLimit = fs.Float64("rate-limit", 20, "holds and confirmations per second per holder")
 		rateBurst = fs.Int("rate-burst", 40, "burst of holds and confirmations per holder")
+		readLimit = fs.Float64("read-rate-limit", 50, "reads per second per holder, or per client address without a Holder-Id")
+		readBurst = fs.Int("read-rate-burst", 100, "burst of reads per holder or client address")
+		maxConns  = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted")
+		opToken   = fs.String("operator-token", getenv("HOLDFAST_OPERATOR_TOKEN"),
+			"bearer token of the operator routes (show creation, resync); empty turns them off (env HOLDFAST_OPERATOR_TOKEN)")
+		logKey = fs.String("log-key", getenv("HOLDFAST_LOG_KEY"),
+			"secret that keys the holder hash in logs; random per process when empty (env HOLDFAST_LOG_KEY)")
 		drainWait = fs.Duration("shutdown-timeout", 15*time.Second, "how long in-flight requests may take after SIGINT/SIGTERM")
 		demoShow  = fs.String("demo-show", "", "create this show (if missing) before serving")
 		demoSeats = fs.Int("demo-seats", 500, "seats of --demo-show")
@@ -40,11 +48,18 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
 		return usageErr("--addr %q is not host:port (for example 127.0.0.1:8080)", *addr)
 	}
-	if *rateLimit <= 0 || *rateBurst < 1 {
-		return usageErr("--rate-limit must be positive and --rate-burst at least 1")
+	if *rateLimit <= 0 || *rateBurst < 1 || *readLimit <= 0 || *readBurst < 1 {
+		return usageErr("--rate-limit and --read-rate-limit must be positive, --rate-burst and --read-rate-burst at least 1")
+	}
+	if *maxConns < 1 {
+		return usageErr("--max-conns must be at least 1")
+	}
+	if *opToken != "" && len(*opToken) < 16 {
+		return usageErr("--operator-token must be at least 16 characters (for example: openssl rand -hex 16)")
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	svc, err := openService(ctx, &backends, &eng, log, *rateLimit, *rateBurst)
+	svc, err := openService(ctx, &backends, &eng, log, httpapi.Options{RateLimit: *rateLimit, RateBurst: *rateBurst,
+		ReadRateLimit: *readLimit, ReadRateBurst: *readBurst, OperatorToken: *opToken, LogKey: []byte(*logKey)})
 	if err != nil {
 		return err
 	}
@@ -59,6 +74,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
+	ln = netutil.LimitListener(ln, *maxConns)
 	srv := &http.Server{
 		Handler:           api.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -142,7 +158,7 @@ type service struct {
 
 // openService connects to the backends, builds the engine and its API, and refuses to
 // start when the backends are not ready (unmigrated database, evicting Redis).
-func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, log *slog.Logger, rateLimit float64, rateBurst int) (*service, error) {
+func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, log *slog.Logger, opts httpapi.Options) (*service, error) {
 	pool, err := backends.openPool(ctx)
 	if err != nil {
 		return nil, err
@@ -172,7 +188,8 @@ func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, 
 		svc.close()
 		return nil, fmt.Errorf("not starting: the database is not migrated; run `holdfast migrate up`")
 	}
-	if svc.api, err = httpapi.New(svc.engine, httpapi.Options{Logger: log, Registry: reg, RateLimit: rateLimit, RateBurst: rateBurst}); err != nil {
+	opts.Logger, opts.Registry = log, reg
+	if svc.api, err = httpapi.New(svc.engine, opts); err != nil {
 		svc.close()
 		return nil, err
 	}

@@ -31,6 +31,8 @@ type Options struct {
 	HoldTTL  time.Duration // TTL buyers ask for; late payers wait past it
 	Duration time.Duration // stop by then even if seats remain
 	Progress io.Writer     // a live progress line, or nil
+	// OperatorToken authorizes the show creation (holdfast serve --operator-token).
+	OperatorToken string
 }
 
 // Summary is what happened.
@@ -48,8 +50,9 @@ type Summary struct {
 }
 
 type client struct {
-	base string
-	http *http.Client
+	base          string
+	http          *http.Client
+	operatorToken string
 }
 
 // problem is the part of an error answer the buyers use.
@@ -95,6 +98,9 @@ func (c *client) once(ctx context.Context, method, path, holder, key string, bod
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	if method == http.MethodPut && c.operatorToken != "" { // show creation, the demo's one operator route
+		req.Header.Set("Authorization", "Bearer "+c.operatorToken)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -157,7 +163,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if o.Seats < 1 || o.Buyers < 1 {
 		return Summary{}, fmt.Errorf("demo needs seats and buyers")
 	}
-	c := &client{base: strings.TrimRight(o.BaseURL, "/"), http: &http.Client{
+	c := &client{base: strings.TrimRight(o.BaseURL, "/"), operatorToken: o.OperatorToken, http: &http.Client{
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: o.Buyers, MaxConnsPerHost: o.Buyers},
 	}}
@@ -167,7 +173,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	status, typ, err := c.call(ctx, http.MethodPut, "/v1/shows/"+o.ShowID, "", "", map[string]any{"seats": seats}, nil)
 	if err != nil || status >= 300 {
-		return Summary{}, fmt.Errorf("create show %s: status %d %s %v", o.ShowID, status, typ, err)
+		hint := ""
+		if status == http.StatusForbidden || status == http.StatusUnauthorized {
+			hint = " (the server's operator token is needed to create a show: --operator-token or HOLDFAST_OPERATOR_TOKEN)"
+		}
+		return Summary{}, fmt.Errorf("create show %s: status %d %s %v%s", o.ShowID, status, typ, err, hint)
 	}
 	rec := &recorder{outcomes: map[string]int64{}, latencies: map[string][]time.Duration{}}
 	view := newSeatView(seats)

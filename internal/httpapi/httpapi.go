@@ -4,18 +4,25 @@ package httpapi
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"math"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -46,6 +53,19 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxShowBodyBytes bounds a show creation body. Defaults to 4 MiB.
 	MaxShowBodyBytes int64
+	// ReadRateLimit is the sustained rate of reads (seat maps, bookings) per second
+	// per holder, or per client address for requests without a holder. A load test
+	// from one address raises it. Defaults to 50.
+	ReadRateLimit float64
+	// ReadRateBurst is the burst of reads. Defaults to 100.
+	ReadRateBurst int
+	// OperatorToken is the bearer token of the operator routes (show creation,
+	// resync, readiness details). Empty turns those routes off (403).
+	OperatorToken string
+	// LogKey keys the hash that logs show of a holder (HMAC-SHA-256), so that a list
+	// of guessed holder ids cannot be matched against logs. Defaults to 32 random
+	// bytes per process.
+	LogKey []byte
 }
 
 // Server is the HTTP face of one engine.
@@ -54,7 +74,9 @@ type Server struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	opts     Options
-	limiters *limiters
+	limiters *limiters // holds and confirmations, per holder
+	reads    *limiters // reads, per holder or client address
+	operator [32]byte  // SHA-256 of the operator token
 	draining atomic.Bool
 
 	requests *prometheus.CounterVec
@@ -81,8 +103,23 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 	if opts.MaxShowBodyBytes == 0 {
 		opts.MaxShowBodyBytes = 4 << 20
 	}
+	if opts.ReadRateLimit == 0 {
+		opts.ReadRateLimit = 50
+	}
+	if opts.ReadRateBurst == 0 {
+		opts.ReadRateBurst = 100
+	}
+	if opts.RateLimit < 0 || opts.RateBurst < 0 || opts.ReadRateLimit < 0 || opts.ReadRateBurst < 0 {
+		return nil, errors.New("httpapi: rate limits and bursts must be positive")
+	}
+	if len(opts.LogKey) == 0 {
+		opts.LogKey = make([]byte, 32)
+		_, _ = rand.Read(opts.LogKey)
+	}
 	s := &Server{e: e, log: opts.Logger, reg: opts.Registry, opts: opts,
 		limiters: newLimiters(rate.Limit(opts.RateLimit), opts.RateBurst),
+		reads:    newLimiters(rate.Limit(opts.ReadRateLimit), opts.ReadRateBurst),
+		operator: sha256.Sum256([]byte(opts.OperatorToken)),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_http_requests_total", Help: "HTTP requests by route and status code.",
 		}, []string{"route", "code"}),
@@ -106,14 +143,15 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 // Handler returns the routes, all listed here.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /v1/shows/{show}", s.putShow)
-	mux.HandleFunc("GET /v1/shows/{show}/seats", s.getSeats)
+	mux.HandleFunc("PUT /v1/shows/{show}", s.operatorOnly(s.putShow))
+	mux.HandleFunc("POST /v1/shows/{show}/resync", s.operatorOnly(s.postResync))
+	mux.HandleFunc("GET /v1/shows/{show}/seats", s.reading(s.getSeats))
 	mux.HandleFunc("POST /v1/shows/{show}/holds", s.limited(s.postHold))
 	mux.HandleFunc("POST /v1/holds/extend", s.limited(s.postExtend))
 	mux.HandleFunc("POST /v1/holds/release", s.limited(s.postRelease))
 	mux.HandleFunc("POST /v1/bookings", s.limited(s.postBooking))
-	mux.HandleFunc("GET /v1/bookings/{id}", s.getBooking)
-	mux.HandleFunc("DELETE /v1/bookings/{id}", s.deleteBooking)
+	mux.HandleFunc("GET /v1/bookings/{id}", s.reading(s.getBooking))
+	mux.HandleFunc("DELETE /v1/bookings/{id}", s.limited(s.deleteBooking))
 	mux.HandleFunc("GET /livez", s.livez)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
@@ -179,6 +217,14 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, map[string]any{"show": r.PathValue("show"), "seats": len(body.Seats)})
 }
 
+func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
+	if err := s.e.Resync(r.Context(), r.PathValue("show")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"show": r.PathValue("show"), "resynced": true})
+}
+
 func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
 	states, err := s.e.Seats(r.Context(), r.PathValue("show"))
 	if err != nil {
@@ -202,11 +248,12 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 	}
 	req := engine.HoldRequest{ShowID: r.PathValue("show"), SeatIDs: body.Seats, HolderID: holder}
 	if body.TTLms != nil {
-		if *body.TTLms <= 0 {
-			s.fail(w, r, &engine.InvalidArgumentError{Field: "ttl_ms", Rule: "must be positive"})
+		ttl, err := ttlFromMillis(*body.TTLms)
+		if err != nil {
+			s.fail(w, r, err)
 			return
 		}
-		req.TTL = time.Duration(*body.TTLms) * time.Millisecond
+		req.TTL = ttl
 	}
 	h, err := s.e.Hold(r.Context(), req)
 	if err != nil {
@@ -218,13 +265,18 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 
 func (s *Server) postExtend(w http.ResponseWriter, r *http.Request, holder string) {
 	var body struct {
-		holdJSON
-		TTLms int64 `json:"ttl_ms"`
+		holdJSON `json:",inline"`
+		TTLms    int64 `json:"ttl_ms"`
 	}
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
-	h, err := s.e.Extend(r.Context(), holdFromJSON(body.holdJSON, holder), time.Duration(body.TTLms)*time.Millisecond)
+	ttl, err := ttlFromMillis(body.TTLms)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	h, err := s.e.Extend(r.Context(), holdFromJSON(body.holdJSON, holder), ttl)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -249,7 +301,11 @@ func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder stri
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
-	b, err := s.e.Confirm(r.Context(), holdFromJSON(body, holder), engine.ConfirmOptions{IdempotencyKey: r.Header.Get(IdempotencyHeader)})
+	key, ok := s.singleHeader(w, r, IdempotencyHeader)
+	if !ok {
+		return
+	}
+	b, err := s.e.Confirm(r.Context(), holdFromJSON(body, holder), engine.ConfirmOptions{IdempotencyKey: key})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -290,7 +346,7 @@ func (s *Server) getBooking(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) deleteBooking(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteBooking(w http.ResponseWriter, r *http.Request, _ string) {
 	b, ok := s.ownBooking(w, r)
 	if !ok {
 		return
@@ -320,15 +376,37 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.e.Ready(ctx); err != nil {
 		s.log.WarnContext(ctx, "not ready", "error", err)
-		writeProblem(w, http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable", err.Error())
+		detail := "not ready"
+		if s.isOperator(r) { // the cause is for operators, not for anyone who asks
+			detail = err.Error()
+		}
+		writeProblem(w, http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable", detail)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
+// singleHeader reads a header that may be sent at most once: a second one is refused
+// rather than one of them silently chosen.
+func (s *Server) singleHeader(w http.ResponseWriter, r *http.Request, name string) (string, bool) {
+	vs := r.Header.Values(name)
+	if len(vs) > 1 {
+		writeProblem(w, http.StatusBadRequest, "invalid-argument", "Invalid argument",
+			name+": sent "+strconv.Itoa(len(vs))+" times; send it once")
+		return "", false
+	}
+	if len(vs) == 0 {
+		return "", true
+	}
+	return vs[0], true
+}
+
 // holder reads the caller's identity; a request without one is refused.
 func (s *Server) holder(w http.ResponseWriter, r *http.Request) (string, bool) {
-	h := r.Header.Get(HolderHeader)
+	h, ok := s.singleHeader(w, r, HolderHeader)
+	if !ok {
+		return "", false
+	}
 	if h == "" {
 		writeProblem(w, http.StatusBadRequest, "missing-holder", "Missing holder", "the "+HolderHeader+" header is required")
 		return "", false
@@ -356,17 +434,82 @@ func (s *Server) limited(fn func(http.ResponseWriter, *http.Request, string)) ht
 	}
 }
 
-// decode reads one JSON object of at most limit bytes, refusing unknown fields and
-// trailing data.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, extra := dec.Token(); extra != io.EOF {
-			err = errors.New("trailing data after the JSON object")
+// reading applies a read route's rate limit: per holder when the request names one, else per
+// client address.
+func (s *Server) reading(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, ok := s.singleHeader(w, r, HolderHeader)
+		if !ok {
+			return
 		}
+		if key == "" || len(key) > 128 {
+			key = "addr " + clientAddr(r)
+		}
+		if !s.reads.get(key).Allow() {
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many reads from this client")
+			return
+		}
+		fn(w, r)
 	}
+}
+
+// clientAddr is the request's peer address without its port.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// operatorOnly guards an operator route: off (403) without a configured token, 401
+// without the right bearer token. Attempts count against the caller's read limit.
+func (s *Server) operatorOnly(fn http.HandlerFunc) http.HandlerFunc {
+	return s.reading(func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.OperatorToken == "" {
+			writeProblem(w, http.StatusForbidden, "operator-routes-off", "Operator routes are off",
+				"start holdfast serve with --operator-token (or HOLDFAST_OPERATOR_TOKEN) to create shows and resync over HTTP")
+			return
+		}
+		if !s.isOperator(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast-operator"`)
+			writeProblem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized",
+				"this route needs the operator token: Authorization: Bearer <token>")
+			return
+		}
+		fn(w, r)
+	})
+}
+
+// isOperator reports whether the request carries the operator token (compared in
+// constant time, as hashes).
+func (s *Server) isOperator(r *http.Request) bool {
+	if s.opts.OperatorToken == "" {
+		return false
+	}
+	vs := r.Header.Values("Authorization")
+	if len(vs) != 1 || !strings.HasPrefix(vs[0], "Bearer ") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimPrefix(vs[0], "Bearer ")))
+	return subtle.ConstantTimeCompare(got[:], s.operator[:]) == 1
+}
+
+// ttlFromMillis turns a request's ttl_ms into a duration, refusing what is not
+// positive or would overflow one.
+func ttlFromMillis(ms int64) (time.Duration, error) {
+	if ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return 0, &engine.InvalidArgumentError{Field: "ttl_ms", Rule: strconv.FormatInt(ms, 10) + " is not a positive number of milliseconds that fits a duration"}
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// decode reads one JSON object of at most limit bytes. Strict means strict: unknown
+// fields, field names in another case, duplicate names and trailing data are refused,
+// and the refusal says where.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -374,7 +517,12 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v a
 				"the body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
 			return false
 		}
-		writeProblem(w, http.StatusBadRequest, "malformed-request", "Malformed request", "the body is not the expected JSON object")
+		writeProblem(w, http.StatusBadRequest, "malformed-request", "Malformed request", "the body could not be read")
+		return false
+	}
+	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+		writeProblem(w, http.StatusBadRequest, "malformed-request", "Malformed request",
+			"the body is not the expected JSON object: "+strings.TrimPrefix(err.Error(), "json: "))
 		return false
 	}
 	return true
@@ -490,16 +638,18 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		s.latency.WithLabelValues(route).Observe(d.Seconds())
 		attrs := []any{"route", route, "status", rec.status, "duration_ms", float64(d.Microseconds()) / 1000}
 		if h := r.Header.Get(HolderHeader); h != "" {
-			attrs = append(attrs, "holder", hashHolder(h))
+			attrs = append(attrs, "holder", s.hashHolder(h))
 		}
 		s.log.InfoContext(r.Context(), "http request", attrs...)
 	})
 }
 
-// hashHolder is what logs show of a holder: enough to correlate, not to identify.
-func hashHolder(h string) string {
-	sum := sha256.Sum256([]byte("holdfast-log\x00" + h))
-	return hex.EncodeToString(sum[:6])
+// hashHolder is what logs show of a holder: enough to correlate, not to identify. It
+// is keyed (HMAC with Options.LogKey), so a list of guessed ids cannot be matched.
+func (s *Server) hashHolder(h string) string {
+	m := hmac.New(sha256.New, s.opts.LogKey)
+	m.Write([]byte(h))
+	return hex.EncodeToString(m.Sum(nil)[:6])
 }
 
 // limiters keeps one token bucket per holder, dropping those idle for a while.

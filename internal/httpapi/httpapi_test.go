@@ -63,6 +63,13 @@ func newAPI(t *testing.T, rdb redis.UniversalClient, cfg engine.Config, opts Opt
 		opts.RateLimit = 1000
 		opts.RateBurst = 1000
 	}
+	if opts.ReadRateLimit == 0 {
+		opts.ReadRateLimit = 1000
+		opts.ReadRateBurst = 1000
+	}
+	if opts.OperatorToken == "" {
+		opts.OperatorToken = testOperatorToken
+	}
 	s, err := New(e, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +86,28 @@ type reply struct {
 	raw    string
 }
 
-// do sends a request; body is JSON-encoded unless it is a string.
+// testOperatorToken is the operator token of the test servers, unless a test sets one.
+const testOperatorToken = "test-operator-token-0123456789"
+
+// do sends a request; body is JSON-encoded unless it is a string. Operator routes (PUT
+// a show, resync) carry the server's operator token.
 func (a *api) do(method, path, holder, key string, body any) reply {
+	a.t.Helper()
+	h := http.Header{}
+	if holder != "" {
+		h.Set(HolderHeader, holder)
+	}
+	if key != "" {
+		h.Set(IdempotencyHeader, key)
+	}
+	if method == "PUT" || strings.HasSuffix(path, "/resync") {
+		h.Set("Authorization", "Bearer "+a.s.opts.OperatorToken)
+	}
+	return a.doHeaders(method, path, h, body)
+}
+
+// doHeaders sends a request with exactly these headers.
+func (a *api) doHeaders(method, path string, headers http.Header, body any) reply {
 	a.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -92,11 +119,8 @@ func (a *api) do(method, path, holder, key string, body any) reply {
 		rd = bytes.NewReader(data)
 	}
 	req, _ := http.NewRequest(method, a.srv.URL+path, rd)
-	if holder != "" {
-		req.Header.Set(HolderHeader, holder)
-	}
-	if key != "" {
-		req.Header.Set(IdempotencyHeader, key)
+	for k, vs := range headers {
+		req.Header[k] = vs
 	}
 	resp, err := a.srv.Client().Do(req)
 	if err != nil {
@@ -333,8 +357,19 @@ func TestReadyzFollowsRedisAndDraining(t *testing.T) {
 	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(2)}), 201, "")
 	a.want(a.do("GET", "/readyz", "", "", nil), 200, "")
 	srv.Stop()
-	a.want(a.do("GET", "/readyz", "", "", nil), 503, "backend-unavailable")
-	r := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1"}})
+	r := a.do("GET", "/readyz", "", "", nil)
+	a.want(r, 503, "backend-unavailable")
+	if r.body["detail"] != "not ready" {
+		t.Fatalf("an anonymous /readyz tells the cause: %s", r.raw)
+	}
+	r = a.doHeaders("GET", "/readyz", http.Header{"Authorization": {"Bearer " + testOperatorToken}}, nil)
+	if d, _ := r.body["detail"].(string); r.status != 503 || !strings.Contains(d, "redis") {
+		t.Fatalf("the operator's /readyz does not tell the cause: %s", r.raw)
+	}
+	if !strings.Contains(a.logs.String(), "not ready") {
+		t.Fatal("the cause is not logged")
+	}
+	r = a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1"}})
 	a.want(r, 503, "backend-unavailable")
 	if strings.Contains(r.raw, "127.0.0.1") {
 		t.Fatalf("a 503 leaks backend details: %s", r.raw)

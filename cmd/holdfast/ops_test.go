@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// TestResyncCommand: an operator rebuilds shows' Redis state from the command line.
+func TestResyncCommand(t *testing.T) {
+	t.Parallel()
+	pool, url := testsvc.EmptyDatabase(t)
+	prefix := testsvc.KeyPrefix(t)
+	vars := env(map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL(), "HOLDFAST_KEY_PREFIX": prefix})
+	if err := run(t.Context(), []string{"migrate", "up"}, vars, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(pool, testsvc.Redis(t), &engine.Config{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.CreateShow(t.Context(), "gala", []string{"A1", "A2"}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"resync", "--show", "gala"}, vars, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "resynced gala") {
+		t.Fatalf("resync: %v %q", err, out.String())
+	}
+	if err := run(t.Context(), []string{"resync", "--show", "nope"}, vars, io.Discard, io.Discard); exitCode(err) != exitFailure || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("resync of an unknown show: %v", err)
+	}
+	for _, args := range [][]string{{"resync"}, {"resync", "--show", "gala", "extra"}} {
+		if err := run(t.Context(), args, vars, io.Discard, io.Discard); exitCode(err) != exitUsage {
+			t.Fatalf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// TestServeCapsConnections: past --max-conns open connections, a new client waits until
+// one closes.
+func TestServeCapsConnections(t *testing.T) {
+	t.Parallel()
+	_, url := testsvc.EmptyDatabase(t)
+	vars := env(map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL(), "HOLDFAST_KEY_PREFIX": testsvc.KeyPrefix(t)})
+	if err := run(t.Context(), []string{"migrate", "up"}, vars, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	out := &lineWriter{lines: make(chan string, 64)}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--max-conns", "2"}, vars, out, io.Discard)
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	var base string
+	select {
+	case line := <-out.lines:
+		base = strings.TrimPrefix(line, "holdfast: listening on ")
+	case err := <-done:
+		t.Fatalf("serve ended: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	get := func() error {
+		c := &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get(base + "/livez")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := get(); err != nil {
+		t.Fatalf("livez: %v", err)
+	}
+	addr := strings.TrimPrefix(base, "http://")
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	// Each idle connection is accepted once the previous request's slot is free.
+	waitFor := func(what string, cond func() bool) {
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	waitFor("a third connection was served while two were open", func() bool { return get() != nil })
+	idle[0].Close()
+	waitFor("no connection served after one closed", func() bool { return get() == nil })
+	idle[1].Close()
+}

@@ -1,0 +1,149 @@
+package httpapi
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// TestIdentityHeadersOnce: two Holder-Id (or Idempotency-Key) headers are refused, not
+// resolved by picking one.
+func TestIdentityHeadersOnce(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(2)}), 201, "")
+	two := http.Header{HolderHeader: {"alice", "mallory"}}
+	a.want(a.doHeaders("POST", "/v1/shows/s1/holds", two, map[string]any{"seats": []string{"A1"}}), 400, "invalid-argument")
+	a.want(a.doHeaders("GET", "/v1/shows/s1/seats", two, nil), 400, "invalid-argument")
+	h := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1"}})
+	a.want(h, 201, "")
+	keys := http.Header{HolderHeader: {"alice"}, IdempotencyHeader: {"k1", "k2"}}
+	r := a.doHeaders("POST", "/v1/bookings", keys, h.body)
+	a.want(r, 400, "invalid-argument")
+	if !strings.Contains(r.body["detail"].(string), IdempotencyHeader) {
+		t.Fatalf("the refusal does not name the header: %s", r.raw)
+	}
+	if a.do("GET", "/v1/shows/s1/seats", "", "", nil).raw == "" {
+		t.Fatal("no seat map")
+	}
+	a.want(a.do("POST", "/v1/bookings", "alice", "k1", h.body), 201, "")
+}
+
+// TestTTLOverflow: a ttl_ms that overflows a duration is bad input, on hold and extend.
+func TestTTLOverflow(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(2)}), 201, "")
+	huge := `{"seats":["A1"],"ttl_ms":288230376151771696}`
+	r := a.do("POST", "/v1/shows/s1/holds", "alice", "", huge)
+	a.want(r, 400, "invalid-argument")
+	if !strings.Contains(r.raw, "ttl_ms") {
+		t.Fatalf("the refusal does not name ttl_ms: %s", r.raw)
+	}
+	h := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1"}})
+	a.want(h, 201, "")
+	h.body["ttl_ms"] = int64(288230376151771696)
+	a.want(a.do("POST", "/v1/holds/extend", "alice", "", h.body), 400, "invalid-argument")
+	h.body["ttl_ms"] = 0
+	a.want(a.do("POST", "/v1/holds/extend", "alice", "", h.body), 400, "invalid-argument")
+}
+
+// TestOperatorRoutes: show creation and resync need the operator token; without a
+// configured token they are off.
+func TestOperatorRoutes(t *testing.T) {
+	t.Parallel()
+	rdb := testsvc.Redis(t)
+	a := newAPI(t, rdb, engine.Config{}, Options{})
+	body := map[string]any{"seats": seats(2)}
+	for _, h := range []http.Header{{}, {"Authorization": {"Bearer wrong-token-wrong-token"}}, {"Authorization": {"Basic " + testOperatorToken}},
+		{"Authorization": {"Bearer " + testOperatorToken, "Bearer " + testOperatorToken}}} {
+		r := a.doHeaders("PUT", "/v1/shows/s1", h, body)
+		a.want(r, 401, "unauthorized")
+		if r.header.Get("WWW-Authenticate") == "" {
+			t.Fatal("401 without WWW-Authenticate")
+		}
+		a.want(a.doHeaders("POST", "/v1/shows/s1/resync", h, nil), 401, "unauthorized")
+	}
+	a.want(a.do("GET", "/v1/shows/s1/seats", "", "", nil), 404, "not-found") // nothing was created
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", body), 201, "")
+	a.want(a.do("POST", "/v1/shows/s1/resync", "", "", nil), 200, "")
+	a.want(a.do("POST", "/v1/shows/nope/resync", "", "", nil), 404, "not-found")
+	if strings.Contains(a.logs.String(), testOperatorToken) {
+		t.Fatal("the operator token reached the log")
+	}
+
+	off := newAPI(t, rdb, engine.Config{}, Options{OperatorToken: "-"})
+	off.s.opts.OperatorToken = "" // as a server started without one
+	off.want(off.doHeaders("PUT", "/v1/shows/s2", http.Header{"Authorization": {"Bearer -"}}, body), 403, "operator-routes-off")
+	off.want(off.doHeaders("POST", "/v1/shows/s2/resync", http.Header{}, nil), 403, "operator-routes-off")
+}
+
+// TestReadRateLimit: reads are limited per holder, or per client address without one.
+func TestReadRateLimit(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{ReadRateLimit: 0.001, ReadRateBurst: 3})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(2)}), 201, "") // an operator call counts too
+	for range 2 {
+		a.want(a.do("GET", "/v1/shows/s1/seats", "", "", nil), 200, "")
+	}
+	r := a.do("GET", "/v1/shows/s1/seats", "", "", nil)
+	a.want(r, 429, "rate-limited")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	// A holder has a bucket of its own, and unknown shows cost the same.
+	for range 3 {
+		a.want(a.do("GET", "/v1/shows/nope/seats", "bob", "", nil), 404, "not-found")
+	}
+	a.want(a.do("GET", "/v1/shows/nope/seats", "bob", "", nil), 429, "rate-limited")
+	a.want(a.do("GET", "/v1/bookings/00000000-0000-4000-8000-000000000000", "carol", "", nil), 404, "not-found")
+}
+
+// TestStrictJSON: duplicate names, names in another case, unknown names and trailing
+// data are refused, and the refusal names the field.
+func TestStrictJSON(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(2)}), 201, "")
+	for body, names := range map[string]string{
+		`{"seats":["A1"],"seats":["A2"]}`: "seats",
+		`{"Seats":["A1"]}`:                "Seats",
+		`{"seats":["A1"],"TTL_MS":1000}`:  "TTL_MS",
+		`{"seat":["A1"]}`:                 "seat",
+		`{"seats":["A1"]} {}`:             "",
+		`{"seats":"A1"}`:                  "seats",
+	} {
+		r := a.do("POST", "/v1/shows/s1/holds", "alice", "", body)
+		a.want(r, 400, "malformed-request")
+		if d, _ := r.body["detail"].(string); !strings.Contains(d, names) {
+			t.Errorf("%s: detail %q does not name %q", body, d, names)
+		}
+	}
+	if a.do("GET", "/v1/shows/s1/seats", "", "", nil).raw == "" || strings.Contains(a.do("GET", "/v1/shows/s1/seats", "", "", nil).raw, "held") {
+		t.Fatal("a refused request held a seat")
+	}
+}
+
+// TestHolderHashIsKeyed: logs show a holder as an HMAC under the deployment's key, so a
+// list of guessed holder ids cannot be matched against them.
+func TestHolderHashIsKeyed(t *testing.T) {
+	t.Parallel()
+	key := []byte("deployment-secret")
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{LogKey: key})
+	a.want(a.do("GET", "/v1/shows/nope/seats", "alice@example.com", "", nil), 404, "not-found")
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("alice@example.com"))
+	keyed := hex.EncodeToString(m.Sum(nil)[:6])
+	plain := sha256.Sum256([]byte("holdfast-log\x00alice@example.com"))
+	logs := a.logs.String()
+	if !strings.Contains(logs, `"holder":"`+keyed+`"`) || strings.Contains(logs, hex.EncodeToString(plain[:6])) ||
+		strings.Contains(logs, "alice@example.com") {
+		t.Fatalf("holder not logged as its keyed hash:\n%s", logs)
+	}
+}
