@@ -132,9 +132,12 @@ func TestRedisClusterFailoverToStaleReplica(t *testing.T) {
 	replica := cluster.ReplicaOf(master.Addr())
 
 	v.sell("fo", "S000") // generation 1, replicated
-	if n, err := node.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
-		t.Fatalf("WAIT for the replica: %d %v", n, err)
-	}
+	// WAIT blocks on the server for its timeout: each call stays well below the
+	// client's read timeout (3 s), and the test polls instead of waiting once for long.
+	waitFor(t, "the replica acknowledges the write", 20*time.Second, func() bool {
+		n, err := node.Do(ctx, "WAIT", 1, 500).Int()
+		return err == nil && n == 1
+	})
 	// Freeze the replica and cut its link, so it cannot reconnect: from here on it
 	// misses every write (a frozen process still reads what is already on its socket).
 	replica.Pause()
