@@ -61,7 +61,6 @@ FROM marker_outbox
 WHERE created_at < now() - make_interval(secs => $1::float8)
 ORDER BY created_at
 LIMIT $2::int
-FOR UPDATE SKIP LOCKED
 `
 
 type MarkerOutboxListDueParams struct {
@@ -77,8 +76,9 @@ type MarkerOutboxListDueRow struct {
 	SeatIds    []string
 }
 
-// MarkerOutboxListDue locks the oldest rows that have waited at least @min_age_seconds, for
-// one engine to apply while the others skip them.
+// MarkerOutboxListDue lists the oldest rows that have waited at least @min_age_seconds.
+// No lock: writing a marker twice is harmless, and no connection is held while Redis is
+// written.
 func (q *Queries) MarkerOutboxListDue(ctx context.Context, arg MarkerOutboxListDueParams) ([]MarkerOutboxListDueRow, error) {
 	rows, err := q.db.Query(ctx, markerOutboxListDue, arg.MinAgeSeconds, arg.MaxRows)
 	if err != nil {

@@ -38,8 +38,9 @@ type Querier interface {
 	// MarkerOutboxInsert records, inside a cancellation's transaction, the marker write it
 	// owes Redis.
 	MarkerOutboxInsert(ctx context.Context, arg MarkerOutboxInsertParams) (int64, error)
-	// MarkerOutboxListDue locks the oldest rows that have waited at least @min_age_seconds, for
-	// one engine to apply while the others skip them.
+	// MarkerOutboxListDue lists the oldest rows that have waited at least @min_age_seconds.
+	// No lock: writing a marker twice is harmless, and no connection is held while Redis is
+	// written.
 	MarkerOutboxListDue(ctx context.Context, arg MarkerOutboxListDueParams) ([]MarkerOutboxListDueRow, error)
 	// MarkerOutboxPending counts the rows not yet applied, and the age of the oldest.
 	MarkerOutboxPending(ctx context.Context) (MarkerOutboxPendingRow, error)

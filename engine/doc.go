@@ -13,7 +13,15 @@
 // seats under a (show, seat) primary key. The hold is checked in Redis before the
 // transaction and again just before COMMIT. So an owner whose hold expired while it was
 // paused cannot book: its confirmation fails with [ErrHoldLost] or [ErrStaleGeneration],
-// and the seat's unique claim refuses a second booking whatever Redis says.
+// and the seat's unique claim refuses a second booking whatever Redis says. A hold makes
+// at most one booking, ever ([HoldSpentError]).
+//
+// After COMMIT the booked seats get a sold marker in Redis, so new holds on them are
+// refused at once. The marker write is recorded in PostgreSQL by the booking's own
+// transaction (a cancellation's likewise) and, when it fails, made later by the
+// background loop that every engine runs ([Config.MarkerRepairInterval]); call
+// [Engine.Close] to stop it. Markers only ever move forward, so late, repeated or
+// reordered writes, and [Engine.Resync] while a show is on sale, are safe.
 //
 // Errors are sentinels matched with [errors.Is]; [SeatsUnavailableError] and
 // [InvalidArgumentError] carry details for [errors.As]. A Redis or PostgreSQL failure is

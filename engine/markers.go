@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/holdfast/holdfast/db"
 	"github.com/holdfast/holdfast/internal/lua"
 )
@@ -159,44 +157,38 @@ func (e *Engine) deleteApplied(ctx context.Context) {
 	}
 }
 
-// repayOnce takes the outbox rows older than markerRepairAge that no other engine is
-// working on, writes their markers, and deletes the rows Redis took, in one
-// transaction. It returns how many rows it wrote.
+// repayOnce writes the markers of the outbox rows older than markerRepairAge and
+// deletes the rows Redis took. Rows are not locked and no PostgreSQL connection is held
+// while Redis is written: two engines may write the same row, which is harmless (marker
+// writes only move forward). It returns how many rows it wrote.
 func (e *Engine) repayOnce(ctx context.Context) (int, error) {
-	written := 0
-	var failed error // a row Redis did not take: it stays for the next round
-	err := pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
-		q := e.q.WithTx(tx)
-		rows, err := q.MarkerOutboxListDue(ctx, db.MarkerOutboxListDueParams{
-			MinAgeSeconds: markerRepairAge.Seconds(), MaxRows: markerRepairBatch})
-		if err != nil || len(rows) == 0 {
-			return err
-		}
-		var shows []string
-		var seqs []int64
-		for _, r := range rows {
-			sh, err := e.show(ctx, r.ShowID)
-			if err == nil {
-				err = e.markBooking(ctx, sh, r.SeatIds, r.Generation, r.Sold)
-			}
-			if err != nil {
-				failed = err
-				continue
-			}
-			shows, seqs = append(shows, r.ShowID), append(seqs, r.Seq)
-		}
-		written = len(seqs)
-		if written > 0 {
-			e.m.markerRepairs.Add(float64(written))
-			if _, err := q.MarkerOutboxDelete(ctx, db.MarkerOutboxDeleteParams{ShowIds: shows, Seqs: seqs}); err != nil {
-				return err
-			}
-			e.log.InfoContext(ctx, "sold markers repaired from the outbox", "rows", written)
-		}
-		return nil
-	})
-	if err == nil {
-		err = failed
+	rows, err := e.q.MarkerOutboxListDue(ctx, db.MarkerOutboxListDueParams{
+		MinAgeSeconds: markerRepairAge.Seconds(), MaxRows: markerRepairBatch})
+	if err != nil || len(rows) == 0 {
+		return 0, err
 	}
-	return written, err
+	rctx, cancel := context.WithTimeout(ctx, markSoldTimeout)
+	defer cancel()
+	var shows []string
+	var seqs []int64
+	var failed error // a row Redis did not take: it stays for the next round
+	for _, r := range rows {
+		sh, err := e.show(rctx, r.ShowID)
+		if err == nil {
+			err = e.markBooking(rctx, sh, r.SeatIds, r.Generation, r.Sold)
+		}
+		if err != nil {
+			failed = err
+			continue
+		}
+		shows, seqs = append(shows, r.ShowID), append(seqs, r.Seq)
+	}
+	if len(seqs) > 0 {
+		e.m.markerRepairs.Add(float64(len(seqs)))
+		e.log.InfoContext(ctx, "sold markers repaired from the outbox", "rows", len(seqs))
+		if _, err := e.q.MarkerOutboxDelete(ctx, db.MarkerOutboxDeleteParams{ShowIds: shows, Seqs: seqs}); err != nil {
+			return len(seqs), err
+		}
+	}
+	return len(seqs), failed
 }

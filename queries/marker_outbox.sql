@@ -6,14 +6,14 @@ VALUES (@show_id, @generation::bigint, @sold, @seat_ids::text[])
 RETURNING seq;
 
 -- name: MarkerOutboxListDue :many
--- MarkerOutboxListDue locks the oldest rows that have waited at least @min_age_seconds, for
--- one engine to apply while the others skip them.
+-- MarkerOutboxListDue lists the oldest rows that have waited at least @min_age_seconds.
+-- No lock: writing a marker twice is harmless, and no connection is held while Redis is
+-- written.
 SELECT show_id, seq, generation, sold, seat_ids
 FROM marker_outbox
 WHERE created_at < now() - make_interval(secs => @min_age_seconds::float8)
 ORDER BY created_at
-LIMIT @max_rows::int
-FOR UPDATE SKIP LOCKED;
+LIMIT @max_rows::int;
 
 -- name: MarkerOutboxDelete :execrows
 -- MarkerOutboxDelete drops rows whose marker writes Redis has.
