@@ -63,8 +63,14 @@ type MarkerOutbox struct {
 }
 
 type Seat struct {
-	ShowID string
-	SeatID string
+	ShowID   string
+	SeatID   string
+	Section  string
+	RowLabel string
+	Position int32
+	Rank     int32
+	X        float64
+	Y        float64
 }
 
 type SeatClaim struct {

@@ -54,14 +54,19 @@ type Querier interface {
 	// where the stored fence is strictly smaller, and returns the seats it raised. A seat
 	// missing from the result refused the generation (it has seen it or a larger one).
 	SeatFencesAdvance(ctx context.Context, arg SeatFencesAdvanceParams) ([]string, error)
-	SeatListByShow(ctx context.Context, showID string) ([]string, error)
+	// SeatLayoutListByShow is a show's seats with their layout, in seat id order.
+	SeatLayoutListByShow(ctx context.Context, showID string) ([]SeatLayoutListByShowRow, error)
 	// SeatMarkListByShow is what Redis's sold markers must say, for one page of a show's
 	// seats after @after (in seat order): every seat a confirmation ever reached, with its
 	// fence and whether it is claimed now (sold by the booking of that generation) or not
 	// (that booking was cancelled). Seats never booked have no marker.
 	SeatMarkListByShow(ctx context.Context, arg SeatMarkListByShowParams) ([]SeatMarkListByShowRow, error)
-	// SeatsInsert adds a show's inventory and a zero fence for each seat.
+	// SeatsInsert adds a show's inventory with a derived layout (one unnamed section and
+	// row, positions and ranks in the given order) and a zero fence for each seat.
 	SeatsInsert(ctx context.Context, arg SeatsInsertParams) error
+	// SeatsInsertLayout adds a show's inventory with its layout, one array element per
+	// seat, and a zero fence for each seat.
+	SeatsInsertLayout(ctx context.Context, arg SeatsInsertLayoutParams) error
 	ShowExists(ctx context.Context, showID string) (bool, error)
 	// ShowInsert creates a show; 0 rows when it exists already.
 	ShowInsert(ctx context.Context, showID string) (int64, error)

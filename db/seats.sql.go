@@ -9,23 +9,43 @@ import (
 	"context"
 )
 
-const seatListByShow = `-- name: SeatListByShow :many
-SELECT seat_id FROM seats WHERE show_id = $1 ORDER BY seat_id
+const seatLayoutListByShow = `-- name: SeatLayoutListByShow :many
+SELECT seat_id, section, row_label, position, rank, x, y
+FROM seats WHERE show_id = $1 ORDER BY seat_id
 `
 
-func (q *Queries) SeatListByShow(ctx context.Context, showID string) ([]string, error) {
-	rows, err := q.db.Query(ctx, seatListByShow, showID)
+type SeatLayoutListByShowRow struct {
+	SeatID   string
+	Section  string
+	RowLabel string
+	Position int32
+	Rank     int32
+	X        float64
+	Y        float64
+}
+
+// SeatLayoutListByShow is a show's seats with their layout, in seat id order.
+func (q *Queries) SeatLayoutListByShow(ctx context.Context, showID string) ([]SeatLayoutListByShowRow, error) {
+	rows, err := q.db.Query(ctx, seatLayoutListByShow, showID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []string{}
+	items := []SeatLayoutListByShowRow{}
 	for rows.Next() {
-		var seat_id string
-		if err := rows.Scan(&seat_id); err != nil {
+		var i SeatLayoutListByShowRow
+		if err := rows.Scan(
+			&i.SeatID,
+			&i.Section,
+			&i.RowLabel,
+			&i.Position,
+			&i.Rank,
+			&i.X,
+			&i.Y,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, seat_id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -35,8 +55,8 @@ func (q *Queries) SeatListByShow(ctx context.Context, showID string) ([]string, 
 
 const seatsInsert = `-- name: SeatsInsert :exec
 WITH inserted AS (
-    INSERT INTO seats (show_id, seat_id)
-    SELECT $1, s FROM unnest($2::text[]) AS s
+    INSERT INTO seats (show_id, seat_id, position, rank)
+    SELECT $1, s, n, n FROM unnest($2::text[]) WITH ORDINALITY AS t(s, n)
     RETURNING show_id, seat_id
 )
 INSERT INTO seat_fences (show_id, seat_id)
@@ -48,8 +68,47 @@ type SeatsInsertParams struct {
 	SeatIds []string
 }
 
-// SeatsInsert adds a show's inventory and a zero fence for each seat.
+// SeatsInsert adds a show's inventory with a derived layout (one unnamed section and
+// row, positions and ranks in the given order) and a zero fence for each seat.
 func (q *Queries) SeatsInsert(ctx context.Context, arg SeatsInsertParams) error {
 	_, err := q.db.Exec(ctx, seatsInsert, arg.ShowID, arg.SeatIds)
+	return err
+}
+
+const seatsInsertLayout = `-- name: SeatsInsertLayout :exec
+WITH inserted AS (
+    INSERT INTO seats (show_id, seat_id, section, row_label, position, rank, x, y)
+    SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),
+           unnest($5::int[]), unnest($6::int[]), unnest($7::float8[]), unnest($8::float8[])
+    RETURNING show_id, seat_id
+)
+INSERT INTO seat_fences (show_id, seat_id)
+SELECT show_id, seat_id FROM inserted
+`
+
+type SeatsInsertLayoutParams struct {
+	ShowID    string
+	SeatIds   []string
+	Sections  []string
+	RowLabels []string
+	Positions []int32
+	Ranks     []int32
+	Xs        []float64
+	Ys        []float64
+}
+
+// SeatsInsertLayout adds a show's inventory with its layout, one array element per
+// seat, and a zero fence for each seat.
+func (q *Queries) SeatsInsertLayout(ctx context.Context, arg SeatsInsertLayoutParams) error {
+	_, err := q.db.Exec(ctx, seatsInsertLayout,
+		arg.ShowID,
+		arg.SeatIds,
+		arg.Sections,
+		arg.RowLabels,
+		arg.Positions,
+		arg.Ranks,
+		arg.Xs,
+		arg.Ys,
+	)
 	return err
 }

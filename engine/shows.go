@@ -5,9 +5,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/holdfast/holdfast/db"
-	"github.com/jackc/pgx/v5"
 )
 
 // show is a show's inventory as the engine keeps it in memory, with every Redis key
@@ -16,6 +13,7 @@ type show struct {
 	id       string
 	k        keys
 	seats    []string          // sorted
+	layout   []Seat            // in layout order (see layoutOrder)
 	holdKeys map[string]string // seat -> its hold key
 	soldKeys map[string]string // seat -> the sold-marker hash of its bucket
 	buckets  []string          // every sold-marker hash of the show
@@ -33,15 +31,15 @@ func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 		if sh, _ := e.shows.get(showID); sh != nil {
 			return sh, nil
 		}
-		seats, err := e.q.SeatListByShow(ctx, showID)
+		rows, err := e.q.SeatLayoutListByShow(ctx, showID)
 		if err != nil {
 			return nil, unavailable("postgres", err)
 		}
-		if len(seats) == 0 {
+		if len(rows) == 0 {
 			e.shows.forget(showID, time.Now().Add(e.cfg.UnknownShowTTL))
 			return nil, notFound("show %q", showID)
 		}
-		return e.shows.put(newShow(e.cfg.KeyPrefix, showID, seats)), nil
+		return e.shows.put(newShow(e.cfg.KeyPrefix, showID, layoutFromRows(rows))), nil
 	})
 	if err != nil {
 		return nil, err
@@ -101,8 +99,14 @@ func (c *showCache) forget(id string, until time.Time) {
 	c.unknown[id] = until
 }
 
-func newShow(prefix, showID string, seats []string) *show {
-	sh := &show{id: showID, k: newKeys(prefix, showID), seats: slices.Sorted(slices.Values(seats)),
+// newShow builds a show's in-memory inventory from its layout.
+func newShow(prefix, showID string, layout []Seat) *show {
+	seats := make([]string, len(layout))
+	for i, s := range layout {
+		seats[i] = s.ID
+	}
+	slices.Sort(seats)
+	sh := &show{id: showID, k: newKeys(prefix, showID), seats: seats, layout: layoutOrder(layout),
 		holdKeys: make(map[string]string, len(seats)), soldKeys: make(map[string]string, len(seats))}
 	for i, s := range sh.seats {
 		sh.holdKeys[s] = sh.k.hold(s)
@@ -148,33 +152,5 @@ func (e *Engine) EnsureShow(ctx context.Context, showID string, seatIDs []string
 	if err != nil {
 		return false, err
 	}
-	err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
-		q := e.q.WithTx(tx)
-		n, err := q.ShowInsert(ctx, showID)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			have, err := q.SeatListByShow(ctx, showID)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(have, seats) {
-				return invalid("seatIDs", "show %q exists with %d other seats; a show's seats are fixed", showID, len(have))
-			}
-			return nil
-		}
-		created = true
-		return q.SeatsInsert(ctx, db.SeatsInsertParams{ShowID: showID, SeatIds: seats})
-	})
-	if err != nil {
-		return false, e.pgErr(err)
-	}
-	sh := e.shows.put(newShow(e.cfg.KeyPrefix, showID, seats))
-	// Start the show's counter in Redis (it stays if it exists). Should this fail, the
-	// first hold finds no counter and rebuilds the show's Redis state from the database.
-	if err := e.resync(ctx, sh); err != nil {
-		return created, err
-	}
-	return created, nil
+	return e.ensureShow(ctx, showID, derivedLayout(seats))
 }

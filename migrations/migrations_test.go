@@ -145,3 +145,38 @@ func TestInvariantsMigrationChecksExistingRows(t *testing.T) {
 		t.Fatalf("after the repair: %v", err)
 	}
 }
+
+// TestLayoutMigrationDerivesExistingLayouts: seats that existed before 00004 get one
+// unnamed section and row, positions and ranks in seat id order.
+func TestLayoutMigrationDerivesExistingLayouts(t *testing.T) {
+	t.Parallel()
+	pool, _ := testsvc.EmptyDatabase(t)
+	ctx := t.Context()
+	p, err := migrations.NewProvider(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO shows (show_id) VALUES ('s'), ('t')`,
+		`INSERT INTO seats (show_id, seat_id) VALUES ('s', 'B'), ('s', 'A'), ('s', 'C'), ('t', 'Z')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.UpTo(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	err = pool.QueryRow(ctx, `SELECT string_agg(show_id || seat_id || ':' || section || '/' || row_label || '/' || position || '/' || rank, ' ' ORDER BY show_id, seat_id) FROM seats`).Scan(&got)
+	if want := "sA://1/1 sB://2/2 sC://3/3 tZ://1/1"; err != nil || got != want {
+		t.Fatalf("derived layouts %q (%v), want %q", got, err, want)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO seats (show_id, seat_id, position) VALUES ('s', 'D', 2)`); err == nil {
+		t.Fatal("a second seat at position 2 of the row was accepted")
+	}
+}

@@ -1,12 +1,27 @@
 -- name: SeatsInsert :exec
--- SeatsInsert adds a show's inventory and a zero fence for each seat.
+-- SeatsInsert adds a show's inventory with a derived layout (one unnamed section and
+-- row, positions and ranks in the given order) and a zero fence for each seat.
 WITH inserted AS (
-    INSERT INTO seats (show_id, seat_id)
-    SELECT @show_id, s FROM unnest(@seat_ids::text[]) AS s
+    INSERT INTO seats (show_id, seat_id, position, rank)
+    SELECT @show_id, s, n, n FROM unnest(@seat_ids::text[]) WITH ORDINALITY AS t(s, n)
     RETURNING show_id, seat_id
 )
 INSERT INTO seat_fences (show_id, seat_id)
 SELECT show_id, seat_id FROM inserted;
 
--- name: SeatListByShow :many
-SELECT seat_id FROM seats WHERE show_id = @show_id ORDER BY seat_id;
+-- name: SeatsInsertLayout :exec
+-- SeatsInsertLayout adds a show's inventory with its layout, one array element per
+-- seat, and a zero fence for each seat.
+WITH inserted AS (
+    INSERT INTO seats (show_id, seat_id, section, row_label, position, rank, x, y)
+    SELECT @show_id, unnest(@seat_ids::text[]), unnest(@sections::text[]), unnest(@row_labels::text[]),
+           unnest(@positions::int[]), unnest(@ranks::int[]), unnest(@xs::float8[]), unnest(@ys::float8[])
+    RETURNING show_id, seat_id
+)
+INSERT INTO seat_fences (show_id, seat_id)
+SELECT show_id, seat_id FROM inserted;
+
+-- name: SeatLayoutListByShow :many
+-- SeatLayoutListByShow is a show's seats with their layout, in seat id order.
+SELECT seat_id, section, row_label, position, rank, x, y
+FROM seats WHERE show_id = @show_id ORDER BY seat_id;

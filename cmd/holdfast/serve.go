@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/demo"
 	"github.com/holdfast/holdfast/internal/httpapi"
 )
 
@@ -65,7 +66,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer svc.close()
 	if *demoShow != "" {
-		if _, err := svc.engine.EnsureShow(ctx, *demoShow, demoSeatIDs(*demoSeats)); err != nil {
+		if _, err := svc.engine.EnsureShowLayout(ctx, *demoShow, demo.Venue(*demoSeats)); err != nil {
 			return fmt.Errorf("create demo show %s: %w", *demoShow, err)
 		}
 	}
@@ -137,15 +138,6 @@ Try it (another terminal):
   Ctrl-C stops the server; make services-down stops PostgreSQL and Redis.
 
 `, addr, show)
-}
-
-// demoSeatIDs names n seats by row and number: R01-001 …
-func demoSeatIDs(n int) []string {
-	seats := make([]string, n)
-	for i := range seats {
-		seats[i] = fmt.Sprintf("R%02d-%03d", i/25+1, i%25+1)
-	}
-	return seats
 }
 
 // service is the engine and its HTTP API over open backends.

@@ -167,11 +167,14 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: o.Buyers, MaxConnsPerHost: o.Buyers},
 	}}
-	seats := make([]string, o.Seats)
-	for i := range seats {
-		seats[i] = fmt.Sprintf("R%02d-%03d", i/25+1, i%25+1)
+	venue := Venue(o.Seats)
+	seats := make([]string, len(venue))
+	layout := make([]map[string]any, len(venue))
+	for i, s := range venue {
+		seats[i] = s.ID
+		layout[i] = map[string]any{"id": s.ID, "section": s.Section, "row": s.Row, "position": s.Position, "rank": s.Rank, "x": s.X, "y": s.Y}
 	}
-	status, typ, err := c.call(ctx, http.MethodPut, "/v1/shows/"+o.ShowID, "", "", map[string]any{"seats": seats}, nil)
+	status, typ, err := c.call(ctx, http.MethodPut, "/v1/shows/"+o.ShowID, "", "", map[string]any{"layout": layout}, nil)
 	if err != nil || status >= 300 {
 		hint := ""
 		if status == http.StatusForbidden || status == http.StatusUnauthorized {

@@ -145,6 +145,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /v1/shows/{show}", s.operatorOnly(s.putShow))
 	mux.HandleFunc("POST /v1/shows/{show}/resync", s.operatorOnly(s.postResync))
+	mux.HandleFunc("GET /v1/shows/{show}/layout", s.reading(s.getLayout))
 	mux.HandleFunc("GET /v1/shows/{show}/seats", s.reading(s.getSeats))
 	mux.HandleFunc("POST /v1/shows/{show}/holds", s.limited(s.postHold))
 	mux.HandleFunc("POST /v1/holds/extend", s.limited(s.postExtend))
@@ -198,14 +199,39 @@ func holdFromJSON(j holdJSON, holder string) engine.Hold {
 	return engine.Hold{ShowID: j.Show, SeatIDs: j.Seats, Token: j.Token, Generation: j.Generation, HolderID: holder}
 }
 
+// layoutSeatJSON is one seat of a layout on the wire.
+type layoutSeatJSON struct {
+	ID       string  `json:"id"`
+	Section  string  `json:"section"`
+	Row      string  `json:"row"`
+	Position int     `json:"position"`
+	Rank     int     `json:"rank"`
+	X        float64 `json:"x"`
+	Y        float64 `json:"y"`
+}
+
 func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 	var body struct {
-		Seats []string `json:"seats"`
+		Seats  []string         `json:"seats"`
+		Layout []layoutSeatJSON `json:"layout"`
 	}
 	if !s.decode(w, r, s.opts.MaxShowBodyBytes, &body) {
 		return
 	}
-	created, err := s.e.EnsureShow(r.Context(), r.PathValue("show"), body.Seats)
+	var created bool
+	var err error
+	switch {
+	case (body.Seats == nil) == (body.Layout == nil):
+		err = &engine.InvalidArgumentError{Field: "seats", Rule: `give exactly one of "seats" (seat ids) and "layout" (seats with their places)`}
+	case body.Layout != nil:
+		layout := make([]engine.Seat, len(body.Layout))
+		for i, l := range body.Layout {
+			layout[i] = engine.Seat{ID: l.ID, Section: l.Section, Row: l.Row, Position: l.Position, Rank: l.Rank, X: l.X, Y: l.Y}
+		}
+		created, err = s.e.EnsureShowLayout(r.Context(), r.PathValue("show"), layout)
+	default:
+		created, err = s.e.EnsureShow(r.Context(), r.PathValue("show"), body.Seats)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -214,7 +240,37 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, map[string]any{"show": r.PathValue("show"), "seats": len(body.Seats)})
+	writeJSON(w, status, map[string]any{"show": r.PathValue("show"), "seats": len(body.Seats) + len(body.Layout)})
+}
+
+// getLayout serves a show's venue layout. A layout never changes, so it is cacheable
+// for good, and revalidation by ETag answers 304.
+func (s *Server) getLayout(w http.ResponseWriter, r *http.Request) {
+	seats, err := s.e.Layout(r.Context(), r.PathValue("show"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]layoutSeatJSON, len(seats))
+	for i, st := range seats {
+		out[i] = layoutSeatJSON{ID: st.ID, Section: st.Section, Row: st.Row, Position: st.Position, Rank: st.Rank, X: st.X, Y: st.Y}
+	}
+	body, err := json.Marshal(map[string]any{"show": r.PathValue("show"), "seats": out})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sum := sha256.Sum256(body)
+	etag := `"` + hex.EncodeToString(sum[:12]) + `"`
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	if etagMatches(r.Header.Values("If-None-Match"), etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(body, '\n'))
 }
 
 func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
@@ -494,6 +550,20 @@ func (s *Server) isOperator(r *http.Request) bool {
 	}
 	got := sha256.Sum256([]byte(strings.TrimPrefix(vs[0], "Bearer ")))
 	return subtle.ConstantTimeCompare(got[:], s.operator[:]) == 1
+}
+
+// etagMatches reports whether an If-None-Match header names etag (weakly, as RFC 9110
+// asks for If-None-Match), or is "*".
+func etagMatches(headers []string, etag string) bool {
+	for _, h := range headers {
+		for _, t := range strings.Split(h, ",") {
+			t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+			if t == etag || t == "*" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ttlFromMillis turns a request's ttl_ms into a duration, refusing what is not
