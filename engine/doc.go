@@ -27,7 +27,7 @@
 // [InvalidArgumentError] carry details for [errors.As]. A Redis or PostgreSQL failure is
 // always [ErrUnavailable], never "seat taken" and never success.
 //
-// The Redis client should be created with ContextTimeoutEnabled so that go-redis honours
-// context deadlines; the engine refuses to work against a Redis whose maxmemory-policy
-// could evict holds (anything but noeviction).
+// The Redis client must be created with ContextTimeoutEnabled, so that go-redis honours
+// context deadlines ([New] refuses one without); the engine refuses to work against a
+// Redis whose maxmemory-policy could evict holds (anything but noeviction).
 package engine

@@ -64,6 +64,10 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if rdb == nil {
 		return nil, invalid("rdb", "nil")
 	}
+	if !honoursDeadlines(rdb) {
+		return nil, invalid("rdb", "the go-redis client must be created with ContextTimeoutEnabled: true, so that a "+
+			"call's context deadline bounds it (a frozen Redis would otherwise hold a confirmation past its hold)")
+	}
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -78,6 +82,20 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e.stop = cancel
 	go e.repayMarkers(ctx)
 	return e, nil
+}
+
+// honoursDeadlines reports whether a go-redis client bounds each call by its context's
+// deadline. Clients of other types are taken on trust.
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // Close stops the engine's background work and waits for it to end. It closes neither

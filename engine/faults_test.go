@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
@@ -300,6 +301,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	if _, err := New(v.pool, v.rdb, &Config{MaxSeatsPerHold: -1}); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("New with a negative MaxSeatsPerHold: %v", err)
+	}
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer plain.Close()
+	if _, err := New(v.pool, plain, nil); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+		t.Fatalf("a client that ignores context deadlines: %v, want ErrInvalidArgument naming ContextTimeoutEnabled", err)
 	}
 	if _, err := New(v.pool, v.rdb, &Config{KeyPrefix: "a{b}"}); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("New with a bad prefix: %v", err)

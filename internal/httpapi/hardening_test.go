@@ -147,3 +147,22 @@ func TestHolderHashIsKeyed(t *testing.T) {
 		t.Fatalf("holder not logged as its keyed hash:\n%s", logs)
 	}
 }
+
+// TestUnmatchedRoutesAreProblems: an unknown path is a 404 problem; a known path with
+// another method is a 405 problem with Allow.
+func TestUnmatchedRoutesAreProblems(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("GET", "/v2/nothing", "", "", nil), 404, "no-such-route")
+	r := a.do("DELETE", "/v1/shows/s1/seats", "", "", nil)
+	a.want(r, 405, "method-not-allowed")
+	if got := r.header.Get("Allow"); got != "GET, HEAD" {
+		t.Fatalf("Allow %q", got)
+	}
+	r = a.do("PATCH", "/v1/bookings/00000000-0000-4000-8000-000000000000", "alice", "", nil)
+	a.want(r, 405, "method-not-allowed")
+	if got := r.header.Get("Allow"); got != "GET, DELETE, HEAD" {
+		t.Fatalf("Allow %q", got)
+	}
+	a.want(a.do("GET", "/livez", "", "", nil), 200, "")
+}

@@ -16,6 +16,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,20 +143,52 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 
 // Handler returns the routes, all listed here.
 func (s *Server) Handler() http.Handler {
+	routes := []struct {
+		method, path string
+		h            http.Handler
+	}{
+		{"PUT", "/v1/shows/{show}", s.operatorOnly(s.putShow)},
+		{"POST", "/v1/shows/{show}/resync", s.operatorOnly(s.postResync)},
+		{"GET", "/v1/shows/{show}/layout", s.reading(s.getLayout)},
+		{"GET", "/v1/shows/{show}/seats", s.reading(s.getSeats)},
+		{"POST", "/v1/shows/{show}/holds", s.limited(s.postHold)},
+		{"POST", "/v1/holds/extend", s.limited(s.postExtend)},
+		{"POST", "/v1/holds/release", s.limited(s.postRelease)},
+		{"POST", "/v1/bookings", s.limited(s.postBooking)},
+		{"GET", "/v1/bookings/{id}", s.reading(s.getBooking)},
+		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
+		{"GET", "/livez", http.HandlerFunc(s.livez)},
+		{"GET", "/readyz", http.HandlerFunc(s.readyz)},
+		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
+	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /v1/shows/{show}", s.operatorOnly(s.putShow))
-	mux.HandleFunc("POST /v1/shows/{show}/resync", s.operatorOnly(s.postResync))
-	mux.HandleFunc("GET /v1/shows/{show}/layout", s.reading(s.getLayout))
-	mux.HandleFunc("GET /v1/shows/{show}/seats", s.reading(s.getSeats))
-	mux.HandleFunc("POST /v1/shows/{show}/holds", s.limited(s.postHold))
-	mux.HandleFunc("POST /v1/holds/extend", s.limited(s.postExtend))
-	mux.HandleFunc("POST /v1/holds/release", s.limited(s.postRelease))
-	mux.HandleFunc("POST /v1/bookings", s.limited(s.postBooking))
-	mux.HandleFunc("GET /v1/bookings/{id}", s.reading(s.getBooking))
-	mux.HandleFunc("DELETE /v1/bookings/{id}", s.limited(s.deleteBooking))
-	mux.HandleFunc("GET /livez", s.livez)
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	allowed := map[string][]string{} // path -> methods, for 405 answers
+	var paths []string
+	for _, r := range routes {
+		mux.Handle(r.method+" "+r.path, r.h)
+		if allowed[r.path] == nil {
+			paths = append(paths, r.path)
+		}
+		allowed[r.path] = append(allowed[r.path], r.method)
+	}
+	// A path with another method is a 405 problem naming the allowed ones (the
+	// method-less pattern is less specific, so it only catches the rest); any other
+	// path is a 404 problem.
+	for _, p := range paths {
+		methods := allowed[p]
+		if slices.Contains(methods, "GET") {
+			methods = append(methods, "HEAD")
+		}
+		allow := strings.Join(methods, ", ")
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
+				r.Method+" is not allowed here; use "+allow)
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
+	})
 	return s.observe(mux)
 }
 
