@@ -166,3 +166,31 @@ func TestUnmatchedRoutesAreProblems(t *testing.T) {
 	}
 	a.want(a.do("GET", "/livez", "", "", nil), 200, "")
 }
+
+// TestErrorsNameWhatWasSent: a refusal names the JSON member, path segment or header the
+// client sent, not the Go field it became.
+func TestErrorsNameWhatWasSent(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(3)}), 201, "")
+	for _, c := range []struct {
+		method, path, holder, key string
+		body                      any
+		field                     string
+	}{
+		{"POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1"}, "ttl_ms": 999999999}, "ttl_ms"},
+		{"POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1", "A1"}}, "seats"},
+		{"POST", "/v1/shows/-bad/holds", "alice", "", map[string]any{"seats": []string{"A1"}}, "show"},
+		{"POST", "/v1/bookings", "alice", "", map[string]any{"show": "s1", "seats": []string{"A1"}, "token": "nope", "generation": 1}, "token"},
+		{"POST", "/v1/bookings", "alice", "key with spaces", map[string]any{"show": "s1", "seats": []string{"A1"}, "token": strings.Repeat("a", 32), "generation": 1}, IdempotencyHeader},
+	} {
+		r := a.do(c.method, c.path, c.holder, c.key, c.body)
+		a.want(r, 400, "invalid-argument")
+		if r.body["field"] != c.field || !strings.HasPrefix(r.body["detail"].(string), c.field+": ") {
+			t.Errorf("%s %s: field %v, detail %v; want %s", c.method, c.path, r.body["field"], r.body["detail"], c.field)
+		}
+		if strings.Contains(r.raw, "HoldRequest") || strings.Contains(r.raw, "ConfirmOptions") {
+			t.Errorf("%s %s: a Go name in %s", c.method, c.path, r.raw)
+		}
+	}
+}

@@ -669,11 +669,30 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	p := problemJSON{Type: problemPrefix + typ, Title: title, Status: status, Detail: detail}
+	var iae *engine.InvalidArgumentError
+	if errors.As(err, &iae) {
+		// Name what the client sent, not the Go field it became.
+		p.Field = iae.Field
+		if name, ok := wireNames[iae.Field]; ok {
+			p.Field = name
+		}
+		p.Detail = p.Field + ": " + iae.Rule
+	}
 	var sue *engine.SeatsUnavailableError
 	if errors.As(err, &sue) {
 		p.Seats = sue.SeatIDs
 	}
 	writeJSONType(w, status, "application/problem+json", p)
+}
+
+// wireNames maps the engine's field names in an InvalidArgumentError to what an HTTP
+// client sends: a JSON member, a path segment or a header.
+var wireNames = map[string]string{
+	"HoldRequest.ShowID": "show", "Hold.ShowID": "show", "showID": "show",
+	"HoldRequest.SeatIDs": "seats", "Hold.SeatIDs": "seats", "seatIDs": "seats",
+	"HoldRequest.TTL": "ttl_ms", "ttl": "ttl_ms",
+	"Hold.Token": "token", "Hold.Generation": "generation",
+	"HolderID": HolderHeader, "ConfirmOptions.IdempotencyKey": IdempotencyHeader,
 }
 
 // problemPrefix starts every problem type; the rest is stable per error.
@@ -685,6 +704,7 @@ type problemJSON struct {
 	Title  string   `json:"title"`
 	Status int      `json:"status"`
 	Detail string   `json:"detail,omitempty"`
+	Field  string   `json:"field,omitempty"` // the member, path segment or header at fault
 	Seats  []string `json:"seats,omitempty"`
 }
 
