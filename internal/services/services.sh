@@ -98,6 +98,10 @@ start_pg() {
 	if pg_running "$bin"; then
 		log "postgresql already running on 127.0.0.1:$PG_PORT"
 	else
+		if "$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; then
+			die "port $PG_PORT answers as a PostgreSQL that is not this checkout's ($DIR/pg);" \
+				"pick another port (HOLDFAST_PG_PORT=25433 make ...) or use that server (DATABASE_URL=postgres://...)"
+		fi
 		if [ ! -f "$DIR/pg/PG_VERSION" ]; then
 			log "initdb in $DIR/pg"
 			mkdir -p "$DIR/pg"
@@ -123,11 +127,28 @@ start_pg() {
 	fi
 }
 
-redis_running() {
-	redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG
+# answers PORT: something answers PING there.
+answers() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
+
+# ours PORT PIDFILE: the Redis on PORT is the process our pid file names.
+ours() {
+	local pid
+	[ -f "$2" ] && pid="$(cat "$2")" && [ -n "$pid" ] &&
+		[ "$(redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p')" = "$pid" ]
 }
 
+# claim PORT PIDFILE VAR: fail, saying what to do, when PORT answers but is not ours.
+claim() {
+	if answers "$1" && ! ours "$1" "$2"; then
+		die "port $1 answers as a Redis that is not this checkout's (no matching $2);" \
+			"pick another port ($3=$(($1 + 1)) make ...) or use that server (REDIS_URL=redis://127.0.0.1:$1/0)"
+	fi
+}
+
+redis_running() { answers "$REDIS_PORT" && ours "$REDIS_PORT" "$DIR/redis.pid"; }
+
 start_redis() {
+	claim "$REDIS_PORT" "$DIR/redis.pid" HOLDFAST_REDIS_PORT
 	if redis_running; then
 		log "redis already running on 127.0.0.1:$REDIS_PORT"
 	else
@@ -156,7 +177,8 @@ start_cluster() {
 	local p addrs=""
 	for p in $(cluster_ports); do
 		addrs="$addrs 127.0.0.1:$p"
-		if redis-cli -h 127.0.0.1 -p "$p" ping 2>/dev/null | grep -q PONG; then
+		claim "$p" "$DIR/cluster-$p.pid" HOLDFAST_CLUSTER_PORT
+		if answers "$p"; then
 			continue
 		fi
 		mkdir -p "$DIR/cluster-$p"
@@ -237,7 +259,13 @@ stop)
 status)
 	pick_dir
 	if bin="$(pg_bindir)" && pg_running "$bin"; then echo "postgresql: running on 127.0.0.1:$PG_PORT"; else echo "postgresql: stopped"; fi
-	if command -v redis-cli >/dev/null && redis_running; then echo "redis: running on 127.0.0.1:$REDIS_PORT"; else echo "redis: stopped"; fi
+	if command -v redis-cli >/dev/null && redis_running; then
+		echo "redis: running on 127.0.0.1:$REDIS_PORT"
+	elif command -v redis-cli >/dev/null && answers "$REDIS_PORT"; then
+		echo "redis: port $REDIS_PORT is taken by a Redis that is not this checkout's"
+	else
+		echo "redis: stopped"
+	fi
 	;;
 *)
 	die "usage: services.sh start|stop|status|cluster"
