@@ -40,7 +40,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
 	backends.register(fs, getenv)
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if *duration <= 0 || *warmup < 0 || *seats < 10 || *buyers < 1 {

@@ -32,7 +32,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	)
 	backends.register(fs, getenv)
 	eng.register(fs, getenv)
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if *seats < 1 || *buyers < 1 || *ttl < time.Millisecond || *duration <= 0 {

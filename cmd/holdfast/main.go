@@ -5,6 +5,8 @@
 //	holdfast migrate up|down|status
 //	holdfast demo    [--url http://127.0.0.1:8080] [flags]
 //	holdfast bench   [flags]
+//	holdfast resync  --show SHOW
+//	holdfast version
 //
 // Run "holdfast help" or "holdfast <command> -h" for the flags.
 package main
@@ -16,9 +18,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
+	// go-redis logs its connection-pool trouble on its own; the commands report failures
+	// themselves, with what to do, so its lines would only come first and confuse.
+	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
@@ -34,3 +41,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// quietRedis drops go-redis's internal log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

@@ -17,14 +17,16 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	fs := flag.NewFlagSet("holdfast migrate up|down|status", flag.ContinueOnError)
 	var backends backendFlags
 	backends.register(fs, getenv)
-	if err := parseFlags(fs, args, stderr); err != nil {
+	positional, err := parseFlags(fs, args, stdout, stderr, 1)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(positional) != 1 {
+		fs.SetOutput(stderr)
 		fs.Usage()
 		return usageErr("migrate takes one of up, down, status")
 	}
-	action := fs.Arg(0)
+	action := positional[0]
 	if action != "up" && action != "down" && action != "status" {
 		return usageErr("migrate %q: want up, down or status", action)
 	}

@@ -104,3 +104,51 @@ func TestServeCapsConnections(t *testing.T) {
 	waitFor("no connection served after one closed", func() bool { return get() == nil })
 	idle[1].Close()
 }
+
+// TestCLIConventions: flags after a command's arguments work, extra arguments are
+// refused, --help prints the command's own flags on stdout with exit 0, and version
+// says what was built.
+func TestCLIConventions(t *testing.T) {
+	t.Parallel()
+	_, url := testsvc.EmptyDatabase(t)
+	ctx := t.Context()
+	none := env(map[string]string{})
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"migrate", "status", "--database-url", url}, none, &out, &errOut)
+	if exitCode(err) != exitPending || !strings.Contains(out.String(), "pending  00001_schema.sql") {
+		t.Fatalf("migrate status with the flag after the action: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	for _, args := range [][]string{{"serve", "extra"}, {"demo", "--seats", "5", "more"}, {"bench", "x"}, {"migrate", "up", "down"}} {
+		out.Reset()
+		errOut.Reset()
+		if err := run(ctx, args, none, &out, &errOut); exitCode(err) != exitUsage || !strings.Contains(err.Error(), "unexpected argument") {
+			t.Errorf("%v: %v, want a usage error naming the extra argument", args, err)
+		}
+	}
+	for _, cmd := range []string{"serve", "migrate", "demo", "bench", "resync"} {
+		out.Reset()
+		errOut.Reset()
+		if err := run(ctx, []string{cmd, "--help"}, none, &out, &errOut); err == nil || exitCode(err) != 0 {
+			t.Errorf("%s --help: %v, want exit 0", cmd, err)
+		}
+		if !strings.Contains(out.String(), "-database-url") || errOut.Len() != 0 {
+			t.Errorf("%s --help: stdout %q, stderr %q", cmd, out.String(), errOut.String())
+		}
+	}
+	out.Reset()
+	if err := run(ctx, []string{"serve", "--help"}, none, &out, io.Discard); err == nil && strings.Contains(out.String(), "-sale-buyers") {
+		t.Error("serve --help lists bench's flags")
+	}
+	if !strings.Contains(out.String(), "-operator-token") {
+		t.Errorf("serve --help lacks its flags: %s", out.String())
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out.Reset()
+		if err := run(ctx, args, none, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "holdfast ") || !strings.Contains(out.String(), "go1.") {
+			t.Errorf("%v: %v %q", args, err, out.String())
+		}
+	}
+	if err := run(ctx, []string{"serve", "--log-level", "loud"}, none, io.Discard, io.Discard); exitCode(err) != exitUsage {
+		t.Errorf("a bad --log-level: %v", err)
+	}
+}

@@ -23,12 +23,13 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.Var(&shows, "show", "a show to resync (repeat for several)")
 	backends.register(fs, getenv)
 	eng.register(fs, getenv)
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
 		return err
 	}
-	if len(shows) == 0 || fs.NArg() != 0 {
+	if len(shows) == 0 {
+		fs.SetOutput(stderr)
 		fs.Usage()
-		return usageErr("resync takes --show SHOW (one or more), and no other arguments")
+		return usageErr("resync takes --show SHOW (one or more)")
 	}
 	pool, err := backends.openPool(ctx)
 	if err != nil {

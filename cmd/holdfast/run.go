@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -43,9 +45,11 @@ Usage:
   holdfast resync  --show SHOW          rebuild a show's Redis state from PostgreSQL
   holdfast demo    [flags]              simulate a sale opening against a live server
   holdfast bench   [flags]              measure throughput against raw Redis and PostgreSQL
+  holdfast version                      the module version and the source revision
 
 Every command reads DATABASE_URL and REDIS_URL (or --database-url / --redis-url).
-Run "holdfast <command> -h" for its flags.
+Flags may come before or after a command's arguments. Run "holdfast <command> -h" for
+its flags.
 `
 
 // run is the whole program, with its environment passed in so that tests can run it.
@@ -67,6 +71,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runBench(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
+		return nil
+	case "version", "--version":
+		fmt.Fprintln(stdout, version())
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
@@ -175,16 +182,35 @@ func (f *engineFlags) config() engine.Config {
 		MaxHoldAge: f.maxHoldAge, MaxSeatsPerHold: f.maxSeatsPerHold, MaxSeatsPerHolder: f.maxSeatsPerHolder}
 }
 
-// parseFlags parses a command's flags; -h prints them and is not an error.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return &exitError{code: 0}
+// parseFlags parses a command's flags wherever they stand among its arguments (as in
+// "holdfast migrate status --database-url …"), and returns the other arguments, at most
+// maxArgs of them. -h / --help prints the command's flags on stdout and ends with exit
+// 0; a bad flag or an extra argument is a usage error on stderr.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, maxArgs int) ([]string, error) {
+	var msgs bytes.Buffer
+	fs.SetOutput(&msgs)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(stdout)
+				fs.Usage()
+				return nil, &exitError{code: 0}
+			}
+			_, _ = io.Copy(stderr, &msgs)
+			return nil, &exitError{code: exitUsage}
 		}
-		return &exitError{code: exitUsage}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional, args = append(positional, fs.Arg(0)), fs.Args()[1:]
 	}
-	return nil
+	if len(positional) > maxArgs {
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return nil, usageErr("%s: unexpected argument %q", fs.Name(), positional[maxArgs])
+	}
+	return positional, nil
 }
 
 func redactURL(s string) string {
@@ -196,4 +222,37 @@ func redactURL(s string) string {
 
 func redactErr(err error, secretURL string) string {
 	return strings.ReplaceAll(err.Error(), secretURL, redactURL(secretURL))
+}
+
+// version is the module version and, for a build from a checkout, the source revision
+// (with "+dirty" when the work tree had changes).
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "holdfast (no build information)"
+	}
+	v := "holdfast " + info.Main.Version
+	var rev, at string
+	dirty := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" {
+		v += " (" + rev
+		if dirty {
+			v += "+dirty"
+		}
+		if at != "" {
+			v += ", " + at
+		}
+		v += ")"
+	}
+	return v + " " + info.GoVersion
 }

@@ -37,13 +37,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			"bearer token of the operator routes (show creation, resync); empty turns them off (env HOLDFAST_OPERATOR_TOKEN)")
 		logKey = fs.String("log-key", getenv("HOLDFAST_LOG_KEY"),
 			"secret that keys the holder hash in logs; random per process when empty (env HOLDFAST_LOG_KEY)")
+		logLevel  = fs.String("log-level", envOr(getenv, "HOLDFAST_LOG_LEVEL", "info"), "least level logged: debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
+		reqLevel  = fs.String("request-log-level", "info", "level of the one line logged per request: debug or info")
 		drainWait = fs.Duration("shutdown-timeout", 15*time.Second, "how long in-flight requests may take after SIGINT/SIGTERM")
 		demoShow  = fs.String("demo-show", "", "create this show (if missing) before serving")
 		demoSeats = fs.Int("demo-seats", 500, "seats of --demo-show")
 	)
 	backends.register(fs, getenv)
 	eng.register(fs, getenv)
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
@@ -58,9 +60,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if *opToken != "" && len(*opToken) < 16 {
 		return usageErr("--operator-token must be at least 16 characters (for example: openssl rand -hex 16)")
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	var level, requestLevel slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	if err := requestLevel.UnmarshalText([]byte(*reqLevel)); err != nil || (requestLevel != slog.LevelDebug && requestLevel != slog.LevelInfo) {
+		return usageErr("--request-log-level %q: want debug or info", *reqLevel)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	svc, err := openService(ctx, &backends, &eng, log, httpapi.Options{RateLimit: *rateLimit, RateBurst: *rateBurst,
-		ReadRateLimit: *readLimit, ReadRateBurst: *readBurst, OperatorToken: *opToken, LogKey: []byte(*logKey)})
+		ReadRateLimit: *readLimit, ReadRateBurst: *readBurst, OperatorToken: *opToken, LogKey: []byte(*logKey),
+		RequestLogLevel: requestLevel})
 	if err != nil {
 		return err
 	}

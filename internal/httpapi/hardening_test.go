@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -191,6 +192,21 @@ func TestErrorsNameWhatWasSent(t *testing.T) {
 		}
 		if strings.Contains(r.raw, "HoldRequest") || strings.Contains(r.raw, "ConfirmOptions") {
 			t.Errorf("%s %s: a Go name in %s", c.method, c.path, r.raw)
+		}
+	}
+}
+
+// TestRequestLogLevel: the one line per request is logged at the configured level.
+func TestRequestLogLevel(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		level slog.Level
+		want  string
+	}{{slog.LevelInfo, `"level":"INFO","msg":"http request"`}, {slog.LevelDebug, `"level":"DEBUG","msg":"http request"`}} {
+		a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{RequestLogLevel: c.level})
+		a.want(a.do("GET", "/livez", "", "", nil), 200, "")
+		if !strings.Contains(a.logs.String(), c.want) {
+			t.Errorf("level %v: logs %s", c.level, a.logs.String())
 		}
 	}
 }

@@ -63,6 +63,9 @@ type Options struct {
 	// OperatorToken is the bearer token of the operator routes (show creation,
 	// resync, readiness details). Empty turns those routes off (403).
 	OperatorToken string
+	// RequestLogLevel is the level of the one line logged per request. Defaults to
+	// info (the zero slog.Level).
+	RequestLogLevel slog.Level
 	// LogKey keys the hash that logs show of a holder (HMAC-SHA-256), so that a list
 	// of guessed holder ids cannot be matched against logs. Defaults to 32 random
 	// bytes per process.
@@ -763,7 +766,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if h := r.Header.Get(HolderHeader); h != "" {
 			attrs = append(attrs, "holder", s.hashHolder(h))
 		}
-		s.log.InfoContext(r.Context(), "http request", attrs...)
+		s.log.Log(r.Context(), s.opts.RequestLogLevel, "http request", attrs...)
 	})
 }
 
