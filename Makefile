@@ -46,7 +46,7 @@ test: ## Start the services, then run every test with the race detector
 test-cluster: ## The engine, HTTP and command tests again, against a local three-master Redis Cluster
 	@$(with-services) eval "$$($(SERVICES) cluster)"; \
 	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_CLUSTER_URL="$$REDIS_CLUSTER_URL"; \
-	go test $(GOTEST_FLAGS) ./engine ./internal/httpapi ./cmd/...
+	go test $(GOTEST_FLAGS) ./engine ./httpapi ./cmd/...
 
 CHAOS_SCALE ?= 5
 CHAOS_TESTS := TestChaos|TestRedisCluster|TestTokenMutations|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown
@@ -57,7 +57,7 @@ chaos: ## The fault suite and the linearizability check, CHAOS_SCALE times longe
 	go test -race -count=1 -v -run '$(CHAOS_TESTS)' ./engine
 
 FUZZTIME ?= 300000x
-FUZZ_TARGETS := engine:FuzzKeys engine:FuzzFingerprint engine:FuzzValidation internal/httpapi:FuzzDecode
+FUZZ_TARGETS := engine:FuzzKeys engine:FuzzFingerprint engine:FuzzValidation httpapi:FuzzDecode
 
 fuzz: ## Run every fuzz target FUZZTIME executions (a count: Go 1.26 can fail a timed run at its deadline, golang/go#75804)
 	@set -e; for t in $(FUZZ_TARGETS); do \

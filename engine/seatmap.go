@@ -43,7 +43,7 @@ func (e *Engine) Seats(ctx context.Context, showID string) ([]SeatState, error) 
 		switch {
 		case sold[s]:
 			out[i].Status = SeatSold
-		case ttls[i].Val() > 0:
+		case ttls[i].Val() >= 0: // PTTL is -2 for no key; 0 is a hold with less than 1 ms left
 			exp := now.Add(ttls[i].Val())
 			out[i].Status, out[i].ExpiresAt = SeatHeld, &exp
 		}

@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/holdfast/holdfast/httpapi"
 	"github.com/holdfast/holdfast/internal/demo"
-	"github.com/holdfast/holdfast/internal/httpapi"
 )
 
 // runDemo simulates a sale opening against a live server (--url), or against one it
@@ -56,7 +56,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: svc.api.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: svc.api, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()
 		url = "http://" + ln.Addr().String()

@@ -18,8 +18,8 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/httpapi"
 	"github.com/holdfast/holdfast/internal/demo"
-	"github.com/holdfast/holdfast/internal/httpapi"
 )
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -87,7 +87,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	ln = netutil.LimitListener(ln, *maxConns)
 	srv := &http.Server{
-		Handler:           api.Handler(),
+		Handler:           api,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -1,5 +1,8 @@
-// Package httpapi serves the engine as JSON over HTTP: the routes of DESIGN.md, RFC 9457
-// problem responses, per-holder rate limiting, request logs without secrets, metrics.
+// Package httpapi serves a holdfast engine as JSON over HTTP: the routes of the README's
+// HTTP API, RFC 9457 problem responses, per-holder rate limiting, request logs without
+// secrets, and metrics. holdfast serve uses it; a booking backend can mount a [Server]
+// (an [http.Handler]) in its own mux, behind its own authentication, setting the
+// Holder-Id header from its session.
 package httpapi
 
 import (
@@ -85,6 +88,7 @@ type Server struct {
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	handler  http.Handler // the routes, with logging and metrics
 }
 
 // New returns a Server over e.
@@ -137,15 +141,20 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.handler = s.routes()
 	return s, nil
 }
+
+// ServeHTTP serves the API's routes (paths start with /v1/, plus /livez, /readyz and
+// /metrics).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // SetDraining makes /readyz answer 503, so load balancers stop sending traffic before
 // shutdown.
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
-// Handler returns the routes, all listed here.
-func (s *Server) Handler() http.Handler {
+// routes returns the routes, all listed here.
+func (s *Server) routes() http.Handler {
 	routes := []struct {
 		method, path string
 		h            http.Handler
