@@ -98,12 +98,18 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
 		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token)}
 
-	notCurrent := func() (Booking, error) {
+	// notCurrent refuses a hold Redis no longer has; sold is Redis's word that its seats
+	// are sold by a booking of its generation. Only then is the database asked which
+	// booking: an ordinary lost hold costs it nothing.
+	notCurrent := func(sold bool) (Booking, error) {
 		// A retry whose first call succeeded finds the hold replaced by the sold marker.
-		// No look-up of a booking this hold made here: this refusal must cost the
-		// database nothing (a hold that booked has no keys left to confirm with).
 		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 			return b, err
+		}
+		if sold {
+			if err := e.spent(ctx, c, ErrHoldLost); err != nil {
+				return Booking{}, err
+			}
 		}
 		return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
 	}
@@ -113,8 +119,8 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	if err != nil {
 		return Booking{}, err
 	}
-	if gen == 0 {
-		return notCurrent()
+	if gen <= 0 {
+		return notCurrent(gen < 0)
 	}
 	// Every query from here runs on one connection, so a confirmation never waits for
 	// a second one while holding the first. Under load the wait for it can outlast the
@@ -132,9 +138,9 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		if gen, err = e.verify(ctx, c, gen); err != nil {
 			return Booking{}, err
 		}
-		if gen == 0 {
+		if gen <= 0 {
 			c.release()
-			return notCurrent()
+			return notCurrent(gen < 0)
 		}
 	}
 	if e.hooks.beforeWrite != nil {
@@ -348,8 +354,9 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 }
 
 // verify returns the hold's current generation in Redis — gen, or the generation
-// regen.lua re-issued a hold that had gen — when every seat still holds its token, and
-// 0 when the hold is not current.
+// regen.lua re-issued a hold that had gen — when every seat still holds its token; -1
+// when the seats are sold by a booking of generation gen; 0 when the hold is not
+// current.
 func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64, error) {
 	n, err := lua.Verify.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64()
 	if err != nil {

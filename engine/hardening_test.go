@@ -608,3 +608,30 @@ func TestShowCache(t *testing.T) {
 		t.Fatalf("a show created here is still unknown: %v", err)
 	}
 }
+
+// TestConfirmingASpentHoldSaysSo: confirming again a hold that made a booking is
+// ErrHoldLost from a HoldSpentError naming the booking to its holder, not a bare "not
+// current"; an ordinary lost hold costs the database nothing.
+func TestConfirmingASpentHoldSaysSo(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("s1", "A1", "A2")
+	h := v.hold("s1", time.Minute, "alice", "A1")
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	var se *HoldSpentError
+	if !errors.Is(err, ErrHoldLost) || !errors.As(err, &se) || se.BookingID != b.ID || !strings.Contains(err.Error(), b.ID.String()) {
+		t.Fatalf("confirming the spent hold again: %v, want ErrHoldLost naming %s", err, b.ID)
+	}
+	lost := v.hold("s1", time.Minute, "alice", "A2")
+	if err := v.e.Release(t.Context(), lost); err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.e.Confirm(t.Context(), lost, ConfirmOptions{})
+	if !errors.Is(err, ErrHoldLost) || errors.As(err, &se) {
+		t.Fatalf("a released hold: %v, want a plain ErrHoldLost", err)
+	}
+}

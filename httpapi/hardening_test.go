@@ -210,3 +210,26 @@ func TestRequestLogLevel(t *testing.T) {
 		}
 	}
 }
+
+// TestSpentHoldPointsAtItsBooking: confirming again a hold that made a booking says so
+// and, to its holder, points at the booking.
+func TestSpentHoldPointsAtItsBooking(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(2)}), 201, "")
+	h := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1"}})
+	a.want(h, 201, "")
+	b := a.do("POST", "/v1/bookings", "alice", "", h.body)
+	a.want(b, 201, "")
+	r := a.do("POST", "/v1/bookings", "alice", "", h.body)
+	a.want(r, 410, "hold-lost")
+	if want := "/v1/bookings/" + b.body["id"].(string); r.body["booking"] != want {
+		t.Fatalf("the refusal does not point at %s: %s", want, r.raw)
+	}
+	a.want(a.do("GET", r.body["booking"].(string), "alice", "", nil), 200, "")
+	other := a.do("POST", "/v1/bookings", "mallory", "", h.body)
+	a.want(other, 410, "hold-lost")
+	if _, ok := other.body["booking"]; ok || strings.Contains(other.raw, b.body["id"].(string)) {
+		t.Fatalf("another holder learned the booking: %s", other.raw)
+	}
+}

@@ -690,6 +690,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		p.Detail = p.Field + ": " + iae.Rule
 	}
+	var spent *engine.HoldSpentError
+	if errors.As(err, &spent) && spent.BookingID != uuid.Nil {
+		p.Booking = "/v1/bookings/" + spent.BookingID.String() // the caller's own booking
+	}
 	var sue *engine.SeatsUnavailableError
 	if errors.As(err, &sue) {
 		p.Seats = sue.SeatIDs
@@ -712,12 +716,14 @@ const problemPrefix = "urn:holdfast:problem:"
 
 // problemJSON is an RFC 9457 problem.
 type problemJSON struct {
-	Type   string   `json:"type"`
-	Title  string   `json:"title"`
-	Status int      `json:"status"`
-	Detail string   `json:"detail,omitempty"`
-	Field  string   `json:"field,omitempty"` // the member, path segment or header at fault
-	Seats  []string `json:"seats,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Field  string `json:"field,omitempty"` // the member, path segment or header at fault
+	// Booking points at the booking a presented hold made already (to its holder).
+	Booking string   `json:"booking,omitempty"`
+	Seats   []string `json:"seats,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {

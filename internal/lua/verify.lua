@@ -7,11 +7,15 @@
 -- ARGV[4..]  seat ids
 --
 -- Returns the hold's current generation when every seat holds this token (see owned in
--- common.lua), else 0.
+-- common.lua); -1 when it does not but every seat is sold by a booking of this very
+-- generation (the hold made a booking: its keys were replaced by the markers); else 0.
 
 local F = 3
 local n, err = hold_layout(F)
 if not n then return err end
 local created, cur = owned(n, ARGV[2], ARGV[3], ARGV[1])
 if created then return tonumber(cur) end
-return 0
+for i = 1, n do
+    if redis.call("HGET", sk(i), seat(i, F)) ~= ARGV[3] then return 0 end
+end
+return -1
