@@ -152,3 +152,64 @@ func TestCLIConventions(t *testing.T) {
 		t.Errorf("a bad --log-level: %v", err)
 	}
 }
+
+// TestDemoReportsADeadServer: when the server dies mid-sale, the demo says so and fails
+// instead of reporting a sale.
+func TestDemoReportsADeadServer(t *testing.T) {
+	t.Parallel()
+	_, url := testsvc.EmptyDatabase(t)
+	vars := env(map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL(), "HOLDFAST_KEY_PREFIX": testsvc.KeyPrefix(t),
+		"HOLDFAST_OPERATOR_TOKEN": "demo-operator-token-0123456789"})
+	if err := run(t.Context(), []string{"migrate", "up"}, vars, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	out := &lineWriter{lines: make(chan string, 64)}
+	served := make(chan error, 1)
+	go func() {
+		served <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--shutdown-timeout", "1s", "--rate-limit", "1000", "--rate-burst", "1000"}, vars, out, io.Discard)
+	}()
+	var base string
+	select {
+	case line := <-out.lines:
+		base = strings.TrimPrefix(line, "holdfast: listening on ")
+	case err := <-served:
+		t.Fatalf("serve ended: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	var progress bytes.Buffer
+	demoDone := make(chan error, 1)
+	go func() {
+		demoDone <- run(t.Context(), []string{"demo", "--url", base, "--show", "doomed", "--seats", "2000", "--buyers", "20",
+			"--hold-ttl", "5s", "--duration", "60s"}, vars, io.Discard, &progress)
+	}()
+	// Once the sale is on (its show exists), the server goes away.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/v1/shows/doomed/seats")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sale never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-served
+	select {
+	case err := <-demoDone:
+		if exitCode(err) == 0 || !strings.Contains(err.Error(), "stopped answering") {
+			t.Fatalf("demo against a dead server: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the demo kept going against a dead server")
+	}
+	if strings.Contains(progress.String(), "\r") {
+		t.Fatalf("progress written for a terminal into a non-terminal: %q", progress.String())
+	}
+}

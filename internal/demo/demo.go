@@ -12,6 +12,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // Options describe one simulated sale.
@@ -47,12 +50,16 @@ type Summary struct {
 	MissingAcked   int // bookings the API acknowledged that the database lacks (must be 0)
 	ReplayMismatch int64
 	Latency        map[string][3]time.Duration // op -> p50, p90, p99
+	// TransportErrors counts requests that got no response (connection refused or
+	// reset, timeouts).
+	TransportErrors int64
 }
 
 type client struct {
 	base          string
 	http          *http.Client
 	operatorToken string
+	failed        atomic.Int64 // requests that got no response
 }
 
 // problem is the part of an error answer the buyers use.
@@ -104,6 +111,9 @@ func (c *client) once(ctx context.Context, method, path, holder, key string, bod
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if ctx.Err() == nil {
+			c.failed.Add(1) // no response at all: the server is down or the network is
+		}
 		return 0, problem{}, err
 	}
 	defer resp.Body.Close()
@@ -191,28 +201,18 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	stopProgress := make(chan struct{})
 	var progressDone sync.WaitGroup
 	if o.Progress != nil {
-		progressDone.Go(func() {
-			t := time.NewTicker(500 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopProgress:
-					return
-				case <-t.C:
-					el := time.Since(start).Seconds()
-					fmt.Fprintf(o.Progress, "\r[%5.1fs] seats sold %d/%d  holds granted %d  bookings %d  requests %d (%.0f/s)   ",
-						el, view.soldCount(), o.Seats, rec.holdsOK.Load(), rec.booked.Load(), rec.requests.Load(), float64(rec.requests.Load())/el)
-				}
-			}
-		})
+		progressDone.Go(func() { progress(o.Progress, stopProgress, start, o.Seats, view, rec) })
 	}
 
 	var wg sync.WaitGroup
 	for b := range o.Buyers {
 		wg.Go(func() { buyer(ctx, c, o, view, rec, fmt.Sprintf("buyer-%04d", b)) })
 	}
-	// The sale ends when the seat map shows every seat sold (or at the deadline).
+	// The sale ends when the seat map shows every seat sold (or at the deadline), or
+	// when the server stops answering.
+	var serverGone atomic.Bool
 	wg.Go(func() {
+		unanswered := 0
 		for ctx.Err() == nil {
 			var m struct {
 				Seats []struct {
@@ -220,7 +220,17 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 					Status string `json:"status"`
 				} `json:"seats"`
 			}
-			if st, _, err := c.call(ctx, http.MethodGet, "/v1/shows/"+o.ShowID+"/seats", "", "", nil, &m); err == nil && st == 200 {
+			st, _, err := c.call(ctx, http.MethodGet, "/v1/shows/"+o.ShowID+"/seats", "", "", nil, &m)
+			if err != nil && ctx.Err() == nil {
+				if unanswered++; unanswered == 10 { // two seconds without an answer
+					serverGone.Store(true)
+					cancel()
+					return
+				}
+			} else {
+				unanswered = 0
+			}
+			if err == nil && st == 200 {
 				sold := 0
 				for _, s := range m.Seats {
 					if s.Status == "sold" {
@@ -240,12 +250,12 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	elapsed := time.Since(start)
 	close(stopProgress)
 	progressDone.Wait()
-	if o.Progress != nil {
-		fmt.Fprintln(o.Progress)
-	}
 
 	sum := Summary{Elapsed: elapsed, Requests: rec.requests.Load(), Outcomes: rec.outcomes, Seats: o.Seats,
-		ReplayMismatch: rec.mismatch.Load(), Latency: map[string][3]time.Duration{}}
+		ReplayMismatch: rec.mismatch.Load(), Latency: map[string][3]time.Duration{}, TransportErrors: c.failed.Load()}
+	if serverGone.Load() {
+		return sum, fmt.Errorf("the server at %s stopped answering mid-sale (%d requests never got a response)", o.BaseURL, sum.TransportErrors)
+	}
 	for op, ls := range rec.latencies {
 		slices.Sort(ls)
 		sum.Latency[op] = [3]time.Duration{pct(ls, 50), pct(ls, 90), pct(ls, 99)}
@@ -433,6 +443,9 @@ func (s Summary) Print(w io.Writer) {
 		l := s.Latency[op]
 		fmt.Fprintf(w, "  %-14s %8s %8s %8s\n", op, l[0].Round(10*time.Microsecond), l[1].Round(10*time.Microsecond), l[2].Round(10*time.Microsecond))
 	}
+	if s.TransportErrors > 0 {
+		fmt.Fprintf(w, "requests without a response: %d\n", s.TransportErrors)
+	}
 	fmt.Fprintf(w, "independent SQL check: double bookings %d, acknowledged bookings missing %d, replay mismatches %d\n",
 		s.DoubleBookings, s.MissingAcked, s.ReplayMismatch)
 }
@@ -440,4 +453,42 @@ func (s Summary) Print(w io.Writer) {
 // OK reports whether the sale kept every promise.
 func (s Summary) OK() bool {
 	return s.DoubleBookings == 0 && s.MissingAcked == 0 && s.ReplayMismatch == 0
+}
+
+// progress shows the sale as it goes until stop is closed: a progress bar of seats sold
+// on a terminal, a plain line every two seconds elsewhere (a log, CI).
+func progress(w io.Writer, stop <-chan struct{}, start time.Time, seats int, view *seatView, rec *recorder) {
+	status := func() string {
+		el := time.Since(start).Seconds()
+		return fmt.Sprintf("holds %d, bookings %d, requests %d (%.0f/s)", rec.holdsOK.Load(), rec.booked.Load(),
+			rec.requests.Load(), float64(rec.requests.Load())/el)
+	}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar := progressbar.NewOptions(seats, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("seats sold"),
+			progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true), progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionShowDescriptionAtLineEnd())
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			_ = bar.Set(view.soldCount())
+			bar.Describe("seats sold — " + status())
+			select {
+			case <-stop:
+				_ = bar.Set(view.soldCount())
+				fmt.Fprintln(w)
+				return
+			case <-t.C:
+			}
+		}
+	}
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			fmt.Fprintf(w, "[%5.1fs] seats sold %d/%d, %s\n", time.Since(start).Seconds(), view.soldCount(), seats, status())
+		}
+	}
 }
