@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -216,7 +217,7 @@ func TestRequestLogLevel(t *testing.T) {
 func TestSpentHoldPointsAtItsBooking(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
-	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(2)}), 201, "")
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(3)}), 201, "")
 	h := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1"}})
 	a.want(h, 201, "")
 	b := a.do("POST", "/v1/bookings", "alice", "", h.body)
@@ -231,5 +232,19 @@ func TestSpentHoldPointsAtItsBooking(t *testing.T) {
 	a.want(other, 410, "hold-lost")
 	if _, ok := other.body["booking"]; ok || strings.Contains(other.raw, b.body["id"].(string)) {
 		t.Fatalf("another holder learned the booking: %s", other.raw)
+	}
+	// A hold of two seats books one; the other seat of the same hold cannot book too.
+	two := a.do("POST", "/v1/shows/s1/holds", "bob", "", map[string]any{"seats": []string{"A2", "A3"}})
+	a.want(two, 201, "")
+	first := maps.Clone(two.body)
+	first["seats"] = []string{"A2"}
+	booked := a.do("POST", "/v1/bookings", "bob", "", first)
+	a.want(booked, 201, "")
+	rest := maps.Clone(two.body)
+	rest["seats"] = []string{"A3"}
+	r = a.do("POST", "/v1/bookings", "bob", "", rest)
+	a.want(r, 409, "stale-generation")
+	if r.body["booking"] != "/v1/bookings/"+booked.body["id"].(string) {
+		t.Fatalf("the refusal does not point at the booking: %s", r.raw)
 	}
 }

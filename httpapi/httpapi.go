@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,17 @@ import (
 
 	"github.com/holdfast/holdfast/engine"
 )
+
+// OpenAPI is the OpenAPI 3.1 document of the API (also docs/openapi.yaml), served at
+// /openapi.yaml. The tests validate every response they see against it.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(OpenAPI)
+}
 
 // HolderHeader carries the caller's identity, set by the booking backend in front.
 const HolderHeader = "Holder-Id"
@@ -172,6 +184,7 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/livez", http.HandlerFunc(s.livez)},
 		{"GET", "/readyz", http.HandlerFunc(s.readyz)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
+		{"GET", "/openapi.yaml", http.HandlerFunc(serveOpenAPI)},
 	}
 	mux := http.NewServeMux()
 	allowed := map[string][]string{} // path -> methods, for 405 answers

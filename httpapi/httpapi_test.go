@@ -74,7 +74,7 @@ func newAPI(t *testing.T, rdb redis.UniversalClient, cfg engine.Config, opts Opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s)
+	srv := httptest.NewServer(recordExchanges(s))
 	t.Cleanup(srv.Close)
 	return &api{t: t, srv: srv, s: s, logs: logs}
 }
