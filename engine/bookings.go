@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/holdfast/holdfast/db"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Booking returns a booking by id, or ErrNotFound.
@@ -36,9 +37,9 @@ func bookingFromRow(r db.BookingDetail) Booking {
 // makes it once Redis takes writes again. Cancelling a cancelled booking changes
 // nothing in PostgreSQL and writes its tombstones again, so a retry finishes the job.
 func (e *Engine) Cancel(ctx context.Context, bookingID uuid.UUID) error {
-	start := time.Now()
+	ctx, o := e.begin(ctx, "cancel", "", 0)
 	err := e.cancel(ctx, bookingID)
-	e.m.observe("cancel", start, resultOf(err))
+	o.end(err, "")
 	return err
 }
 
@@ -64,6 +65,7 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 		}
 		return e.pgErr(err)
 	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("holdfast.show", c.showID), attribute.Int("holdfast.seats", len(c.seats)))
 	sh, err := e.show(ctx, c.showID)
 	if err != nil {
 		return err

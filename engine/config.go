@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config tunes an [Engine]. Every field is optional: the zero value means the default.
@@ -62,6 +64,13 @@ type Config struct {
 	// that requests for unknown shows do not each cost a PostgreSQL query. Creating the
 	// show through this engine forgets it at once. Defaults to 2 seconds.
 	UnknownShowTTL time.Duration
+
+	// TracerProvider receives one span per operation (hold, extend, release, confirm
+	// with its Redis checks, transaction and marker write, cancel, resync), with the
+	// show, the number of seats and the outcome as attributes, never a token, key or
+	// holder. pgx and go-redis spans come from their own instrumentation when the caller
+	// sets it up. Defaults to no tracing.
+	TracerProvider trace.TracerProvider
 
 	// Registerer receives the engine's Prometheus metrics (holdfast_*). Defaults to nil:
 	// metrics are kept but registered nowhere.
@@ -150,6 +159,9 @@ func (cfg *Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	return c, nil
 }

@@ -44,13 +44,13 @@ const resolveTimeout = 5 * time.Second
 // commit's outcome is unknown, Confirm settles it before answering, so success is never
 // reported for a booking that does not exist, and a booking that exists is reported.
 func (e *Engine) Confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Booking, error) {
-	start := time.Now()
+	ctx, o := e.begin(ctx, "confirm", h.ShowID, len(h.SeatIDs))
 	b, err := e.confirm(ctx, h, opts)
-	result := resultOf(err)
+	result := ""
 	if err == nil && b.Replayed {
 		result = "replay"
 	}
-	e.m.observe("confirm", start, result)
+	o.end(err, result)
 	return b, err
 }
 
@@ -231,10 +231,12 @@ type committed struct {
 // PostgreSQL error left after the retries is ErrUnavailable. It returns the booking's
 // time and its marker_outbox row.
 func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, int64, error) {
+	ctx, span := e.step(ctx, "confirm.transaction")
 	r, err := retryTx(ctx, func() (committed, error) { return e.confirmOnce(ctx, c, gen, id) })
 	if err != nil && !errors.Is(err, ErrUnavailable) && pgCode(err) != "" {
 		err = unavailable("postgres", err)
 	}
+	endStep(span, err)
 	return r.at, r.seq, err
 }
 
@@ -358,11 +360,13 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 // when the seats are sold by a booking of generation gen; 0 when the hold is not
 // current.
 func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64, error) {
+	ctx, span := e.step(ctx, "confirm.verify")
 	n, err := lua.Verify.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64()
 	if err != nil {
-		return 0, e.redisErr(err)
+		err = e.redisErr(err)
 	}
-	return n, nil
+	endStep(span, err)
+	return n, err
 }
 
 // spent returns a [*HoldSpentError] matching sentinel when the hold made a booking

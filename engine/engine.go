@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/holdfast/holdfast/db"
@@ -30,6 +31,7 @@ type Engine struct {
 
 	policyCheckedAt atomic.Int64 // unix nanoseconds of the last good eviction-policy check
 
+	tracer trace.Tracer
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them
 	stop   func()        // ends the background loop
 	done   chan struct{} // closed when it has ended
@@ -78,6 +80,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	}
 	e := &Engine{pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
+	e.tracer = c.TracerProvider.Tracer(tracerName)
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	go e.repayMarkers(ctx)

@@ -12,9 +12,9 @@ import (
 // someone else or sold, it returns a [*SeatsUnavailableError] naming those seats and
 // changes nothing. The hold expires by itself after req.TTL (Redis owns the clock).
 func (e *Engine) Hold(ctx context.Context, req HoldRequest) (Hold, error) {
-	start := time.Now()
+	ctx, o := e.begin(ctx, "hold", req.ShowID, len(req.SeatIDs))
 	h, err := e.hold(ctx, req)
-	e.m.observe("hold", start, resultOf(err))
+	o.end(err, "")
 	return h, err
 }
 
@@ -130,9 +130,9 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 // ErrHoldLost and changes nothing. An expiry past the hold's maximum total age
 // (Config.MaxHoldAge from when it was taken, by Redis's clock) is ErrExtendLimit.
 func (e *Engine) Extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, error) {
-	start := time.Now()
+	ctx, o := e.begin(ctx, "extend", h.ShowID, len(h.SeatIDs))
 	h, err := e.extend(ctx, h, ttl)
-	e.m.observe("extend", start, resultOf(err))
+	o.end(err, "")
 	return h, err
 }
 
@@ -168,9 +168,9 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 // Release drops a hold at once. Only the owner can: otherwise ErrHoldLost, and nothing
 // changes.
 func (e *Engine) Release(ctx context.Context, h Hold) error {
-	start := time.Now()
+	ctx, o := e.begin(ctx, "release", h.ShowID, len(h.SeatIDs))
 	err := e.release(ctx, h)
-	e.m.observe("release", start, resultOf(err))
+	o.end(err, "")
 	return err
 }
 

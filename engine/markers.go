@@ -77,11 +77,13 @@ func (e *Engine) markBooking(ctx context.Context, sh *show, seats []string, gen 
 // seq). With a wait, it keeps trying for that long, even past the caller's context (the
 // transaction is committed whatever happens here); with none, it tries once. Once Redis
 // has them the row is dropped; otherwise the background loop writes them later.
-func (e *Engine) afterCommit(ctx context.Context, sh *show, seats []string, gen int64, sold bool, seq int64, wait time.Duration) error {
+func (e *Engine) afterCommit(ctx context.Context, sh *show, seats []string, gen int64, sold bool, seq int64, wait time.Duration) (err error) {
 	if e.hooks.afterCommit != nil && !e.hooks.afterCommit(ctx) {
 		return fmt.Errorf("%w: marker write skipped by a test hook", ErrUnavailable)
 	}
-	err := e.markBooking(ctx, sh, seats, gen, sold)
+	ctx, span := e.step(ctx, "markers")
+	defer func() { endStep(span, err) }()
+	err = e.markBooking(ctx, sh, seats, gen, sold)
 	if err != nil && wait > 0 {
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 		defer cancel()

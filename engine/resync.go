@@ -22,11 +22,13 @@ func (e *Engine) Resync(ctx context.Context, showID string) error {
 	if err := validateID("showID", showID); err != nil {
 		return err
 	}
+	ctx, o := e.begin(ctx, "resync", showID, 0)
 	sh, err := e.show(ctx, showID)
-	if err != nil {
-		return err
+	if err == nil {
+		err = e.resync(ctx, sh)
 	}
-	return e.resync(ctx, sh)
+	o.end(err, "")
+	return err
 }
 
 // resync writes every page of markers, then raises the counter: while a Redis that lost

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,5 +213,70 @@ func TestDemoReportsADeadServer(t *testing.T) {
 	}
 	if strings.Contains(progress.String(), "\r") {
 		t.Fatalf("progress written for a terminal into a non-terminal: %q", progress.String())
+	}
+}
+
+// TestServeExportsTraces: with --otlp-endpoint, serve sends the engine's spans over
+// OTLP/HTTP (to a collector the test runs); without it, nothing is sent anywhere.
+func TestServeExportsTraces(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var posts []string
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posts = append(posts, r.URL.Path+" "+string(body))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+	_, url := testsvc.EmptyDatabase(t)
+	vars := env(map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL(), "HOLDFAST_KEY_PREFIX": testsvc.KeyPrefix(t)})
+	if err := run(t.Context(), []string{"migrate", "up"}, vars, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	out := &lineWriter{lines: make(chan string, 64)}
+	served := make(chan error, 1)
+	go func() {
+		served <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--demo-show", "gala", "--demo-seats", "10",
+			"--otlp-endpoint", collector.URL}, vars, out, io.Discard)
+	}()
+	var base string
+	select {
+	case line := <-out.lines:
+		base = strings.TrimPrefix(line, "holdfast: listening on ")
+	case err := <-served:
+		t.Fatalf("serve ended: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	req, _ := http.NewRequest("POST", base+"/v1/shows/gala/holds", strings.NewReader(`{"seats":["R01-001"]}`))
+	req.Header.Set("Holder-Id", "alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("hold: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	stop() // shutdown flushes the batched spans
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var sawHold bool
+	for _, p := range posts {
+		if strings.HasPrefix(p, "/v1/traces ") && strings.Contains(p, "holdfast.hold") {
+			sawHold = true
+		}
+		if strings.Contains(p, "alice") {
+			t.Fatal("a span carries the holder id")
+		}
+	}
+	if !sawHold {
+		for _, p := range posts {
+			t.Logf("post %.60q (%d bytes)", p, len(p))
+		}
+		t.Fatalf("no holdfast.hold span reached the collector (%d posts)", len(posts))
 	}
 }

@@ -166,6 +166,7 @@ type engineFlags struct {
 	maxHoldAge        time.Duration
 	maxSeatsPerHold   int
 	maxSeatsPerHolder int
+	otlpEndpoint      string
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
@@ -175,6 +176,8 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&f.maxHoldAge, "max-hold-age", 0, "longest total life of a hold with its extensions (default 30m)")
 	fs.IntVar(&f.maxSeatsPerHold, "max-seats-per-hold", 0, "most seats in one hold (default 10)")
 	fs.IntVar(&f.maxSeatsPerHolder, "max-seats-per-holder", 0, "most seats one holder holds at once per show (default 10)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", getenv("OTEL_EXPORTER_OTLP_ENDPOINT"),
+		"export traces by OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 (/v1/traces is added to a bare URL; env OTEL_EXPORTER_OTLP_ENDPOINT); empty: no tracing")
 }
 
 func (f *engineFlags) config() engine.Config {

@@ -9,17 +9,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/net/netutil"
 
 	"github.com/holdfast/holdfast/engine"
 	"github.com/holdfast/holdfast/httpapi"
 	"github.com/holdfast/holdfast/internal/demo"
+	"github.com/holdfast/holdfast/migrations"
 )
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -156,6 +163,7 @@ type service struct {
 	rdb    redis.UniversalClient
 	engine *engine.Engine
 	api    *httpapi.Server
+	tp     *sdktrace.TracerProvider // nil unless spans are exported
 }
 
 // openService connects to the backends, builds the engine and its API, and refuses to
@@ -175,6 +183,20 @@ func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := eng.config()
 	cfg.Logger, cfg.Registerer = log, reg
+	if eng.otlpEndpoint != "" {
+		endpoint := eng.otlpEndpoint
+		if u, err := url.Parse(endpoint); err == nil && strings.Trim(u.Path, "/") == "" {
+			endpoint = strings.TrimRight(endpoint, "/") + "/v1/traces" // a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is
+		}
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
+		if err != nil {
+			svc.close()
+			return nil, usageErr("--otlp-endpoint %q: %v", eng.otlpEndpoint, err)
+		}
+		svc.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+			sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "holdfast"))))
+		cfg.TracerProvider = svc.tp
+	}
 	if svc.engine, err = engine.New(pool, rdb, &cfg); err != nil {
 		svc.close()
 		return nil, usageErr("engine configuration: %v", err)
@@ -185,10 +207,9 @@ func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, 
 		svc.close()
 		return nil, fmt.Errorf("not starting: %w", err)
 	}
-	var migrated bool
-	if err := pool.QueryRow(rctx, "SELECT to_regclass('marker_outbox') IS NOT NULL").Scan(&migrated); err != nil || !migrated {
+	if pending, err := pendingMigrations(rctx, pool); err != nil || pending {
 		svc.close()
-		return nil, fmt.Errorf("not starting: the database is not migrated; run `holdfast migrate up`")
+		return nil, fmt.Errorf("not starting: the database is not migrated (%v); run `holdfast migrate up`", err)
 	}
 	opts.Logger, opts.Registry = log, reg
 	if svc.api, err = httpapi.New(svc.engine, opts); err != nil {
@@ -202,6 +223,11 @@ func (s *service) close() {
 	if s.engine != nil {
 		s.engine.Close()
 	}
+	if s.tp != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.tp.Shutdown(ctx) // sends the spans still batched
+		cancel()
+	}
 	s.rdb.Close()
 	s.pool.Close()
 }
@@ -211,4 +237,14 @@ func envOr(getenv func(string) string, key, def string) string {
 		return v
 	}
 	return def
+}
+
+// pendingMigrations reports whether the database lacks migrations this binary has.
+func pendingMigrations(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	p, err := migrations.NewProvider(pool)
+	if err != nil {
+		return false, err
+	}
+	defer p.Close()
+	return p.HasPending(ctx)
 }

@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracerName names the engine's spans' instrumentation scope.
+const tracerName = "github.com/holdfast/holdfast/engine"
+
+// op is one engine operation in flight: its span (Config.TracerProvider) and its
+// metrics. Spans carry the show, the number of seats and the outcome — never a token,
+// an idempotency key or a holder id.
+type op struct {
+	e     *Engine
+	name  string
+	start time.Time
+	span  trace.Span
+}
+
+// begin starts the operation name on showID's seats.
+func (e *Engine) begin(ctx context.Context, name, showID string, seats int) (context.Context, *op) {
+	ctx, span := e.tracer.Start(ctx, "holdfast."+name, trace.WithAttributes(
+		attribute.String("holdfast.show", showID), attribute.Int("holdfast.seats", seats)))
+	return ctx, &op{e: e, name: name, start: time.Now(), span: span}
+}
+
+// end records the outcome (result, or the one err maps to) in the metrics and the span.
+func (o *op) end(err error, result string) {
+	if result == "" {
+		result = resultOf(err)
+	}
+	o.e.m.observe(o.name, o.start, result)
+	o.span.SetAttributes(attribute.String("holdfast.result", result))
+	if result == "unavailable" || result == "error" {
+		o.span.SetStatus(codes.Error, result) // the cause stays in the logs: it may name servers
+	}
+	o.span.End()
+}
+
+// step traces one part of an operation (a Redis check, the transaction, the marker
+// write); the caller ends the span.
+func (e *Engine) step(ctx context.Context, name string) (context.Context, trace.Span) {
+	return e.tracer.Start(ctx, "holdfast."+name)
+}
+
+// endStep ends a step's span, marking a failure.
+func endStep(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, resultOf(err))
+	}
+	span.End()
+}
