@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -51,27 +52,7 @@ func TestResyncCommand(t *testing.T) {
 // one closes.
 func TestServeCapsConnections(t *testing.T) {
 	t.Parallel()
-	_, url := testsvc.EmptyDatabase(t)
-	vars := env(map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL(), "HOLDFAST_KEY_PREFIX": testsvc.KeyPrefix(t)})
-	if err := run(t.Context(), []string{"migrate", "up"}, vars, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(t.Context())
-	out := &lineWriter{lines: make(chan string, 64)}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--max-conns", "2"}, vars, out, io.Discard)
-	}()
-	t.Cleanup(func() { stop(); <-done })
-	var base string
-	select {
-	case line := <-out.lines:
-		base = strings.TrimPrefix(line, "holdfast: listening on ")
-	case err := <-done:
-		t.Fatalf("serve ended: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not start")
-	}
+	base, _ := startServe(t, migratedEnv(t, nil), "--max-conns", "2")
 	get := func() error {
 		c := &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
 		resp, err := c.Get(base + "/livez")
@@ -159,27 +140,8 @@ func TestCLIConventions(t *testing.T) {
 // instead of reporting a sale.
 func TestDemoReportsADeadServer(t *testing.T) {
 	t.Parallel()
-	_, url := testsvc.EmptyDatabase(t)
-	vars := env(map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL(), "HOLDFAST_KEY_PREFIX": testsvc.KeyPrefix(t),
-		"HOLDFAST_OPERATOR_TOKEN": "demo-operator-token-0123456789"})
-	if err := run(t.Context(), []string{"migrate", "up"}, vars, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(t.Context())
-	out := &lineWriter{lines: make(chan string, 64)}
-	served := make(chan error, 1)
-	go func() {
-		served <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--shutdown-timeout", "1s", "--rate-limit", "1000", "--rate-burst", "1000"}, vars, out, io.Discard)
-	}()
-	var base string
-	select {
-	case line := <-out.lines:
-		base = strings.TrimPrefix(line, "holdfast: listening on ")
-	case err := <-served:
-		t.Fatalf("serve ended: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not start")
-	}
+	vars := migratedEnv(t, map[string]string{"HOLDFAST_OPERATOR_TOKEN": "demo-operator-token-0123456789"})
+	base, stop := startServe(t, vars, "--shutdown-timeout", "1s", "--rate-limit", "1000", "--rate-burst", "1000")
 	var progress bytes.Buffer
 	demoDone := make(chan error, 1)
 	go func() {
@@ -201,8 +163,7 @@ func TestDemoReportsADeadServer(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	stop()
-	<-served
+	_ = stop()
 	select {
 	case err := <-demoDone:
 		if exitCode(err) == 0 || !strings.Contains(err.Error(), "stopped answering") {
@@ -230,27 +191,7 @@ func TestServeExportsTraces(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer collector.Close()
-	_, url := testsvc.EmptyDatabase(t)
-	vars := env(map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL(), "HOLDFAST_KEY_PREFIX": testsvc.KeyPrefix(t)})
-	if err := run(t.Context(), []string{"migrate", "up"}, vars, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(t.Context())
-	out := &lineWriter{lines: make(chan string, 64)}
-	served := make(chan error, 1)
-	go func() {
-		served <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--demo-show", "gala", "--demo-seats", "10",
-			"--otlp-endpoint", collector.URL}, vars, out, io.Discard)
-	}()
-	var base string
-	select {
-	case line := <-out.lines:
-		base = strings.TrimPrefix(line, "holdfast: listening on ")
-	case err := <-served:
-		t.Fatalf("serve ended: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not start")
-	}
+	base, stop := startServe(t, migratedEnv(t, nil), "--demo-show", "gala", "--demo-seats", "10", "--otlp-endpoint", collector.URL)
 	req, _ := http.NewRequest("POST", base+"/v1/shows/gala/holds", strings.NewReader(`{"seats":["R01-001"]}`))
 	req.Header.Set("Holder-Id", "alice")
 	resp, err := http.DefaultClient.Do(req)
@@ -258,8 +199,7 @@ func TestServeExportsTraces(t *testing.T) {
 		t.Fatalf("hold: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	stop() // shutdown flushes the batched spans
-	if err := <-served; err != nil {
+	if err := stop(); err != nil { // shutdown flushes the batched spans
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -279,4 +219,47 @@ func TestServeExportsTraces(t *testing.T) {
 		}
 		t.Fatalf("no holdfast.hold span reached the collector (%d posts)", len(posts))
 	}
+}
+
+// migratedEnv is the environment of a command on a fresh, migrated database and the
+// shared test Redis (a key prefix of its own), plus extra variables.
+func migratedEnv(t *testing.T, extra map[string]string) func(string) string {
+	t.Helper()
+	_, url := testsvc.EmptyDatabase(t)
+	vars := map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL(), "HOLDFAST_KEY_PREFIX": testsvc.KeyPrefix(t)}
+	maps.Copy(vars, extra)
+	if err := run(t.Context(), []string{"migrate", "up"}, env(vars), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	return env(vars)
+}
+
+// startServe runs holdfast serve on a free loopback port with args, and returns its base
+// URL and a function that stops it and returns what serve returned (called at the end
+// of the test if the test did not).
+func startServe(t *testing.T, vars func(string) string, args ...string) (base string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	out := &lineWriter{lines: make(chan string, 64)}
+	served := make(chan error, 1)
+	go func() {
+		served <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), vars, out, io.Discard)
+	}()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-served })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	select {
+	case line := <-out.lines:
+		return strings.TrimPrefix(line, "holdfast: listening on "), stop
+	case e := <-served:
+		once.Do(func() { err = e })
+		t.Fatalf("serve ended: %v", e)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	return "", stop
 }
