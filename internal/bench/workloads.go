@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"runtime"
@@ -233,7 +234,9 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 			if len(adv) != 1 {
 				return errors.New("fence refused")
 			}
-			_, err = qt.BookingCreate(ctx, db.BookingCreateParams{ShowID: show, BookingID: uuid.New(), Generation: 1, Fingerprint: fp, SeatIds: seats})
+			hold := sha256.Sum256([]byte(show + "\x00" + seat)) // one booking per hold: a hash of its own
+			_, err = qt.BookingCreate(ctx, db.BookingCreateParams{ShowID: show, BookingID: uuid.New(), Generation: 1,
+				Fingerprint: fp, HoldHash: hold[:], SeatIds: seats})
 			return err
 		})
 	})
