@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/holdfast/holdfast/db"
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
@@ -185,21 +186,16 @@ func (v *env) soldKey(show, seat string) string {
 
 // claims is the database's seat -> booking id map of a show.
 func (v *env) claims(show string) map[string]string {
-	v.t.Helper()
-	rows, err := v.e.q.SeatClaimListByShow(v.t.Context(), show)
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	m := map[string]string{}
-	for _, r := range rows {
-		m[r.SeatID] = r.BookingID.String()
-	}
-	return m
+	return v.claimsBy(show, func(r db.SeatClaimListByShowRow) string { return r.BookingID.String() })
 }
 
 // claimMarks is what Redis's sold markers must say by the database: its seat ->
 // generation map of a show's claimed seats.
 func (v *env) claimMarks(show string) map[string]string {
+	return v.claimsBy(show, func(r db.SeatClaimListByShowRow) string { return strconv.FormatInt(r.Generation, 10) })
+}
+
+func (v *env) claimsBy(show string, value func(db.SeatClaimListByShowRow) string) map[string]string {
 	v.t.Helper()
 	rows, err := v.e.q.SeatClaimListByShow(v.t.Context(), show)
 	if err != nil {
@@ -207,7 +203,7 @@ func (v *env) claimMarks(show string) map[string]string {
 	}
 	m := map[string]string{}
 	for _, r := range rows {
-		m[r.SeatID] = strconv.FormatInt(r.Generation, 10)
+		m[r.SeatID] = value(r)
 	}
 	return m
 }
