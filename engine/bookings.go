@@ -65,7 +65,9 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 		}
 		return e.pgErr(err)
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("holdfast.show", c.showID), attribute.Int("holdfast.seats", len(c.seats)))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("holdfast.show", c.showID), attribute.Int("holdfast.seats", len(c.seats)))
+	}
 	sh, err := e.show(ctx, c.showID)
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config tunes an [Engine]. Every field is optional: the zero value means the default.
@@ -160,8 +159,6 @@ func (cfg *Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = noop.NewTracerProvider()
-	}
+
 	return c, nil
 }

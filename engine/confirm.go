@@ -150,14 +150,14 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	regenerated := false
 	for {
 		id := uuid.New()
-		at, seq, err := e.confirmTx(ctx, c, gen, id)
+		r, err := e.confirmTx(ctx, c, gen, id)
 		switch {
 		case err == nil:
 			c.release() // the booking is committed: free the connection before Redis
-			_ = e.afterCommit(ctx, sh, c.seats, gen, true, seq, markSoldTimeout)
+			_ = e.afterCommit(ctx, sh, c.seats, gen, true, r.seq, markSoldTimeout)
 			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 			return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: h.HolderID,
-				Status: BookingConfirmed, ConfirmedAt: at}, nil
+				Status: BookingConfirmed, ConfirmedAt: r.at}, nil
 
 		case errors.Is(err, errStale):
 			e.m.fenceRefusals.Inc()
@@ -228,16 +228,15 @@ type committed struct {
 }
 
 // confirmTx runs the confirmation transaction, retried whole on 40001 and 40P01; a
-// PostgreSQL error left after the retries is ErrUnavailable. It returns the booking's
-// time and its marker_outbox row.
-func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (time.Time, int64, error) {
-	ctx, span := e.step(ctx, "confirm.transaction")
+// PostgreSQL error left after the retries is ErrUnavailable.
+func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (committed, error) {
+	ctx, span := e.step(ctx, "holdfast.confirm.transaction")
 	r, err := retryTx(ctx, func() (committed, error) { return e.confirmOnce(ctx, c, gen, id) })
 	if err != nil && !errors.Is(err, ErrUnavailable) && pgCode(err) != "" {
 		err = unavailable("postgres", err)
 	}
 	endStep(span, err)
-	return r.at, r.seq, err
+	return r, err
 }
 
 // confirmOnce is the transaction: fence, booking with its claims, event and marker
@@ -360,7 +359,7 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 // when the seats are sold by a booking of generation gen; 0 when the hold is not
 // current.
 func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64, error) {
-	ctx, span := e.step(ctx, "confirm.verify")
+	ctx, span := e.step(ctx, "holdfast.confirm.verify")
 	n, err := lua.Verify.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64()
 	if err != nil {
 		err = e.redisErr(err)

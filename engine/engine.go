@@ -31,7 +31,7 @@ type Engine struct {
 
 	policyCheckedAt atomic.Int64 // unix nanoseconds of the last good eviction-policy check
 
-	tracer trace.Tracer
+	tracer trace.Tracer  // nil: no tracing, and no cost
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them
 	stop   func()        // ends the background loop
 	done   chan struct{} // closed when it has ended
@@ -80,7 +80,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	}
 	e := &Engine{pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
-	e.tracer = c.TracerProvider.Tracer(tracerName)
+	if c.TracerProvider != nil {
+		e.tracer = c.TracerProvider.Tracer(tracerName)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	go e.repayMarkers(ctx)

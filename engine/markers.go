@@ -81,7 +81,7 @@ func (e *Engine) afterCommit(ctx context.Context, sh *show, seats []string, gen 
 	if e.hooks.afterCommit != nil && !e.hooks.afterCommit(ctx) {
 		return fmt.Errorf("%w: marker write skipped by a test hook", ErrUnavailable)
 	}
-	ctx, span := e.step(ctx, "markers")
+	ctx, span := e.step(ctx, "holdfast.markers")
 	defer func() { endStep(span, err) }()
 	err = e.markBooking(ctx, sh, seats, gen, sold)
 	if err != nil && wait > 0 {

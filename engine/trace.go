@@ -22,19 +22,32 @@ type op struct {
 	span  trace.Span
 }
 
-// begin starts the operation name on showID's seats.
-func (e *Engine) begin(ctx context.Context, name, showID string, seats int) (context.Context, *op) {
-	ctx, span := e.tracer.Start(ctx, "holdfast."+name, trace.WithAttributes(
-		attribute.String("holdfast.show", showID), attribute.Int("holdfast.seats", seats)))
-	return ctx, &op{e: e, name: name, start: time.Now(), span: span}
+// begin starts the operation name on showID's seats. Attributes are built only for a
+// span that records: without a TracerProvider this is the hot path's only cost.
+func (e *Engine) begin(ctx context.Context, name, showID string, seats int) (context.Context, op) {
+	if e.tracer == nil {
+		return ctx, op{e: e, name: name, start: time.Now(), span: noSpan}
+	}
+	spanName, ok := spanNames[name]
+	if !ok {
+		spanName = "holdfast." + name
+	}
+	ctx, span := e.tracer.Start(ctx, spanName)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("holdfast.show", showID), attribute.Int("holdfast.seats", seats))
+	}
+	return ctx, op{e: e, name: name, start: time.Now(), span: span}
 }
 
 // end records the outcome (result, or the one err maps to) in the metrics and the span.
-func (o *op) end(err error, result string) {
+func (o op) end(err error, result string) {
 	if result == "" {
 		result = resultOf(err)
 	}
 	o.e.m.observe(o.name, o.start, result)
+	if !o.span.IsRecording() {
+		return
+	}
 	o.span.SetAttributes(attribute.String("holdfast.result", result))
 	if result == "unavailable" || result == "error" {
 		o.span.SetStatus(codes.Error, result) // the cause stays in the logs: it may name servers
@@ -42,11 +55,21 @@ func (o *op) end(err error, result string) {
 	o.span.End()
 }
 
+// spanNames are the operations' span names, built once (the hot path allocates none).
+var spanNames = map[string]string{"hold": "holdfast.hold", "extend": "holdfast.extend", "release": "holdfast.release",
+	"confirm": "holdfast.confirm", "cancel": "holdfast.cancel", "resync": "holdfast.resync"}
+
 // step traces one part of an operation (a Redis check, the transaction, the marker
-// write); the caller ends the span.
-func (e *Engine) step(ctx context.Context, name string) (context.Context, trace.Span) {
-	return e.tracer.Start(ctx, "holdfast."+name)
+// write), named in full; the caller ends the span.
+func (e *Engine) step(ctx context.Context, spanName string) (context.Context, trace.Span) {
+	if e.tracer == nil {
+		return ctx, noSpan
+	}
+	return e.tracer.Start(ctx, spanName)
 }
+
+// noSpan stands for a span when the engine has no TracerProvider: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // endStep ends a step's span, marking a failure.
 func endStep(span trace.Span, err error) {
