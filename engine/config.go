@@ -64,6 +64,18 @@ type Config struct {
 	// show through this engine forgets it at once. Defaults to 2 seconds.
 	UnknownShowTTL time.Duration
 
+	// MaxWatchedShows bounds how many shows' seat maps the engine keeps in memory and
+	// current from their change feeds (each takes one Redis connection, blocked on the
+	// feed, from the client's pool). Past it, the map least recently read with no open
+	// watch is dropped; when every one is watched, reads of other shows are built from
+	// scratch each time (PostgreSQL and Redis per read) and WatchSeatMap is refused.
+	// Defaults to 32.
+	MaxWatchedShows int
+
+	// SeatMapIdle is how long a show's seat map is kept current after its last read
+	// with no watch open. Defaults to 1 minute.
+	SeatMapIdle time.Duration
+
 	// TracerProvider receives one span per operation (hold, extend, release, confirm
 	// with its Redis checks, transaction and marker write, cancel, resync), with the
 	// show, the number of seats and the outcome as attributes, never a token, key or
@@ -89,6 +101,8 @@ const (
 	defaultMarkerRepair      = 250 * time.Millisecond
 	defaultMaxCachedShows    = 10_000
 	defaultUnknownShowTTL    = 2 * time.Second
+	defaultMaxWatchedShows   = 32
+	defaultSeatMapIdle       = time.Minute
 
 	// minHoldTTL is the shortest hold Redis can keep: PX takes whole milliseconds.
 	minHoldTTL = time.Millisecond
@@ -122,6 +136,7 @@ func (cfg *Config) withDefaults() (Config, error) {
 		{"Config.StatementTimeout", &c.StatementTimeout, defaultStatementTimeout},
 		{"Config.MarkerRepairInterval", &c.MarkerRepairInterval, defaultMarkerRepair},
 		{"Config.UnknownShowTTL", &c.UnknownShowTTL, defaultUnknownShowTTL},
+		{"Config.SeatMapIdle", &c.SeatMapIdle, defaultSeatMapIdle},
 	}
 	for _, d := range durations {
 		if *d.v == 0 {
@@ -147,6 +162,7 @@ func (cfg *Config) withDefaults() (Config, error) {
 		{"Config.MaxSeatsPerHolder", &c.MaxSeatsPerHolder, defaultMaxSeatsPerHolder, maxSeatsLimit},
 		{"Config.MaxSeatsPerShow", &c.MaxSeatsPerShow, defaultMaxSeatsPerShow, 1_000_000},
 		{"Config.MaxCachedShows", &c.MaxCachedShows, defaultMaxCachedShows, 10_000_000},
+		{"Config.MaxWatchedShows", &c.MaxWatchedShows, defaultMaxWatchedShows, 10_000},
 	}
 	for _, n := range counts {
 		if *n.v == 0 {

@@ -36,6 +36,10 @@ type Engine struct {
 	stop   func()        // ends the background loop
 	done   chan struct{} // closed when it has ended
 
+	views   views           // the seat maps kept current (view.go)
+	viewCtx context.Context // ends when the engine closes
+	closed  bool            // under views.mu
+
 	hooks hooks
 }
 
@@ -52,6 +56,8 @@ type hooks struct {
 	// read to Redis: path is "resync" (after each page), "repair" (a confirmation's
 	// marker repair) or "replay" (an idempotent retry re-marking its booking).
 	afterRead func(ctx context.Context, path string)
+	// beforeFeedRead runs before each read of a show's change feed by its seat map.
+	beforeFeedRead func(ctx context.Context, showID string)
 }
 
 // New returns an engine over a migrated database (see package migrations) and a Redis.
@@ -85,6 +91,8 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
+	e.viewCtx = ctx
+	e.views.m = map[string]*view{}
 	go e.repayMarkers(ctx)
 	return e, nil
 }
@@ -108,6 +116,7 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 // another engine (or this one, restarted) to make.
 func (e *Engine) Close() {
 	e.stop()
+	e.stopViews()
 	<-e.done
 }
 

@@ -59,6 +59,9 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 		case "OK":
 			gen, _ := res[1].(int64)
 			exp, _ := res[2].(int64)
+			if len(res) > 4 {
+				e.wrote(sh, res[4])
+			}
 			return Hold{ShowID: sh.id, SeatIDs: seats, Token: token, Generation: gen,
 				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
 		case "TAKEN":
@@ -152,6 +155,7 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 	switch status, _ := res[0].(string); status {
 	case "OK":
 		exp, _ := res[1].(int64)
+		e.wrote(sh, res[2])
 		h.ShowID, h.SeatIDs, h.ExpiresAt = sh.id, seats, time.UnixMilli(exp)
 		return h, nil
 	case "LOST":
@@ -175,16 +179,17 @@ func (e *Engine) Release(ctx context.Context, h Hold) error {
 }
 
 func (e *Engine) release(ctx context.Context, h Hold) error {
-	_, seats, ks, tag, err := e.ownedHold(ctx, h)
+	sh, seats, ks, tag, err := e.ownedHold(ctx, h)
 	if err != nil {
 		return err
 	}
-	res, err := lua.Release.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats)...).Text()
+	res, err := lua.Release.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats)...).Slice()
 	if err != nil {
 		return e.redisErr(err)
 	}
-	if res != "OK" {
+	if status, _ := res[0].(string); status != "OK" || len(res) != 2 {
 		return fmt.Errorf("%w: release: the hold is not current", ErrHoldLost)
 	}
+	e.wrote(sh, res[1])
 	return nil
 }

@@ -288,6 +288,9 @@ func TestHoldScriptIsIdempotentByToken(t *testing.T) {
 	if c := v.counter("s1"); c != 1 {
 		t.Fatalf("counter moved to %d on a retry, want 1", c)
 	}
+	if n := v.rdb.XLen(t.Context(), sh.k.feed()).Val(); n != 1 || len(first) != 5 || len(second) != 4 {
+		t.Fatalf("retry: %d feed entries (want 1), replies %v then %v", n, first, second)
+	}
 	// The same token on another seat set is not a retry.
 	ks2, _ := sh.scriptKeys("", []string{"A2", "A3"})
 	if err := lua.Hold.Run(t.Context(), v.rdb, ks2, scriptArgs("", []any{token, 60000, 0}, []string{"A2", "A3"})...).Err(); err == nil ||

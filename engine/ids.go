@@ -169,6 +169,8 @@ func (k keys) gen() string               { return k.base + "gen" }
 func (k keys) sold(bucket int) string    { return k.base + "sold:" + strconv.Itoa(bucket) }
 func (k keys) hold(seatID string) string { return k.base + "hold:" + seatID }
 func (k keys) holder(tag string) string  { return k.base + "holder:" + tag }
+func (k keys) feed() string              { return k.base + "feed" }
+func (k keys) feedN() string             { return k.base + "feed:n" }
 
 // holdHash identifies a hold in the database without its secret: SHA-256 over the show
 // and the token. A hold makes at most one booking (bookings_hold_unique).

@@ -53,14 +53,17 @@ func (e *Engine) writeMarkers(ctx context.Context, sh *show, seats, marks []stri
 	for _, m := range marks {
 		args = append(args, m)
 	}
-	res, err := lua.Mark.Run(ctx, e.rdb, ks, args...).Int64Slice()
+	res, err := lua.Mark.Run(ctx, e.rdb, ks, args...).Slice()
 	if err != nil {
 		return 0, false, e.redisErr(err)
 	}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return 0, false, fmt.Errorf("%w: unexpected mark script reply %v", ErrUnavailable, res)
 	}
-	return res[1], res[2] == 1, nil
+	e.wrote(sh, res[3])
+	dropped, _ = res[1].(int64)
+	repairedN, _ := res[2].(int64)
+	return dropped, repairedN == 1, nil
 }
 
 // markBooking writes the markers of one booking's seats: sold, or its tombstones.

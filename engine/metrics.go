@@ -11,13 +11,15 @@ import (
 // metrics are the engine's Prometheus collectors. Labels are low-cardinality: an
 // operation and a result, never a token, holder or show.
 type metrics struct {
-	ops            *prometheus.CounterVec
-	duration       *prometheus.HistogramVec
-	fenceRefusals  prometheus.Counter
-	counterRepairs prometheus.Counter
-	markerRepairs  prometheus.Counter
-	markerDeferred prometheus.Counter
-	children       sync.Map // opResult -> *opMetrics
+	ops             *prometheus.CounterVec
+	duration        *prometheus.HistogramVec
+	fenceRefusals   prometheus.Counter
+	counterRepairs  prometheus.Counter
+	markerRepairs   prometheus.Counter
+	markerDeferred  prometheus.Counter
+	seatMapRebuilds prometheus.Counter
+	feedLag         prometheus.Histogram
+	children        sync.Map // opResult -> *opMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,9 +49,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "holdfast_marker_writes_deferred_total",
 			Help: "Sold-marker writes that failed after COMMIT and were left to the background repair.",
 		}),
+		seatMapRebuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_seatmap_rebuilds_total",
+			Help: "Seat-map rebuilds from PostgreSQL and Redis: a show first read, a gap in its change feed, a Resync.",
+		}),
+		feedLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "holdfast_seatmap_feed_lag_seconds",
+			Help:    "Time from a change's feed entry in Redis to its application to this engine's seat map.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred} {
+		for _, c := range []prometheus.Collector{m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

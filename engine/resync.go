@@ -70,6 +70,7 @@ func (e *Engine) resync(ctx context.Context, sh *show) error {
 			e.log.WarnContext(ctx, "generation counter raised to the database high-water mark", "show_id", sh.id, "generation", floor)
 		}
 		if last {
+			e.resyncView(sh)
 			return nil
 		}
 		after = rows[len(rows)-1].SeatID

@@ -2,15 +2,89 @@ package engine
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// Seats returns every seat of a show, sorted, as free, held (with its expiry) or sold.
-// Sold comes from PostgreSQL, the authority; held from Redis.
+// SeatMap is a show's seat map at one version: a shared, immutable snapshot. Every
+// reader of the same version gets the same Layout, States and Expires slices: do not
+// modify them.
+type SeatMap struct {
+	ShowID string
+	// Version grows with every change this engine has seen for the show (changes from
+	// any engine reach it through the show's change feed). Versions of different
+	// engines are unrelated.
+	Version uint64
+	// AsOf is when the map was known to hold every change: the time of the read while
+	// the engine follows the show's change feed, or the last time it could when it
+	// cannot (Redis down); then Stale is true as well.
+	AsOf  time.Time
+	Stale bool
+	// Layout is the show's seats in layout order (see Layout); States[i] and
+	// Expires[i] are Layout[i]'s state and, when held, its hold's expiry (by Redis's
+	// clock, as Hold.ExpiresAt).
+	Layout  []Seat
+	States  []SeatStatus
+	Expires []time.Time
+}
+
+// SeatChange is one seat's new state in a [SeatMapEvent].
+type SeatChange struct {
+	Index     int // in the layout
+	SeatID    string
+	Status    SeatStatus
+	ExpiresAt time.Time // when held
+}
+
+// SeatMapEvent is what a watch delivers: either the changes that make Version from
+// the version before it, or, when Snapshot is set, a whole map to start over from (the
+// first event of a watch that cannot resume, after the engine rebuilt the map, or when
+// the watcher fell behind).
+type SeatMapEvent struct {
+	Version  uint64
+	Snapshot *SeatMap
+	Changes  []SeatChange
+}
+
+// Seats returns every seat of a show, sorted, as free, held (with its expiry) or sold,
+// from the engine's seat-map view (see [Engine.SeatMap]): a fresh slice of the caller's.
 func (e *Engine) Seats(ctx context.Context, showID string) ([]SeatState, error) {
+	m, err := e.SeatMap(ctx, showID)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := e.show(ctx, showID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SeatState, len(sh.seats))
+	held := 0
+	for _, st := range m.States {
+		if st == SeatHeld {
+			held++
+		}
+	}
+	exps := make([]time.Time, 0, held)
+	for i, s := range sh.seats {
+		j := sh.bySeat[i]
+		out[i] = SeatState{SeatID: s, Status: m.States[j]}
+		if m.States[j] == SeatHeld {
+			exps = append(exps, m.Expires[j])
+			out[i].ExpiresAt = &exps[len(exps)-1]
+		}
+	}
+	return out, nil
+}
+
+// SeatMap returns a show's seat map: the layout, every seat's state in layout order,
+// held seats' expiries, and a version. The engine keeps the map of each show it is
+// asked about in memory, current from the show's change feed in Redis, so a read costs
+// no PostgreSQL query and no Redis command; the first read of a show builds it (and
+// waits for that). A map reflects every change made through this engine before the
+// call, and changes made by other engines within a few milliseconds; AsOf and Stale
+// say how current it is when the feed cannot be followed.
+func (e *Engine) SeatMap(ctx context.Context, showID string) (*SeatMap, error) {
 	if err := validateID("showID", showID); err != nil {
 		return nil, err
 	}
@@ -18,35 +92,186 @@ func (e *Engine) Seats(ctx context.Context, showID string) ([]SeatState, error) 
 	if err != nil {
 		return nil, err
 	}
-	claims, err := e.q.SeatClaimListByShow(ctx, showID)
+	v, err := e.view(sh, false)
 	if err != nil {
-		return nil, e.pgErr(err)
+		return nil, err
 	}
-	sold := make(map[string]bool, len(claims))
-	for _, c := range claims {
-		sold[c.SeatID] = true
+	if v.cancel == nil { // not watched (every slot is taken): built for this read only
+		if err := v.rebuild(ctx); err != nil {
+			return nil, err
+		}
+		return v.read(ctx)
 	}
-	pipe := e.rdb.Pipeline()
-	ttls := make([]*redis.DurationCmd, len(sh.seats))
-	for i, s := range sh.seats {
-		if !sold[s] {
-			ttls[i] = pipe.PTTL(ctx, sh.holdKeys[s])
+	return v.read(ctx)
+}
+
+// WatchSeatMap delivers a show's seat-map changes until ctx ends (or the engine
+// closes), then closes the channel. With after, the version of an earlier event or
+// snapshot of this engine, it starts with the changes after it when it still has them;
+// otherwise (and with after 0) the first event is a snapshot. A watcher that falls
+// behind is never waited for: what it has not read is dropped and it gets a snapshot.
+func (e *Engine) WatchSeatMap(ctx context.Context, showID string, after uint64) (<-chan SeatMapEvent, error) {
+	if err := validateID("showID", showID); err != nil {
+		return nil, err
+	}
+	sh, err := e.show(ctx, showID)
+	if err != nil {
+		return nil, err
+	}
+	v, err := e.view(sh, true)
+	if err != nil {
+		return nil, err
+	}
+	if v.cancel == nil {
+		return nil, fmt.Errorf("%w: the engine watches %d shows already (Config.MaxWatchedShows)", ErrUnavailable, e.cfg.MaxWatchedShows)
+	}
+	defer v.watches.Add(-1)
+	if _, err := v.read(ctx); err != nil { // wait for the first build
+		return nil, err
+	}
+	w := &watcher{ch: make(chan SeatMapEvent, watchBuffer)}
+	v.mu.Lock()
+	select {
+	case <-v.done:
+		v.mu.Unlock()
+		return nil, unavailable("redis", fmt.Errorf("the seat map of show %s stopped", showID))
+	default:
+	}
+	resumed := false
+	if after != 0 && len(v.ring) > 0 && after >= v.ring[0].version-1 && after <= v.version {
+		var evs []SeatMapEvent
+		for _, b := range v.ring {
+			if b.version > after {
+				evs = append(evs, SeatMapEvent{Version: b.version, Changes: b.changes})
+			}
+		}
+		if len(evs) <= watchBuffer {
+			for _, ev := range evs {
+				w.ch <- ev
+			}
+			resumed = true
 		}
 	}
-	now := time.Now()
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, e.redisErr(err)
+	if !resumed {
+		w.ch <- SeatMapEvent{Version: v.version, Snapshot: v.snapshotLocked()}
 	}
-	out := make([]SeatState, len(sh.seats))
-	for i, s := range sh.seats {
-		out[i] = SeatState{SeatID: s, Status: SeatFree}
-		switch {
-		case sold[s]:
-			out[i].Status = SeatSold
-		case ttls[i].Val() >= 0: // PTTL is -2 for no key; 0 is a hold with less than 1 ms left
-			exp := now.Add(ttls[i].Val())
-			out[i].Status, out[i].ExpiresAt = SeatHeld, &exp
+	v.subs[w] = struct{}{}
+	v.watches.Add(1)
+	v.mu.Unlock()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-v.done:
+		}
+		v.mu.Lock()
+		if _, ok := v.subs[w]; ok {
+			delete(v.subs, w)
+			close(w.ch)
+			v.watches.Add(-1)
+		}
+		v.lastUsed.Store(time.Now().UnixNano())
+		v.mu.Unlock()
+	}()
+	return w.ch, nil
+}
+
+// views are the shows' seat maps this engine keeps current.
+type views struct {
+	mu sync.RWMutex
+	m  map[string]*view
+}
+
+// view returns the show's view, starting it when the engine does not watch the show
+// yet. When every slot is taken by a watched show, it returns a view that is not
+// started (cancel nil), for one read. watching counts the caller as a watch until it
+// subscribes, so that the view is not dropped meanwhile.
+func (e *Engine) view(sh *show, watching bool) (*view, error) {
+	e.views.mu.Lock()
+	defer e.views.mu.Unlock()
+	if e.closed {
+		return nil, unavailable("engine", fmt.Errorf("closed"))
+	}
+	if v := e.views.m[sh.id]; v != nil {
+		if watching {
+			v.watches.Add(1)
+		}
+		return v, nil
+	}
+	if len(e.views.m) >= e.cfg.MaxWatchedShows {
+		var lru *view
+		for _, v := range e.views.m {
+			if v.watches.Load() == 0 && (lru == nil || v.lastUsed.Load() < lru.lastUsed.Load()) {
+				lru = v
+			}
+		}
+		if lru == nil {
+			return newView(e, sh), nil
+		}
+		delete(e.views.m, lru.sh.id)
+		go lru.stop()
+	}
+	v := newView(e, sh)
+	if watching {
+		v.watches.Add(1)
+	}
+	e.views.m[sh.id] = v
+	v.start(e.viewCtx)
+	return v, nil
+}
+
+// dropView forgets an idle view (its loop ends after this).
+func (e *Engine) dropView(v *view) {
+	e.views.mu.Lock()
+	if e.views.m[v.sh.id] == v {
+		delete(e.views.m, v.sh.id)
+	}
+	e.views.mu.Unlock()
+	v.cancel()
+}
+
+// stopViews ends every view; Close calls it.
+func (e *Engine) stopViews() {
+	e.views.mu.Lock()
+	e.closed = true
+	vs := make([]*view, 0, len(e.views.m))
+	for _, v := range e.views.m {
+		vs = append(vs, v)
+	}
+	clear(e.views.m)
+	e.views.mu.Unlock()
+	for _, v := range vs {
+		v.stop()
+	}
+}
+
+// wrote tells the show's view (if the engine watches the show) that this engine wrote
+// the feed entry id, so that its next read waits for it.
+func (e *Engine) wrote(sh *show, id any) {
+	s, _ := id.(string)
+	p, ok := parseStreamID(s)
+	if !ok {
+		return
+	}
+	e.views.mu.RLock()
+	v := e.views.m[sh.id]
+	e.views.mu.RUnlock()
+	if v == nil {
+		return
+	}
+	for {
+		cur := v.want.Load()
+		if uint64(p) <= cur || v.want.CompareAndSwap(cur, uint64(p)) {
+			return
 		}
 	}
-	return out, nil
+}
+
+// resyncView asks the show's view, if any, to rebuild.
+func (e *Engine) resyncView(sh *show) {
+	e.views.mu.RLock()
+	v := e.views.m[sh.id]
+	e.views.mu.RUnlock()
+	if v != nil {
+		v.resync.Store(true)
+	}
 }

@@ -17,6 +17,8 @@ type show struct {
 	holdKeys map[string]string // seat -> its hold key
 	soldKeys map[string]string // seat -> the sold-marker hash of its bucket
 	buckets  []string          // every sold-marker hash of the show
+	index    map[string]int    // seat -> its index in layout
+	bySeat   []int             // the layout index of each seat of seats
 }
 
 // show returns a show's inventory, loading it from PostgreSQL on first use. An unknown
@@ -108,7 +110,13 @@ func newShow(prefix, showID string, layout []Seat) *show {
 	slices.Sort(seats)
 	sh := &show{id: showID, k: newKeys(prefix, showID), seats: seats, layout: layoutOrder(layout),
 		holdKeys: make(map[string]string, len(seats)), soldKeys: make(map[string]string, len(seats))}
+	sh.index = make(map[string]int, len(seats))
+	for i, s := range sh.layout {
+		sh.index[s.ID] = i
+	}
+	sh.bySeat = make([]int, len(seats))
 	for i, s := range sh.seats {
+		sh.bySeat[i] = sh.index[s]
 		sh.holdKeys[s] = sh.k.hold(s)
 		if i%soldBucketSize == 0 {
 			sh.buckets = append(sh.buckets, sh.k.sold(i/soldBucketSize))

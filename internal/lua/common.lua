@@ -9,6 +9,8 @@
 --                                            seat's bucket: a show's seats are split, in sorted
 --                                            order, into buckets of 100 so that Redis keeps each
 --                                            hash as a compact listpack
+-- (and two keys each script derives from the counter's, under the same hash tag: the
+-- change feed <base>feed and its entry counter <base>feed:n; see feed below)
 -- and ARGV[1] is always the holder tag ("" or 32 lowercase hex digits), then the
 -- script's own fixed arguments, then the seat ids (and, for mark, one marker each).
 
@@ -122,3 +124,23 @@ end
 local function is_sold(v) return v and string.sub(v, 1, 1) ~= "-" end
 
 local function seat(i, fixed) return ARGV[fixed + i] end
+
+-- The change feed. Every script that changes what a seat map shows appends one entry to
+-- the show's stream <base>feed, saying each touched seat's new state:
+--   n  the entry's number, from the counter <base>feed:n: a reader that does not see
+--      n, n+1, n+2... missed entries (trimmed past it, or Redis lost the feed) and
+--      rebuilds its map
+--   h  seats now held, until x (ms, Redis clock)      d  seats whose hold is gone
+--   s  seats now sold                                  u  seats no longer sold
+-- Seat lists are space-separated (a seat id has no spaces). The stream is trimmed to
+-- about FEED_LEN entries, so its memory is bounded per show. Returns the entry's id.
+local FEED_LEN = 4096
+local function feed(fields)
+    local n = redis.call("INCR", BASE .. "feed:n")
+    return redis.call("XADD", BASE .. "feed", "MAXLEN", "~", FEED_LEN, "*", "n", n, unpack(fields))
+end
+
+-- seat_list joins the seat arguments (after fixed) with spaces.
+local function seat_list(fixed)
+    return table.concat(ARGV, " ", fixed + 1, fixed + N)
+end

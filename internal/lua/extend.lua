@@ -8,7 +8,7 @@
 -- ARGV[5]    maximum total age of a hold in milliseconds
 -- ARGV[6..]  seat ids
 --
--- Returns {"OK", expires_ms}, {"LOST"} (not this hold: nothing changed), or
+-- Returns {"OK", expires_ms, feed entry id}, {"LOST"} (not this hold: nothing changed), or
 -- {"LIMIT", deadline_ms} (the new expiry would pass created + max age).
 
 local F = 5
@@ -30,4 +30,4 @@ end
 if tag ~= "" and redis.call("EXISTS", KEYS[2]) == 1 and redis.call("PTTL", KEYS[2]) < ttl then
     redis.call("PEXPIRE", KEYS[2], ttl)
 end
-return {"OK", now + ttl}
+return {"OK", now + ttl, feed({"h", seat_list(F), "x", int(now + ttl)})}

@@ -9,7 +9,8 @@
 -- ARGV[4]    holder cap: seats this holder may hold at once in this show, 0 = no cap
 -- ARGV[5..]  seat ids
 --
--- Returns {"OK", generation, expires_ms, created_ms}, {"TAKEN", seat, ...},
+-- Returns {"OK", generation, expires_ms, created_ms, feed entry id} (a retried call
+-- has no entry id: the first call wrote it), {"TAKEN", seat, ...},
 -- {"LIMIT", held}, or {"NOSTATE"} when the counter is missing (Redis lost the show).
 
 local F = 4
@@ -60,4 +61,5 @@ for i = 1, n do
     if capped then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end
 end
 if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
-return {"OK", gen, now + ttl, now}
+local id = feed({"h", seat_list(F), "x", int(now + ttl)})
+return {"OK", gen, now + ttl, now, id}

@@ -15,7 +15,8 @@
 -- on it whose generation is not above the sale's is dropped (with its holder's count):
 -- it was taken before the booking and can never confirm. A hold taken later (while the
 -- marker was missing) is left to its owner, whose confirmation the claim refuses.
--- Returns {markers moved, holds dropped, counter repaired (0/1)}.
+-- Every marker it moves and every hold it drops goes to the change feed, in one entry.
+-- Returns {markers moved, holds dropped, counter repaired (0/1), feed entry id or ""}.
 
 local F = 2
 local n, err = layout(F, 2, 0)
@@ -37,6 +38,7 @@ if floor ~= "-" then
 end
 
 local moved, dropped = 0, 0
+local sold, unsold, gone = {}, {}, {}
 for i = 1, n do
     local s, m = seat(i, F), ARGV[F + n + i]
     local cur = redis.call("HGET", sk(i), s)
@@ -45,6 +47,7 @@ for i = 1, n do
     if ng > cg or (ng == cg and nc > cc) then
         redis.call("HSET", sk(i), s, m)
         moved, cur, cg = moved + 1, m, ng
+        if is_sold(m) then sold[#sold + 1] = s else unsold[#unsold + 1] = s end
     end
     if is_sold(cur) then
         local v = redis.call("GET", hk(i))
@@ -54,8 +57,17 @@ for i = 1, n do
                 redis.call("DEL", hk(i))
                 if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
                 dropped = dropped + 1
+                gone[#gone + 1] = s
             end
         end
     end
 end
-return {moved, dropped, repaired}
+local id = ""
+if moved > 0 or dropped > 0 then
+    local f = {}
+    if #sold > 0 then f[#f + 1] = "s"; f[#f + 1] = table.concat(sold, " ") end
+    if #unsold > 0 then f[#f + 1] = "u"; f[#f + 1] = table.concat(unsold, " ") end
+    if #gone > 0 then f[#f + 1] = "d"; f[#f + 1] = table.concat(gone, " ") end
+    id = feed(f)
+end
+return {moved, dropped, repaired, id}

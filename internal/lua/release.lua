@@ -6,16 +6,16 @@
 -- ARGV[3]    generation
 -- ARGV[4..]  seat ids
 --
--- Returns "OK", or "LOST" (not this hold: nothing changed).
+-- Returns {"OK", feed entry id}, or {"LOST"} (not this hold: nothing changed).
 
 local F = 3
 local n, err = hold_layout(F)
 if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 
-if not owned(n, token, gen, tag) then return "LOST" end
+if not owned(n, token, gen, tag) then return {"LOST"} end
 for i = 1, n do
     redis.call("DEL", hk(i))
     if tag ~= "" then redis.call("ZREM", KEYS[2], seat(i, F)) end
 end
-return "OK"
+return {"OK", feed({"d", seat_list(F)})}

@@ -1,0 +1,620 @@
+package engine
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The seat-map view. Every engine keeps, for each show being read, the seat map in
+// memory and keeps it current from the show's change feed: a Redis stream that the
+// scripts which change seats (hold, extend, release, mark) append to, one entry per
+// call, in the same atomic step as the change (internal/lua/common.lua). Hold expiries
+// are not in the feed: the view knows each hold's expiry and applies it itself. A read
+// costs no PostgreSQL query and no Redis command; the feed costs each engine one
+// blocked XREAD per watched show.
+//
+// A full rebuild (the feed's position, then PostgreSQL's claims and each seat's hold
+// TTL in Redis, then the feed from that position until it is caught up) happens when
+// the engine starts watching a show, when the feed has a gap (an entry number skipped:
+// trimmed past the reader, or Redis lost the feed — restart, failover, FLUSHALL), and
+// on Resync. Feed entries replayed over a newer rebuild read converge, because each
+// says a seat's new state and they are applied in order.
+
+const (
+	feedBlock      = 2 * time.Second // how long one XREAD waits for entries
+	feedCount      = 1000            // entries per XREAD
+	ringBatches    = 4096            // change batches kept for WatchSeatMap resumes
+	watchBuffer    = 64              // events a watcher may fall behind before it is resynced
+	ownWriteWait   = 500 * time.Millisecond
+	staleAfter     = 3 * feedBlock // AsOf older than this makes a map Stale
+	maxFeedBackoff = time.Second
+)
+
+// streamPos orders feed entry ids "ms-seq" as one number: ms<<22 | seq.
+type streamPos uint64
+
+func parseStreamID(id string) (streamPos, bool) {
+	ms, seq, ok := strings.Cut(id, "-")
+	if !ok {
+		return 0, false
+	}
+	m, err1 := strconv.ParseUint(ms, 10, 64)
+	s, err2 := strconv.ParseUint(seq, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return streamPos(m<<22 | min(s, 1<<22-1)), true
+}
+
+// expiry is a hold's expiry (Redis ms) on one seat (layout index).
+type expiry struct {
+	at  int64
+	idx int
+}
+
+type expiryHeap []expiry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiry)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// batch is one published set of changes.
+type batch struct {
+	version uint64
+	changes []SeatChange
+}
+
+// watcher is one WatchSeatMap subscription.
+type watcher struct {
+	ch chan SeatMapEvent
+}
+
+// view is one show's seat map, kept current.
+type view struct {
+	e  *Engine
+	sh *show
+
+	mu      sync.Mutex
+	sold    []bool  // by layout index
+	exp     []int64 // hold expiry, Redis ms; 0 when none
+	pub     []SeatStatus
+	pubExp  []int64
+	touched []int
+	mark    []bool // in touched
+	expq    expiryHeap
+	offset  int64 // Redis's clock minus ours, ms
+	version uint64
+	lastID  string // the last feed entry applied
+	lastN   int64  // its number
+	asOf    time.Time
+	healthy bool
+	err     error // the feed's last failure, while unhealthy
+	ring    []batch
+	subs    map[*watcher]struct{}
+	built   bool          // a rebuild has completed
+	ready   chan struct{} // closed once built (or the view stopped)
+	adv     chan struct{} // closed and replaced at each publication
+	wake    chan struct{} // pokes the expiry loop
+
+	snap     atomic.Pointer[SeatMap] // the published map; nil until built or after a change
+	applied  atomic.Uint64           // streamPos of the last entry applied
+	want     atomic.Uint64           // streamPos of this engine's own last write
+	lastUsed atomic.Int64            // unix ns of the last read
+	watches  atomic.Int32
+	resync   atomic.Bool // a rebuild is asked for
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newView(e *Engine, sh *show) *view {
+	n := len(sh.layout)
+	v := &view{e: e, sh: sh, sold: make([]bool, n), exp: make([]int64, n), pub: make([]SeatStatus, n),
+		pubExp: make([]int64, n), mark: make([]bool, n), subs: map[*watcher]struct{}{},
+		ready: make(chan struct{}), adv: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	for i := range v.pub {
+		v.pub[i] = SeatFree
+	}
+	v.version = uint64(time.Now().UnixMicro()) // versions only grow, across views of one process
+	v.lastUsed.Store(time.Now().UnixNano())
+	return v
+}
+
+// start runs the view's feed and expiry loops until ctx ends or the view goes idle.
+func (v *view) start(ctx context.Context) {
+	ctx, v.cancel = context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); v.follow(ctx) }()
+	go func() { defer wg.Done(); v.expire(ctx) }()
+	go func() {
+		wg.Wait()
+		v.mu.Lock()
+		for w := range v.subs {
+			close(w.ch)
+			delete(v.subs, w)
+		}
+		if !v.built {
+			close(v.ready)
+			v.built = true
+		}
+		v.mu.Unlock()
+		close(v.done)
+	}()
+}
+
+func (v *view) stop() {
+	v.cancel()
+	<-v.done
+}
+
+// redisNow is Redis's clock, in ms, as the view estimates it.
+func (v *view) redisNow() int64 { return time.Now().UnixMilli() + v.offset }
+
+// follow reads the feed until ctx ends: it rebuilds when asked to or when the feed
+// has a gap, and applies entries as they come.
+func (v *view) follow(ctx context.Context) {
+	rdb, feed := v.e.rdb, v.sh.k.feed()
+	backoff := 50 * time.Millisecond
+	rebuild := true
+	for ctx.Err() == nil {
+		if v.idle() {
+			v.e.dropView(v)
+			return
+		}
+		if rebuild || v.resync.Swap(false) {
+			v.e.m.seatMapRebuilds.Inc()
+			if err := v.rebuild(ctx); err != nil {
+				v.failed(err)
+				sleep(ctx, backoff)
+				backoff = min(2*backoff, maxFeedBackoff)
+				continue
+			}
+			rebuild = false
+		}
+		if v.e.hooks.beforeFeedRead != nil {
+			v.e.hooks.beforeFeedRead(ctx, v.sh.id)
+		}
+		sent := time.Now()
+		v.mu.Lock()
+		last := v.lastID
+		v.mu.Unlock()
+		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: feedBlock}).Result()
+		if errors.Is(err, redis.Nil) {
+			// Nothing new. Check that the feed is still the one this view follows: read
+			// the entry counter, then the feed again. Entries the counter had numbered
+			// but the feed no longer has were trimmed, and a counter below the view's
+			// means Redis lost the feed (FLUSHALL, restart); both would stay silent.
+			pipe := rdb.Pipeline()
+			nc := pipe.Get(ctx, v.sh.k.feedN())
+			xc := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: -1})
+			_, err = pipe.Exec(ctx)
+			res, _ = xc.Result()
+			if err == nil || errors.Is(err, redis.Nil) {
+				n, _ := nc.Int64()
+				v.mu.Lock()
+				gap := n < v.lastN || (n > v.lastN && len(res) == 0)
+				v.mu.Unlock()
+				if gap {
+					rebuild = true
+					v.e.log.WarnContext(ctx, "seat map feed lost entries; rebuilding the map", "show_id", v.sh.id)
+					continue
+				}
+				err = nil
+			}
+		}
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			v.failed(err)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, maxFeedBackoff)
+		default:
+			backoff = 50 * time.Millisecond
+			v.mu.Lock()
+			ok := v.applyEntries(res)
+			if ok {
+				v.current(sent)
+			}
+			v.mu.Unlock()
+			if !ok {
+				rebuild = true
+				v.e.log.WarnContext(ctx, "seat map feed has a gap; rebuilding the map", "show_id", v.sh.id)
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// idle reports whether nobody has read the map for Config.SeatMapIdle and no watch is
+// open.
+func (v *view) idle() bool {
+	return v.watches.Load() == 0 && time.Since(time.Unix(0, v.lastUsed.Load())) > v.e.cfg.SeatMapIdle
+}
+
+// failed records a feed failure: the map is stale from now on, and says so.
+func (v *view) failed(err error) {
+	v.mu.Lock()
+	v.healthy, v.err = false, err
+	v.mu.Unlock()
+	v.e.log.Warn("seat map feed failed; the map is stale until it recovers", "show_id", v.sh.id, "err", err)
+}
+
+// current records that the view held every feed entry written before sent. Caller
+// holds mu.
+func (v *view) current(sent time.Time) {
+	v.healthy, v.err = true, nil
+	if sent.After(v.asOf) {
+		v.asOf = sent
+	}
+	v.publish()
+}
+
+// applyEntries applies feed entries in order; false means a gap (an entry number
+// skipped), after which the map must be rebuilt. Caller holds mu.
+func (v *view) applyEntries(res []redis.XStream) bool {
+	for _, st := range res {
+		for _, m := range st.Messages {
+			n, _ := strconv.ParseInt(fieldString(m.Values["n"]), 10, 64)
+			if n != v.lastN+1 {
+				return false
+			}
+			v.apply(m.Values)
+			v.lastID, v.lastN = m.ID, n
+			if p, ok := parseStreamID(m.ID); ok {
+				v.applied.Store(uint64(p))
+				if v.built {
+					lag := time.Now().UnixMilli() + v.offset - int64(p>>22)
+					v.e.m.feedLag.Observe(float64(max(lag, 0)) / 1000)
+				}
+			}
+		}
+	}
+	return true
+}
+
+func fieldString(x any) string {
+	s, _ := x.(string)
+	return s
+}
+
+// apply applies one feed entry's fields. Caller holds mu.
+func (v *view) apply(f map[string]any) {
+	each := func(field string, fn func(i int)) {
+		for _, seat := range strings.Fields(fieldString(f[field])) {
+			if i, ok := v.sh.index[seat]; ok {
+				fn(i)
+				v.touch(i)
+			}
+		}
+	}
+	x, _ := strconv.ParseInt(fieldString(f["x"]), 10, 64)
+	each("h", func(i int) {
+		v.exp[i] = x
+		heap.Push(&v.expq, expiry{at: x, idx: i})
+	})
+	each("d", func(i int) { v.exp[i] = 0 })
+	each("s", func(i int) { v.sold[i] = true })
+	each("u", func(i int) { v.sold[i] = false })
+	if len(v.expq) > 0 && v.expq[0].at == x {
+		select {
+		case v.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (v *view) touch(i int) {
+	if !v.mark[i] {
+		v.mark[i] = true
+		v.touched = append(v.touched, i)
+	}
+}
+
+// state is seat i's state at Redis time now. Caller holds mu.
+func (v *view) state(i int, now int64) (SeatStatus, int64) {
+	switch {
+	case v.sold[i]:
+		return SeatSold, 0
+	case v.exp[i] > now:
+		return SeatHeld, v.exp[i]
+	}
+	return SeatFree, 0
+}
+
+// publish makes the touched seats' states the published map: when any changed, a new
+// version, a batch for the watchers, and a new snapshot on the next read. Caller holds
+// mu.
+func (v *view) publish() {
+	if !v.built {
+		return // the rebuild publishes once caught up
+	}
+	now := v.redisNow()
+	var changes []SeatChange
+	for _, i := range v.touched {
+		v.mark[i] = false
+		st, x := v.state(i, now)
+		if st != v.pub[i] || x != v.pubExp[i] {
+			v.pub[i], v.pubExp[i] = st, x
+			c := SeatChange{Index: i, SeatID: v.sh.layout[i].ID, Status: st}
+			if x != 0 {
+				c.ExpiresAt = localTime(x)
+			}
+			changes = append(changes, c)
+		}
+	}
+	v.touched = v.touched[:0]
+	if len(changes) > 0 {
+		v.version++
+		v.snap.Store(nil)
+		b := batch{version: v.version, changes: changes}
+		if len(v.ring) == ringBatches {
+			copy(v.ring, v.ring[1:])
+			v.ring = v.ring[:len(v.ring)-1]
+		}
+		v.ring = append(v.ring, b)
+		for w := range v.subs {
+			v.send(w, SeatMapEvent{Version: b.version, Changes: b.changes})
+		}
+	}
+	close(v.adv)
+	v.adv = make(chan struct{})
+}
+
+// localTime is a Redis-clock time (ms) as a time.Time: expiries are reported by
+// Redis's clock, as Hold.ExpiresAt is. The offset only times the view's own work.
+func localTime(ms int64) time.Time { return time.UnixMilli(ms) }
+
+// send gives w an event, or, when w has fallen watchBuffer events behind, drops what it
+// has not read and gives it a snapshot to start over from: a slow watcher never holds
+// the view up. Caller holds mu.
+func (v *view) send(w *watcher, ev SeatMapEvent) {
+	select {
+	case w.ch <- ev:
+		return
+	default:
+	}
+drain:
+	for {
+		select {
+		case <-w.ch:
+		default:
+			break drain
+		}
+	}
+	w.ch <- SeatMapEvent{Version: v.version, Snapshot: v.snapshotLocked()}
+}
+
+// rebuild reads the show's state from scratch: the feed's position first, then the
+// claims in PostgreSQL and the holds in Redis, then the feed from that position until
+// it is caught up. Only then is the result published.
+func (v *view) rebuild(ctx context.Context) error {
+	rdb, sh := v.e.rdb, v.sh
+	last, err := rdb.XRevRangeN(ctx, sh.k.feed(), "+", "-", 1).Result()
+	if err != nil {
+		return v.e.redisErr(err)
+	}
+	lastID, lastN := "0-0", int64(0)
+	if len(last) == 1 {
+		lastID = last[0].ID
+		lastN, _ = strconv.ParseInt(fieldString(last[0].Values["n"]), 10, 64)
+	}
+	claims, err := v.e.q.SeatClaimListByShow(ctx, sh.id)
+	if err != nil {
+		return v.e.pgErr(err)
+	}
+	t0 := time.Now()
+	rt, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return v.e.redisErr(err)
+	}
+	rtt := time.Since(t0)
+	offset := rt.Sub(t0.Add(rtt/2)).Round(time.Millisecond).Milliseconds()
+	pipe := rdb.Pipeline()
+	tm := pipe.Time(ctx)
+	ttls := make([]*redis.DurationCmd, len(sh.layout))
+	for i, s := range sh.layout {
+		ttls[i] = pipe.PTTL(ctx, sh.holdKeys[s.ID])
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return v.e.redisErr(err)
+	}
+	now := tm.Val().UnixMilli()
+
+	v.mu.Lock()
+	v.offset = offset
+	v.expq = v.expq[:0]
+	for i := range v.sold {
+		v.sold[i], v.exp[i] = false, 0
+		if d := ttls[i].Val(); d >= 0 { // PTTL is -2 for no key
+			v.exp[i] = now + d.Milliseconds()
+			v.expq = append(v.expq, expiry{at: v.exp[i], idx: i})
+		}
+		v.touch(i)
+	}
+	heap.Init(&v.expq)
+	for _, c := range claims {
+		if i, ok := sh.index[c.SeatID]; ok {
+			v.sold[i] = true
+		}
+	}
+	v.lastID, v.lastN = lastID, lastN
+	v.mu.Unlock()
+
+	// Catch up with what was written since the position was read.
+	for {
+		v.mu.Lock()
+		after := v.lastID
+		v.mu.Unlock()
+		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{sh.k.feed(), after}, Count: feedCount, Block: -1}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return v.e.redisErr(err)
+		}
+		v.mu.Lock()
+		if !v.applyEntries(res) {
+			v.mu.Unlock()
+			return v.rebuildAgain(ctx)
+		}
+		n := 0
+		for _, st := range res {
+			n += len(st.Messages)
+		}
+		if n < feedCount {
+			if p, ok := parseStreamID(v.lastID); ok {
+				v.applied.Store(uint64(p))
+			}
+			first := !v.built
+			v.built = true
+			v.current(time.Now())
+			if first {
+				close(v.ready)
+			}
+			for w := range v.subs { // after a rebuild every watcher starts over
+				v.send(w, SeatMapEvent{Version: v.version, Snapshot: v.snapshotLocked()})
+			}
+			v.mu.Unlock()
+			select {
+			case v.wake <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+		v.mu.Unlock()
+	}
+}
+
+// rebuildAgain restarts a rebuild whose catch-up met a gap (the feed moved faster than
+// it could be read); bounded by ctx.
+func (v *view) rebuildAgain(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return v.rebuild(ctx)
+}
+
+// expire applies hold expiries as they come, until ctx ends.
+func (v *view) expire(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		v.mu.Lock()
+		now := v.redisNow()
+		for len(v.expq) > 0 && v.expq[0].at <= now {
+			x := heap.Pop(&v.expq).(expiry)
+			if v.exp[x.idx] == x.at {
+				v.touch(x.idx)
+			}
+		}
+		if len(v.touched) > 0 {
+			v.publish()
+		}
+		wait := time.Hour
+		if len(v.expq) > 0 {
+			wait = time.Duration(v.expq[0].at-now) * time.Millisecond
+		}
+		v.mu.Unlock()
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-v.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// snapshotLocked returns the published map, building it when a change made the last
+// one old. Caller holds mu.
+func (v *view) snapshotLocked() *SeatMap {
+	if m := v.snap.Load(); m != nil {
+		return m
+	}
+	m := &SeatMap{ShowID: v.sh.id, Version: v.version, Layout: v.sh.layout,
+		States: make([]SeatStatus, len(v.pub)), Expires: make([]time.Time, len(v.pub))}
+	copy(m.States, v.pub)
+	for i, x := range v.pubExp {
+		if x != 0 {
+			m.Expires[i] = localTime(x)
+		}
+	}
+	v.snap.Store(m)
+	return m
+}
+
+// read returns the published map with its freshness. It waits (briefly) for this
+// engine's own writes to be in the map, so that a process reads what it wrote.
+func (v *view) read(ctx context.Context) (*SeatMap, error) {
+	v.lastUsed.Store(time.Now().UnixNano())
+	select {
+	case <-v.ready:
+	case <-ctx.Done():
+		return nil, unavailable("redis", ctx.Err())
+	}
+	if v.want.Load() > v.applied.Load() {
+		t := time.NewTimer(ownWriteWait)
+		defer t.Stop()
+		for v.want.Load() > v.applied.Load() {
+			v.mu.Lock()
+			adv := v.adv
+			v.mu.Unlock()
+			select {
+			case <-adv:
+				continue
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			break
+		}
+	}
+	m := v.snap.Load()
+	v.mu.Lock()
+	if m == nil {
+		m = v.snapshotLocked()
+	}
+	built, asOf, healthy, ferr := v.built, v.asOf, v.healthy, v.err
+	v.mu.Unlock()
+	if !built || asOf.IsZero() {
+		if ferr != nil {
+			return nil, v.e.redisErr(ferr)
+		}
+		return nil, unavailable("redis", errors.New("the seat map view stopped"))
+	}
+	select {
+	case <-v.done:
+		healthy = false // dropped while this read began: no longer followed
+	default:
+	}
+	out := *m
+	out.AsOf = asOf
+	if healthy && time.Since(asOf) <= feedBlock+time.Second {
+		out.AsOf = time.Now() // the feed is followed: everything written until now is in
+	}
+	out.Stale = !healthy || time.Since(asOf) > staleAfter
+	return &out, nil
+}
