@@ -81,6 +81,16 @@ type Options struct {
 	// RequestLogLevel is the level of the one line logged per request. Defaults to
 	// info (the zero slog.Level).
 	RequestLogLevel slog.Level
+	// MaxStreams bounds the seat-map event streams open at once; past it a new one is
+	// refused with 503 and Retry-After. Defaults to 10,000.
+	MaxStreams int
+	// Heartbeat is how often an idle event stream gets a comment line, so that
+	// proxies keep it open and a client notices a dead one. Defaults to 15 seconds.
+	Heartbeat time.Duration
+	// StreamWriteTimeout bounds each write to an event stream: a client that does not
+	// read for that long is disconnected (it resumes with Last-Event-ID). Defaults to
+	// 10 seconds.
+	StreamWriteTimeout time.Duration
 	// LogKey keys the hash that logs show of a holder (HMAC-SHA-256), so that a list
 	// of guessed holder ids cannot be matched against logs. Defaults to 32 random
 	// bytes per process.
@@ -97,6 +107,9 @@ type Server struct {
 	reads    *limiters // reads, per holder or client address
 	operator [32]byte  // SHA-256 of the operator token
 	draining atomic.Bool
+	epoch    string       // names this process's seat-map versions (ETags, event ids)
+	maps     mapCache     // compact seat maps, encoded once per version
+	streams  atomic.Int64 // open event streams
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -129,6 +142,18 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 	if opts.ReadRateBurst == 0 {
 		opts.ReadRateBurst = 100
 	}
+	if opts.MaxStreams == 0 {
+		opts.MaxStreams = 10_000
+	}
+	if opts.Heartbeat == 0 {
+		opts.Heartbeat = 15 * time.Second
+	}
+	if opts.StreamWriteTimeout == 0 {
+		opts.StreamWriteTimeout = 10 * time.Second
+	}
+	if opts.MaxStreams < 0 || opts.Heartbeat < 0 || opts.StreamWriteTimeout < 0 {
+		return nil, errors.New("httpapi: MaxStreams, Heartbeat and StreamWriteTimeout must be positive")
+	}
 	if opts.RateLimit < 0 || opts.RateBurst < 0 || opts.ReadRateLimit < 0 || opts.ReadRateBurst < 0 {
 		return nil, errors.New("httpapi: rate limits and bursts must be positive")
 	}
@@ -136,7 +161,9 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 		opts.LogKey = make([]byte, 32)
 		_, _ = rand.Read(opts.LogKey)
 	}
-	s := &Server{e: e, log: opts.Logger, reg: opts.Registry, opts: opts,
+	epoch := make([]byte, 4)
+	_, _ = rand.Read(epoch)
+	s := &Server{e: e, log: opts.Logger, reg: opts.Registry, opts: opts, epoch: hex.EncodeToString(epoch),
 		limiters: newLimiters(rate.Limit(opts.RateLimit), opts.RateBurst),
 		reads:    newLimiters(rate.Limit(opts.ReadRateLimit), opts.ReadRateBurst),
 		operator: sha256.Sum256([]byte(opts.OperatorToken)),
@@ -175,6 +202,7 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/shows/{show}/resync", s.operatorOnly(s.postResync)},
 		{"GET", "/v1/shows/{show}/layout", s.reading(s.getLayout)},
 		{"GET", "/v1/shows/{show}/seats", s.reading(s.getSeats)},
+		{"GET", "/v1/shows/{show}/events", s.reading(s.getEvents)},
 		{"POST", "/v1/shows/{show}/holds", s.limited(s.postHold)},
 		{"POST", "/v1/holds/extend", s.limited(s.postExtend)},
 		{"POST", "/v1/holds/release", s.limited(s.postRelease)},
@@ -337,19 +365,6 @@ func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"show": r.PathValue("show"), "resynced": true})
-}
-
-func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
-	states, err := s.e.Seats(r.Context(), r.PathValue("show"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	out := make([]seatJSON, len(states))
-	for i, st := range states {
-		out[i] = seatJSON{Seat: st.SeatID, Status: string(st.Status), ExpiresAt: st.ExpiresAt}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"seats": out})
 }
 
 func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string) {
@@ -765,6 +780,10 @@ func (r *statusRecorder) WriteHeader(code int) {
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (flushes and write
+// deadlines of event streams).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {

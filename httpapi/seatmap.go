@@ -1,0 +1,302 @@
+package httpapi
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/holdfast/holdfast/engine"
+)
+
+// The seat map on the wire. GET /v1/shows/{show}/seats answers, for a show of more
+// than compactAbove seats (or with ?format=compact), the compact form: one character
+// per seat in layout order (the layout is GET /v1/shows/{show}/layout, cacheable for
+// good) — 'f' free, 'h' held, 's' sold. Smaller shows (or ?format=json) get one JSON
+// object per seat, with hold expiries. Both carry the map's version, as ETag too, and
+// its freshness: as_of and stale in the per-seat form, the Holdfast-As-Of and
+// Holdfast-Stale headers in both.
+//
+// GET /v1/shows/{show}/events streams the changes as Server-Sent Events: "snapshot"
+// (the compact map, to start from) and "changes" (seats' new states), each with an id
+// "<epoch>.<version>" that Last-Event-ID resumes after, and a comment line as heartbeat.
+
+// compactAbove is the seat count above which the compact form is the default.
+const compactAbove = 1000
+
+// statusChar is a state's character in the compact form.
+func statusChar(s engine.SeatStatus) byte {
+	switch s {
+	case engine.SeatHeld:
+		return 'h'
+	case engine.SeatSold:
+		return 's'
+	}
+	return 'f'
+}
+
+func compactStates(states []engine.SeatStatus) string {
+	b := make([]byte, len(states))
+	for i, s := range states {
+		b[i] = statusChar(s)
+	}
+	return string(b)
+}
+
+// compactJSON is the compact seat map on the wire.
+type compactJSON struct {
+	Show    string `json:"show"`
+	Version string `json:"version"`
+	Format  string `json:"format"` // "compact"
+	Seats   int    `json:"seats"`
+	States  string `json:"states"`
+}
+
+// seatMapJSON is the per-seat seat map on the wire.
+type seatMapJSON struct {
+	Show    string     `json:"show"`
+	Version string     `json:"version"`
+	Format  string     `json:"format"` // "json"
+	AsOf    time.Time  `json:"as_of"`
+	Stale   bool       `json:"stale"`
+	Seats   []seatJSON `json:"seats"`
+}
+
+// encodedMap is a show's compact map at one version, encoded once for every reader.
+type encodedMap struct {
+	version uint64
+	body    []byte
+	gz      []byte
+}
+
+// mapCache keeps each show's last encoded compact map.
+type mapCache struct {
+	mu sync.Mutex
+	m  map[string]*encodedMap
+}
+
+func (c *mapCache) get(show string, version uint64) *encodedMap {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[show]; e != nil && e.version == version {
+		return e
+	}
+	return nil
+}
+
+func (c *mapCache) put(show string, e *encodedMap) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) > 10_000 {
+		c.m = map[string]*encodedMap{}
+	}
+	if old := c.m[show]; old == nil || old.version < e.version {
+		c.m[show] = e
+	}
+}
+
+// eventID is the SSE id (and ETag body) of a version of this server's engine.
+func (s *Server) eventID(version uint64) string {
+	return s.epoch + "." + strconv.FormatUint(version, 10)
+}
+
+func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
+	format := r.URL.Query().Get("format")
+	if format != "" && format != "compact" && format != "json" {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "format", Rule: "must be compact or json"})
+		return
+	}
+	m, err := s.e.SeatMap(r.Context(), r.PathValue("show"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if format == "" {
+		format = "json"
+		if len(m.Layout) > compactAbove {
+			format = "compact"
+		}
+	}
+	etag := `"` + s.eventID(m.Version) + "-" + format + `"`
+	h := w.Header()
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Vary", "Accept-Encoding")
+	h.Set("Holdfast-As-Of", m.AsOf.UTC().Format(time.RFC3339Nano))
+	h.Set("Holdfast-Stale", strconv.FormatBool(m.Stale))
+	if etagMatches(r.Header.Values("If-None-Match"), etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	var enc *encodedMap
+	if format == "compact" {
+		enc = s.maps.get(m.ShowID, m.Version)
+		if enc == nil {
+			body, err := json.Marshal(compactJSON{Show: m.ShowID, Version: s.eventID(m.Version), Format: "compact",
+				Seats: len(m.States), States: compactStates(m.States)})
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			enc = &encodedMap{version: m.Version, body: append(body, '\n')}
+			var buf bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+			_, _ = zw.Write(enc.body)
+			_ = zw.Close()
+			enc.gz = buf.Bytes()
+			s.maps.put(m.ShowID, enc)
+		}
+	} else {
+		out := seatMapJSON{Show: m.ShowID, Version: s.eventID(m.Version), Format: "json", AsOf: m.AsOf, Stale: m.Stale,
+			Seats: make([]seatJSON, len(m.Layout))}
+		for i, st := range m.Layout {
+			out.Seats[i] = seatJSON{Seat: st.ID, Status: string(m.States[i])}
+			if m.States[i] == engine.SeatHeld {
+				out.Seats[i].ExpiresAt = &m.Expires[i]
+			}
+		}
+		body, err := json.Marshal(out)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		enc = &encodedMap{body: append(body, '\n')}
+	}
+	h.Set("Content-Type", "application/json")
+	body := enc.body
+	if enc.gz != nil && acceptsGzip(r) {
+		h.Set("Content-Encoding", "gzip")
+		body = enc.gz
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// acceptsGzip reports whether the request's Accept-Encoding takes gzip.
+func acceptsGzip(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if strings.EqualFold(strings.TrimSpace(name), "gzip") && strings.ReplaceAll(params, " ", "") != "q=0" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// changeJSON is one seat's change in an SSE "changes" event.
+type changeJSON struct {
+	Index     int        `json:"i"`
+	Seat      string     `json:"seat"`
+	Status    string     `json:"status"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// getEvents streams a show's seat-map changes as Server-Sent Events.
+func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
+	ids := r.Header.Values("Last-Event-ID")
+	if len(ids) > 1 {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must appear once"})
+		return
+	}
+	var after uint64
+	if len(ids) == 1 && ids[0] != "" {
+		epoch, v, ok := strings.Cut(ids[0], ".")
+		n, err := strconv.ParseUint(v, 10, 64)
+		if !ok || err != nil || len(epoch) != len(s.epoch) {
+			s.fail(w, r, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must be an event id this API sent: <epoch>.<version>"})
+			return
+		}
+		if epoch == s.epoch {
+			after = n // another epoch (a restart, another server): start from a snapshot
+		}
+	}
+	if s.streams.Add(1) > int64(s.opts.MaxStreams) {
+		s.streams.Add(-1)
+		w.Header().Set("Retry-After", "5")
+		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
+			fmt.Sprintf("this server has %d event streams open, its limit", s.opts.MaxStreams))
+		return
+	}
+	defer s.streams.Add(-1)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	events, err := s.e.WatchSeatMap(ctx, r.PathValue("show"), after)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	write := func() bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		return err == nil && rc.Flush() == nil
+	}
+	buf.WriteString("retry: 2000\n\n")
+	if !write() {
+		return
+	}
+	beat := time.NewTicker(s.opts.Heartbeat)
+	defer beat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-beat.C:
+			buf.WriteString(": heartbeat\n\n")
+		case ev, ok := <-events:
+			if !ok {
+				return // the engine closed or stopped watching: the client reconnects
+			}
+			if !s.writeEvent(&buf, r.PathValue("show"), ev) {
+				return
+			}
+		}
+		if !write() {
+			return
+		}
+	}
+}
+
+// writeEvent formats one SSE event.
+func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEvent) bool {
+	var data []byte
+	var err error
+	kind := "changes"
+	if ev.Snapshot != nil {
+		kind = "snapshot"
+		data, err = json.Marshal(compactJSON{Show: show, Version: s.eventID(ev.Version), Format: "compact",
+			Seats: len(ev.Snapshot.States), States: compactStates(ev.Snapshot.States)})
+	} else {
+		cs := make([]changeJSON, len(ev.Changes))
+		for i, c := range ev.Changes {
+			cs[i] = changeJSON{Index: c.Index, Seat: c.SeatID, Status: string(c.Status)}
+			if c.Status == engine.SeatHeld {
+				t := c.ExpiresAt
+				cs[i].ExpiresAt = &t
+			}
+		}
+		data, err = json.Marshal(map[string]any{"version": s.eventID(ev.Version), "changes": cs})
+	}
+	if err != nil {
+		return false
+	}
+	fmt.Fprintf(buf, "id: %s\nevent: %s\ndata: %s\n\n", s.eventID(ev.Version), kind, data)
+	return true
+}
