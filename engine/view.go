@@ -434,7 +434,7 @@ func (v *view) rebuild(ctx context.Context) error {
 		return v.e.redisErr(err)
 	}
 	rtt := time.Since(t0)
-	offset := rt.Sub(t0.Add(rtt/2)).Round(time.Millisecond).Milliseconds()
+	offset := rt.Sub(t0.Add(rtt / 2)).Round(time.Millisecond).Milliseconds()
 	pipe := rdb.Pipeline()
 	tm := pipe.Time(ctx)
 	ttls := make([]*redis.DurationCmd, len(sh.layout))
