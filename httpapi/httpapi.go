@@ -213,6 +213,9 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/readyz", http.HandlerFunc(s.readyz)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
 		{"GET", "/openapi.yaml", http.HandlerFunc(serveOpenAPI)},
+		{"GET", "/{$}", s.reading(s.getIndex)},
+		{"GET", "/shows/{show}", s.reading(s.getShowPage)},
+		{"GET", "/static/{file}", http.HandlerFunc(getStatic)},
 	}
 	mux := http.NewServeMux()
 	allowed := map[string][]string{} // path -> methods, for 405 answers

@@ -1,0 +1,193 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/demo"
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// TestPageRoutes: the index, a show's page (404 for an unknown show) and the static
+// files are served, with a content security policy that allows only the page's own
+// files.
+func TestPageRoutes(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/p1", "", "", map[string]any{"seats": seats(3)}), 201, "")
+	for _, path := range []string{"/", "/shows/p1", "/static/app.js", "/static/app.css", "/static/index.js"} {
+		r := a.do("GET", path, "", "", nil)
+		if r.status != 200 || r.raw == "" {
+			t.Fatalf("GET %s: %d", path, r.status)
+		}
+		if strings.HasSuffix(path, "/p1") && !strings.Contains(r.header.Get("Content-Security-Policy"), "script-src 'self'") {
+			t.Fatalf("page CSP %q", r.header.Get("Content-Security-Policy"))
+		}
+	}
+	a.want(a.do("GET", "/shows/nope", "", "", nil), 404, "not-found")
+	if r := a.do("GET", "/static/nope.js", "", "", nil); r.status != 404 {
+		t.Fatalf("missing static file: %d", r.status)
+	}
+}
+
+// browser returns the path of a headless-capable Chromium. Under CI a missing browser
+// fails the test (the services script installs it: services.sh browser).
+func browser(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("HOLDFAST_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no Chromium: run ./internal/services/services.sh browser (apt-get install chromium) or set HOLDFAST_CHROMIUM")
+	}
+	t.Skip("no Chromium here (apt-get install chromium, or set HOLDFAST_CHROMIUM); under CI this fails")
+	return ""
+}
+
+// newBrowser starts a headless Chromium for the test.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser(t)),
+		chromedp.NoSandbox, // CI runs as root
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1000, 900),
+	)
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	return ctx
+}
+
+// seatState reads a seat's drawn state (free, held, mine, sold) from the page.
+func seatState(ctx context.Context, seat string) (string, error) {
+	return chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.getElementById('seat-%s')||{dataset:{}}).dataset.state||''`, seat)))
+}
+
+// waitSeat waits until the page draws seat in state, and returns how long it took.
+func waitSeat(t *testing.T, ctx context.Context, seat, state string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		st, err := seatState(ctx, seat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == state {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("seat %s drawn %q after %v, want %q", seat, st, within, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSeatMapPageInABrowser drives the seat-map page in headless Chromium: it draws
+// every seat of the layout; a hold made through the API shows as held within 1 s
+// without a reload; clicking a free seat and "Hold" holds it (mine); "Confirm" turns it
+// sold; an expiry turns a seat free.
+func TestSeatMapPageInABrowser(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	venue := demo.Venue(300)
+	layout := make([]map[string]any, len(venue))
+	for i, s := range venue {
+		layout[i] = map[string]any{"id": s.ID, "section": s.Section, "row": s.Row, "position": s.Position, "rank": s.Rank, "x": s.X, "y": s.Y}
+	}
+	a.want(a.do("PUT", "/v1/shows/venue", "", "", map[string]any{"layout": layout}), 201, "")
+	ctx := newBrowser(t)
+	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx,
+		chromedp.Navigate(a.srv.URL+"/shows/venue"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-seats="300"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	drawn, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll('#map circle').length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drawn != 300 {
+		t.Fatalf("the page drew %d seats of 300", drawn)
+	}
+	if err := chromedp.Do(tctx, chromedp.WaitVisible(chromedp.Search(`//p[@id="status" and starts-with(., "live")]`))); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another customer's hold, through the API: held on the page within 1 s.
+	a.want(a.do("POST", "/v1/shows/venue/holds", "bob", "", map[string]any{"seats": []string{"R01-005"}}), 201, "")
+	took := waitSeat(t, tctx, "R01-005", "held", time.Second)
+	t.Logf("a hold through the API was drawn after %v", took)
+
+	// Click a free seat, then Hold: mine.
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.ID(`seat-R02-010`)), chromedp.Click(chromedp.ID(`hold`))); err != nil {
+		t.Fatal(err)
+	}
+	waitSeat(t, tctx, "R02-010", "mine", 5*time.Second)
+	if r := a.do("GET", "/v1/shows/venue/seats?format=json", "", "", nil); !strings.Contains(r.raw, `"seat":"R02-010","status":"held"`) {
+		t.Fatal("the page's hold is not held on the server")
+	}
+	// Confirm: sold.
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.ID(`confirm`))); err != nil {
+		t.Fatal(err)
+	}
+	waitSeat(t, tctx, "R02-010", "sold", 5*time.Second)
+	if r := a.do("GET", "/v1/shows/venue/seats?format=json", "", "", nil); !strings.Contains(r.raw, `"seat":"R02-010","status":"sold"`) {
+		t.Fatal("the page's confirmation is not sold on the server")
+	}
+	// An expiry: held, then free once the hold expires.
+	h := a.do("POST", "/v1/shows/venue/holds", "carol", "", map[string]any{"seats": []string{"R03-003"}, "ttl_ms": 1500})
+	a.want(h, 201, "")
+	waitSeat(t, tctx, "R03-003", "held", time.Second)
+	exp, _ := time.Parse(time.RFC3339Nano, h.body["expires_at"].(string))
+	waitSeat(t, tctx, "R03-003", "free", time.Until(exp)+2*time.Second)
+	if late := time.Since(exp); late < 0 {
+		t.Fatalf("drawn free %v before the hold's expiry", -late)
+	}
+
+	if path := os.Getenv("HOLDFAST_SCREENSHOT"); path != "" {
+		screenshot(t, tctx, a, venue, path)
+	}
+}
+
+// screenshot sells and holds part of the venue, then saves the page as a PNG (for the
+// docs: HOLDFAST_SCREENSHOT=docs/seatmap.png go test -run InABrowser ./httpapi).
+func screenshot(t *testing.T, ctx context.Context, a *api, venue []engine.Seat, path string) {
+	for i, s := range venue {
+		switch {
+		case i%7 == 0 || (i > 40 && i < 70):
+			h := a.do("POST", "/v1/shows/venue/holds", fmt.Sprint("buyer", i%5), "", map[string]any{"seats": []string{s.ID}})
+			if h.status == 201 {
+				a.do("POST", "/v1/bookings", fmt.Sprint("buyer", i%5), "", h.body)
+			}
+		case i%5 == 0:
+			a.do("POST", "/v1/shows/venue/holds", fmt.Sprint("holder", i%9), "", map[string]any{"seats": []string{s.ID}})
+		}
+	}
+	_ = chromedp.Do(ctx, chromedp.Click(chromedp.ID(`seat-R05-012`)), chromedp.Click(chromedp.ID(`hold`)))
+	time.Sleep(time.Second)
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
