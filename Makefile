@@ -38,8 +38,8 @@ verify: ## Fail on drift: sqlc diff and vet, go mod tidy, gofmt, go vet
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
-test: ## Start the services, then run every test with the race detector
-	@$(with-services) \
+test: ## Start the services (and install Chromium for the page test when root), then run every test with the race detector
+	@$(with-services) eval "$$($(SERVICES) browser)"; export HOLDFAST_CHROMIUM; \
 	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}"; \
 	go test $(GOTEST_FLAGS) ./...
 

@@ -29,10 +29,14 @@ import (
 // says a seat's new state and they are applied in order.
 
 const (
-	feedBlock      = 2 * time.Second // how long one XREAD waits for entries
-	feedCount      = 1000            // entries per XREAD
-	ringBatches    = 4096            // change batches kept for WatchSeatMap resumes
-	watchBuffer    = 64              // events a watcher may fall behind before it is resynced
+	feedBlock = 2 * time.Second // how long one XREAD waits for entries
+	// feedInterval is the shortest time between two feed reads while changes keep
+	// coming: changes made meanwhile are read, applied and published together, so a
+	// busy show gives its watchers at most 40 batches a second, each larger.
+	feedInterval   = 20 * time.Millisecond
+	feedCount      = 1000 // entries per XREAD
+	ringBatches    = 4096 // change batches kept for WatchSeatMap resumes
+	watchBuffer    = 64   // events a watcher may fall behind before it is resynced
 	ownWriteWait   = 500 * time.Millisecond
 	staleAfter     = 3 * feedBlock // AsOf older than this makes a map Stale
 	maxFeedBackoff = time.Second
@@ -172,6 +176,7 @@ func (v *view) follow(ctx context.Context) {
 	rdb, feed := v.e.rdb, v.sh.k.feed()
 	backoff := 50 * time.Millisecond
 	rebuild := true
+	var lastRead time.Time // a read returns at once when entries wait: pace those
 	for ctx.Err() == nil {
 		if v.idle() {
 			v.e.dropView(v)
@@ -190,7 +195,11 @@ func (v *view) follow(ctx context.Context) {
 		if v.e.hooks.beforeFeedRead != nil {
 			v.e.hooks.beforeFeedRead(ctx, v.sh.id)
 		}
+		if wait := feedInterval - time.Since(lastRead); wait > 0 {
+			sleep(ctx, wait)
+		}
 		sent := time.Now()
+		lastRead = sent
 		v.mu.Lock()
 		last := v.lastID
 		v.mu.Unlock()

@@ -110,6 +110,7 @@ type Server struct {
 	epoch    string       // names this process's seat-map versions (ETags, event ids)
 	maps     mapCache     // compact seat maps, encoded once per version
 	streams  atomic.Int64 // open event streams
+	events   eventCache   // SSE events formatted once for every stream
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec

@@ -54,4 +54,3 @@ func getStatic(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	static.ServeHTTP(w, r)
 }
-

@@ -25,7 +25,8 @@ import (
 // Holdfast-Stale headers in both.
 //
 // GET /v1/shows/{show}/events streams the changes as Server-Sent Events: "snapshot"
-// (the compact map, to start from) and "changes" (seats' new states), each with an id
+// (the compact map, to start from) and "changes" (seats' new states: layout index,
+// state character, hold expiry in Unix ms), each with an id
 // "<epoch>.<version>" that Last-Event-ID resumes after, and a comment line as heartbeat.
 
 // compactAbove is the seat count above which the compact form is the default.
@@ -193,12 +194,13 @@ func acceptsGzip(r *http.Request) bool {
 	return false
 }
 
-// changeJSON is one seat's change in an SSE "changes" event.
+// changeJSON is one seat's change in an SSE "changes" event, as compact as the map:
+// its layout index, its state character (f, h, s) and, when held, the hold's expiry
+// in Unix milliseconds.
 type changeJSON struct {
-	Index     int        `json:"i"`
-	Seat      string     `json:"seat"`
-	Status    string     `json:"status"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Index   int    `json:"i"`
+	State   string `json:"s"`
+	Expires int64  `json:"x,omitempty"`
 }
 
 // getEvents streams a show's seat-map changes as Server-Sent Events.
@@ -267,6 +269,22 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 			if !s.writeEvent(&buf, r.PathValue("show"), ev) {
 				return
 			}
+			// What else is waiting goes out in the same write.
+		more:
+			for n := 0; n < 64; n++ {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						_ = write()
+						return
+					}
+					if !s.writeEvent(&buf, r.PathValue("show"), ev) {
+						return
+					}
+				default:
+					break more
+				}
+			}
 		}
 		if !write() {
 			return
@@ -274,8 +292,52 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeEvent formats one SSE event.
+// eventCache keeps the last events formatted (by show and version), for every other
+// stream of the show: each stream gets the same events at the same versions.
+type eventCache struct {
+	mu    sync.Mutex
+	m     map[eventKey][]byte
+	order []eventKey
+}
+
+type eventKey struct {
+	show     string
+	version  uint64
+	snapshot bool
+}
+
+const eventCacheSize = 512
+
+func (c *eventCache) get(k eventKey) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+func (c *eventCache) put(k eventKey, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[eventKey][]byte{}
+	}
+	if _, ok := c.m[k]; ok {
+		return
+	}
+	if len(c.order) == eventCacheSize {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.m[k] = b
+	c.order = append(c.order, k)
+}
+
+// writeEvent formats one SSE event into buf, once per show and version.
 func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEvent) bool {
+	k := eventKey{show: show, version: ev.Version, snapshot: ev.Snapshot != nil}
+	if b := s.events.get(k); b != nil {
+		buf.Write(b)
+		return true
+	}
 	var data []byte
 	var err error
 	kind := "changes"
@@ -286,10 +348,9 @@ func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEve
 	} else {
 		cs := make([]changeJSON, len(ev.Changes))
 		for i, c := range ev.Changes {
-			cs[i] = changeJSON{Index: c.Index, Seat: c.SeatID, Status: string(c.Status)}
+			cs[i] = changeJSON{Index: c.Index, State: string(statusChar(c.Status))}
 			if c.Status == engine.SeatHeld {
-				t := c.ExpiresAt
-				cs[i].ExpiresAt = &t
+				cs[i].Expires = c.ExpiresAt.UnixMilli()
 			}
 		}
 		data, err = json.Marshal(map[string]any{"version": s.eventID(ev.Version), "changes": cs})
@@ -297,6 +358,8 @@ func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEve
 	if err != nil {
 		return false
 	}
-	fmt.Fprintf(buf, "id: %s\nevent: %s\ndata: %s\n\n", s.eventID(ev.Version), kind, data)
+	b := []byte("id: " + s.eventID(ev.Version) + "\nevent: " + kind + "\ndata: " + string(data) + "\n\n")
+	s.events.put(k, b)
+	buf.Write(b)
 	return true
 }

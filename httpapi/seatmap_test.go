@@ -183,8 +183,9 @@ func (s *sseStream) next(within time.Duration) sseEvent {
 	return sseEvent{}
 }
 
-// changed reads events until one says seat is status, within 1 s.
-func (s *sseStream) changed(seat, status string) sseEvent {
+// changed reads events until one says the seat at layout index i is in state (f, h,
+// s), within 1 s.
+func (s *sseStream) changed(i int, state string) sseEvent {
 	s.t.Helper()
 	deadline := time.Now().Add(time.Second)
 	for {
@@ -192,7 +193,10 @@ func (s *sseStream) changed(seat, status string) sseEvent {
 		changes, _ := ev.data["changes"].([]any)
 		for _, c := range changes {
 			m, _ := c.(map[string]any)
-			if m["seat"] == seat && m["status"] == status {
+			if m["i"] == float64(i) && m["s"] == state {
+				if state == "h" && m["x"] == nil {
+					s.t.Fatalf("a held change without its expiry: %v", m)
+				}
 				return ev
 			}
 		}
@@ -213,7 +217,8 @@ func TestSeatEvents(t *testing.T) {
 	}
 	h := a.do("POST", "/v1/shows/ev/holds", "alice", "", map[string]any{"seats": []string{"A3"}})
 	a.want(h, 201, "")
-	held := s.changed("A3", "held")
+	at := a.layoutIndex("ev")
+	held := s.changed(at["A3"], "h")
 	select {
 	case <-s.beats:
 	case <-time.After(2 * time.Second):
@@ -228,12 +233,12 @@ func TestSeatEvents(t *testing.T) {
 	if ev := s2.next(5 * time.Second); ev.event != "changes" {
 		t.Fatalf("resume started with %+v", ev)
 	}
-	s2.changed("A5", "held")
+	s2.changed(at["A5"], "h")
 
 	// An id of another server (or a restarted one): a snapshot to start from.
 	s3, _ := a.openEvents("ev", "00000000.12")
 	want := []byte(strings.Repeat("f", 10))
-	want[a.layoutIndex("ev")["A5"]] = 'h'
+	want[at["A5"]] = 'h'
 	if ev := s3.next(5 * time.Second); ev.event != "snapshot" || ev.data["states"] != string(want) {
 		t.Fatalf("foreign id started with %+v", ev)
 	}
@@ -291,7 +296,7 @@ func TestSeatEventsEveryClientConverges(t *testing.T) {
 			case "changes":
 				for _, c := range ev.data["changes"].([]any) {
 					m := c.(map[string]any)
-					states[int(m["i"].(float64))] = m["status"].(string)[0]
+					states[int(m["i"].(float64))] = m["s"].(string)[0]
 				}
 			}
 		}

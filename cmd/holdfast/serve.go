@@ -139,6 +139,8 @@ type handlerWrapKey struct{}
 // printWalkthrough shows a new user the API in three curl commands.
 func printWalkthrough(w io.Writer, addr, show string) {
 	fmt.Fprintf(w, `
+The seat map, live: http://%[1]s/shows/%[2]s
+
 Try it (another terminal):
 
   # 1. hold two seats for 2 minutes, as customer alice
@@ -151,7 +153,7 @@ Try it (another terminal):
   # 3. the seat map: R01-001 and R01-002 are sold
   curl -s http://%[1]s/v1/shows/%[2]s/seats | head -c 300; echo
 
-  make demo    # 200 buyers open a sale against this server
+  make demo    # 200 buyers open a sale against this server (watch it on the seat map)
   Ctrl-C stops the server; make services-down stops PostgreSQL and Redis.
 
 `, addr, show)

@@ -216,7 +216,7 @@
     es.addEventListener('changes', (e) => {
       const m = JSON.parse(e.data);
       const chars = states.split('');
-      for (const c of m.changes) chars[c.i] = c.status[0];
+      for (const c of m.changes) chars[c.i] = c.s;
       states = chars.join('');
       version = m.version;
       const my = mine();

@@ -6,6 +6,8 @@
 #   services.sh stop    stop exactly the processes "start" started (by pid file)
 #   services.sh status  say what runs
 #   services.sh cluster start a three-master Redis Cluster too, print REDIS_CLUSTER_URL=
+#   services.sh browser install Chromium when missing (the seat-map page's browser test
+#                       drives it headless), print HOLDFAST_CHROMIUM=
 #
 # When DATABASE_URL and REDIS_URL are both set, "start" only prints them: the caller
 # brings its own services. Progress goes to stderr so that stdout can be eval'ed.
@@ -253,6 +255,20 @@ cluster)
 	pick_dir
 	start_cluster
 	;;
+browser)
+	for b in chromium chromium-browser google-chrome; do
+		if command -v "$b" >/dev/null; then
+			echo "HOLDFAST_CHROMIUM=$(command -v "$b")"
+			exit 0
+		fi
+	done
+	if is_root && command -v apt-get >/dev/null; then
+		apt_install chromium
+		echo "HOLDFAST_CHROMIUM=$(command -v chromium)"
+	else
+		log "no Chromium and cannot install it (not root, or no apt-get): the browser test of the seat-map page will skip (fail under CI=true); apt-get install chromium"
+	fi
+	;;
 stop)
 	stop_all
 	;;
@@ -268,6 +284,6 @@ status)
 	fi
 	;;
 *)
-	die "usage: services.sh start|stop|status|cluster"
+	die "usage: services.sh start|stop|status|cluster|browser"
 	;;
 esac

@@ -1,0 +1,545 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/httpapi"
+)
+
+// The seat-map workloads: a 20,000-seat show mid-sale (5,000 seats sold, 5,000 held),
+// read by 16 readers in one process through the previous design (every claim from
+// PostgreSQL and a PTTL per unsold seat from Redis, per read: kept here as
+// seatsDirect), the shared SeatMap snapshot and Seats; then over HTTP (the compact map
+// and its 304 against /livez on the same server); then the change feed to 1,000 SSE
+// subscribers while a sale runs.
+
+const (
+	mapSeats   = 20_000
+	mapSold    = 5_000
+	mapHeld    = 5_000
+	mapReaders = 16
+)
+
+// midSale creates the show and brings it mid-sale through eng.
+func (e *env) midSale(ctx context.Context, eng *engine.Engine, show string) ([]string, error) {
+	seats := make([]string, mapSeats)
+	for i := range seats {
+		seats[i] = fmt.Sprintf("M%05d", i)
+	}
+	if err := eng.CreateShow(ctx, show, seats); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := rng.Perm(mapSeats)
+	err := parallel(ctx, 32, mapSold+mapHeld, func(ctx context.Context, i int) error {
+		h, err := eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seats[order[i]]}, TTL: holdTTL})
+		if err != nil || i >= mapSold {
+			return err
+		}
+		_, err = eng.Confirm(ctx, h, engine.ConfirmOptions{})
+		return err
+	})
+	return seats, err
+}
+
+// seatsDirect is the previous Seats: the claims from PostgreSQL and a PTTL per unsold
+// seat from Redis, on every read. It stays here to measure the view against.
+func seatsDirect(ctx context.Context, q *db.Queries, rdb redis.UniversalClient, prefix, show string, seats []string) ([]engine.SeatState, error) {
+	claims, err := q.SeatClaimListByShow(ctx, show)
+	if err != nil {
+		return nil, err
+	}
+	sold := make(map[string]bool, len(claims))
+	for _, c := range claims {
+		sold[c.SeatID] = true
+	}
+	pipe := rdb.Pipeline()
+	ttls := make([]*redis.DurationCmd, len(seats))
+	base := prefix + ":{" + show + "}:hold:"
+	for i, s := range seats {
+		if !sold[s] {
+			ttls[i] = pipe.PTTL(ctx, base+s)
+		}
+	}
+	now := time.Now()
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]engine.SeatState, len(seats))
+	for i, s := range seats {
+		out[i] = engine.SeatState{SeatID: s, Status: engine.SeatFree}
+		switch {
+		case sold[s]:
+			out[i].Status = engine.SeatSold
+		case ttls[i].Val() >= 0:
+			exp := now.Add(ttls[i].Val())
+			out[i].Status, out[i].ExpiresAt = engine.SeatHeld, &exp
+		}
+	}
+	return out, nil
+}
+
+// counters are PostgreSQL transactions of the scratch database and Redis commands.
+type counters struct{ xacts, cmds float64 }
+
+func (e *env) counters(ctx context.Context) (counters, error) {
+	time.Sleep(1100 * time.Millisecond) // PostgreSQL publishes backends' statistics about once a second
+	var c counters
+	if err := e.pool.QueryRow(ctx, "SELECT (xact_commit + xact_rollback)::float8 FROM pg_stat_database WHERE datname = current_database()").Scan(&c.xacts); err != nil {
+		return c, err
+	}
+	info, err := e.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return c, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "calls=")
+		n, _, _ := strings.Cut(rest, ",")
+		v, _ := strconv.ParseFloat(n, 64)
+		c.cmds += v
+	}
+	return c, nil
+}
+
+func (e *env) seatMapWorkload(ctx context.Context, r *Report) error {
+	// The reading engine does no background PostgreSQL work while measured (its marker
+	// repair loop would add 4 transactions a second that are not reads).
+	eng, err := e.engine(engine.Config{MarkerRepairInterval: 10 * time.Minute})
+	if err != nil {
+		return err
+	}
+	const show = "map20k"
+	e.progress("  bringing a %d-seat show mid-sale (%d sold, %d held)", mapSeats, mapSold, mapHeld)
+	seats, err := e.midSale(ctx, eng, show)
+	if err != nil {
+		return err
+	}
+	if _, err := eng.SeatMap(ctx, show); err != nil { // the view's first build, before timing
+		return err
+	}
+	prefix := e.prefixes[len(e.prefixes)-1]
+	q := db.New(e.pool)
+	variants := []struct {
+		name string
+		read func(ctx context.Context) error
+	}{
+		{"before: PostgreSQL + PTTLs per read", func(ctx context.Context) error {
+			_, err := seatsDirect(ctx, q, e.rdb, prefix, show, seats)
+			return err
+		}},
+		{"SeatMap (shared snapshot)", func(ctx context.Context) error {
+			_, err := eng.SeatMap(ctx, show)
+			return err
+		}},
+		{"Seats (a fresh slice)", func(ctx context.Context) error {
+			_, err := eng.Seats(ctx, show)
+			return err
+		}},
+	}
+	var before float64
+	for _, v := range variants {
+		c0, err := e.counters(ctx)
+		if err != nil {
+			return err
+		}
+		s := drive(ctx, mapReaders, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error { return v.read(ctx) })
+		c1, err := e.counters(ctx)
+		if err != nil {
+			return err
+		}
+		// Everything the warm-up and the measurement did, per measured read (an upper
+		// bound: the warm-up's reads are not in the divisor).
+		reads := float64(s.ops + s.errs)
+		pg := (c1.xacts - c0.xacts - 1) / reads // less the counters' own query
+		rc := (c1.cmds - c0.cmds - 1) / reads   // less the INFO
+		row := Row{Workload: "seat map: 20k seats mid-sale", Variant: v.name, Clients: mapReaders, OpsPerS: s.rate(),
+			P50ms: s.pct(.5), P99ms: s.pct(.99), Note: fmt.Sprintf("%.4f PG xacts/read, %.4f Redis cmds/read%s", pg, rc, errNote(s))}
+		if before == 0 {
+			before = s.rate()
+		} else {
+			row.Ratio = s.rate() / before
+		}
+		r.Rows = append(r.Rows, row)
+		switch v.name {
+		case "SeatMap (shared snapshot)":
+			r.goal("seat map: SeatMap reads/s, 16 readers", ">= 20000", s.rate(), s.rate() >= 20_000)
+			r.goal("seat map: SeatMap PG xacts + Redis cmds per read", "0 and <= 0.001", rc, pg <= 0 && rc <= 0.001)
+		case "Seats (a fresh slice)":
+			r.goal("seat map: Seats reads/s, 16 readers (40x the old path)", ">= 2000", s.rate(), s.rate() >= 2_000)
+			r.goal("seat map: Seats PG xacts + Redis cmds per read", "0 and <= 0.001", rc, pg <= 0 && rc <= 0.001)
+		}
+	}
+	return e.seatMapHTTP(ctx, r, eng, show)
+}
+
+func errNote(s stats) string {
+	if s.errs == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d errors", s.errs)
+}
+
+// serveAPI serves eng's HTTP API on a loopback port until the returned stop.
+func serveAPI(eng *engine.Engine) (addr string, stop func(), err error) {
+	api, err := httpapi.New(eng, httpapi.Options{ReadRateLimit: 1e9, ReadRateBurst: 1 << 30, RateLimit: 1e9, RateBurst: 1 << 30,
+		MaxStreams: 100_000})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// seatMapHTTP measures GET /livez, the compact map and its 304 on one server.
+func (e *env) seatMapHTTP(ctx context.Context, r *Report, eng *engine.Engine, show string) error {
+	addr, stop, err := serveAPI(eng)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
+	base := "http://" + addr
+	get := func(ctx context.Context, path string, h http.Header) (int, int, string, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, 0, "", err
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, int(n), resp.Header.Get("ETag"), nil
+	}
+	_, plain, etag, err := get(ctx, "/v1/shows/"+show+"/seats", nil)
+	if err != nil {
+		return err
+	}
+	_, zipped, _, err := get(ctx, "/v1/shows/"+show+"/seats", http.Header{"Accept-Encoding": {"gzip"}})
+	if err != nil {
+		return err
+	}
+	want := func(status int) func(int) error {
+		return func(got int) error {
+			if got != status {
+				return fmt.Errorf("status %d, want %d", got, status)
+			}
+			return nil
+		}
+	}
+	variants := []struct {
+		name, path string
+		h          http.Header
+		check      func(int) error
+		note       string
+	}{
+		{"GET /livez", "/livez", nil, want(200), ""},
+		{"compact map, gzip", "/v1/shows/" + show + "/seats", http.Header{"Accept-Encoding": {"gzip"}}, want(200),
+			fmt.Sprintf("%d bytes (%d without gzip) for %d seats", zipped, plain, mapSeats)},
+		{"304 revalidation", "/v1/shows/" + show + "/seats", http.Header{"If-None-Match": {etag}}, want(304), ""},
+	}
+	var livez float64
+	for _, v := range variants {
+		s := drive(ctx, mapReaders, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error {
+			status, _, _, err := get(ctx, v.path, v.h)
+			if err != nil {
+				return err
+			}
+			return v.check(status)
+		})
+		row := Row{Workload: "seat map over HTTP", Variant: v.name, Clients: mapReaders, OpsPerS: s.rate(),
+			P50ms: s.pct(.5), P99ms: s.pct(.99), Note: v.note + errNote(s)}
+		if livez == 0 {
+			livez = s.rate()
+		} else {
+			row.Ratio = s.rate() / livez
+		}
+		r.Rows = append(r.Rows, row)
+		switch v.name {
+		case "compact map, gzip":
+			r.goal("seat map over HTTP: compact map vs /livez", ">= 0.25", row.Ratio, row.Ratio >= 0.25)
+		case "304 revalidation":
+			r.goal("seat map over HTTP: 304 vs /livez", ">= 0.8", row.Ratio, row.Ratio >= 0.8)
+		}
+	}
+	return nil
+}
+
+// subscriber is one SSE client of the feed workload: it keeps its own map from the
+// events and the lag of each change it saw.
+type subscriber struct {
+	mu         sync.Mutex
+	states     []byte
+	lags       []time.Duration // from just before the Hold call
+	fromReturn []time.Duration // from its return
+	events     int
+}
+
+// feedWorkload: 1,000 SSE subscribers on one show while a sale runs through another
+// engine (another process, as far as the feed goes). Each hold's lag is from just
+// before the Hold call to the subscriber reading the change: an upper bound.
+func (e *env) feedWorkload(ctx context.Context, r *Report) error {
+	time.Sleep(time.Second) // the previous workload's connections close
+	const (
+		subscribers = 1000
+		seats       = 5000
+		show        = "feed"
+		sellers     = 8
+	)
+	server, err := e.engine(engine.Config{})
+	if err != nil {
+		return err
+	}
+	ids := make([]string, seats)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("F%04d", i)
+	}
+	if err := server.CreateShow(ctx, show, ids); err != nil {
+		return err
+	}
+	seller, err := engine.New(e.pool, e.rdb, &engine.Config{KeyPrefix: e.prefixes[len(e.prefixes)-1], MaxSeatsPerHolder: 1000})
+	if err != nil {
+		return err
+	}
+	e.opened = append(e.opened, seller)
+	addr, stop, err := serveAPI(server)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	// By layout index: unix ns just before its seat's Hold call, and when it returned.
+	started, returned := make([]atomic.Int64, seats), make([]atomic.Int64, seats)
+	index := make([]int, seats) // ids[i]'s layout index (a bare-id show: id order)
+	{
+		lay, err := server.Layout(ctx, show)
+		if err != nil {
+			return err
+		}
+		at := map[string]int{}
+		for i, s := range lay {
+			at[s.ID] = i
+		}
+		for i, id := range ids {
+			index[i] = at[id]
+		}
+	}
+	subs := make([]*subscriber, subscribers)
+	var ready, done sync.WaitGroup
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: subscribers, MaxConnsPerHost: 0}}
+	e.progress("  opening %d event streams", subscribers)
+	var failed atomic.Int64
+	for i := range subs {
+		sub := &subscriber{lags: make([]time.Duration, 0, 1<<14), fromReturn: make([]time.Duration, 0, 1<<14)}
+		subs[i] = sub
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			once := sync.OnceFunc(ready.Done)
+			defer once()
+			req, _ := http.NewRequestWithContext(sctx, "GET", "http://"+addr+"/v1/shows/"+show+"/events", nil)
+			resp, err := client.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				failed.Add(1)
+				return
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			var event string
+			for sc.Scan() {
+				line := sc.Bytes()
+				switch {
+				case bytes.HasPrefix(line, []byte("event: ")):
+					event = string(line[len("event: "):])
+				case bytes.HasPrefix(line, []byte("data: ")):
+					now := time.Now()
+					sub.mu.Lock()
+					sub.events++
+					if event == "snapshot" {
+						sub.states = []byte(field(line, `"states":"`))
+						sub.mu.Unlock()
+						once()
+						continue
+					}
+					// A thousand clients share these two cores with the server: read only
+					// each change's index and status, not the whole document.
+					for rest := line; ; {
+						at := bytes.Index(rest, []byte(`{"i":`))
+						if at < 0 {
+							break
+						}
+						rest = rest[at+5:]
+						comma := bytes.IndexByte(rest, ',')
+						if comma < 0 {
+							break
+						}
+						i, err := strconv.Atoi(string(rest[:comma]))
+						status := field(rest, `"s":"`)
+						if err != nil || i < 0 || i >= len(sub.states) || status == "" {
+							break
+						}
+						sub.states[i] = status[0]
+						if status == "h" && len(sub.lags) < cap(sub.lags) {
+							if t := started[i].Load(); t != 0 {
+								sub.lags = append(sub.lags, now.Sub(time.Unix(0, t)))
+								d := time.Duration(0) // the change may arrive before Hold returns
+								if r := returned[i].Load(); r != 0 {
+									d = max(0, now.Sub(time.Unix(0, r)))
+								}
+								sub.fromReturn = append(sub.fromReturn, d)
+							}
+						}
+					}
+					sub.mu.Unlock()
+				}
+			}
+		}()
+	}
+	ready.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%d of %d event streams failed to open", n, subscribers)
+	}
+	// The sale: sellers hold 1-4 seats at a time, a third of the holds are released.
+	e.progress("  selling while %d subscribers watch", subscribers)
+	var next atomic.Int64
+	var holds atomic.Int64
+	saleCtx, saleStop := context.WithTimeout(ctx, e.o.Duration)
+	defer saleStop()
+	var wg sync.WaitGroup
+	for w := range sellers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for saleCtx.Err() == nil {
+				n := 1 + rng.IntN(4)
+				i := int(next.Add(int64(n))) - n
+				if i+n > seats {
+					return
+				}
+				pick := ids[i : i+n]
+				now := time.Now().UnixNano()
+				for j := range pick {
+					started[index[i+j]].Store(now)
+				}
+				h, err := seller.Hold(saleCtx, engine.HoldRequest{ShowID: show, SeatIDs: pick, TTL: holdTTL})
+				if err != nil {
+					continue
+				}
+				done := time.Now().UnixNano()
+				for j := range pick {
+					returned[index[i+j]].Store(done)
+				}
+				holds.Add(1)
+				if rng.IntN(3) == 0 {
+					_ = seller.Release(saleCtx, h)
+				}
+				time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	// Let the streams drain, then compare every subscriber's map with the engine's
+	// (read again each round: the server's view may still be applying the last holds).
+	engineStates := func() (string, error) {
+		m, err := server.SeatMap(ctx, show)
+		if err != nil {
+			return "", err
+		}
+		b := make([]byte, len(m.States))
+		for i, st := range m.States {
+			b[i] = string(st)[0]
+		}
+		return string(b), nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		want, err := engineStates()
+		if err != nil {
+			return err
+		}
+		equal := 0
+		for _, s := range subs {
+			if string(s.statesSnapshot()) == string(want) {
+				equal++
+			}
+		}
+		if equal == subscribers || time.Now().After(deadline) {
+			cancel()
+			done.Wait()
+			var lags, fromReturn []time.Duration
+			events := 0
+			for _, s := range subs {
+				lags = append(lags, s.lags...)
+				fromReturn = append(fromReturn, s.fromReturn...)
+				events += s.events
+			}
+			slices.Sort(lags)
+			slices.Sort(fromReturn)
+			pctOf := func(l []time.Duration, p float64) float64 {
+				if len(l) == 0 {
+					return 0
+				}
+				return float64(l[min(len(l)-1, int(float64(len(l))*p))].Microseconds()) / 1000
+			}
+			pct := func(p float64) float64 { return pctOf(lags, p) }
+			r.Rows = append(r.Rows, Row{Workload: "seat-map feed over SSE", Variant: "hold -> 1,000 subscribers", Clients: subscribers,
+				OpsPerS: float64(holds.Load()) / e.o.Duration.Seconds(), P50ms: pct(.5), P99ms: pct(.99),
+				Note: fmt.Sprintf("lag from the Hold call; from its return p50 %.1f ms, p99 %.1f ms; %d holds, %d events delivered, %d/%d subscribers' maps equal the engine's",
+					pctOf(fromReturn, .5), pctOf(fromReturn, .99), holds.Load(), events, equal, subscribers)})
+			r.goal("seat-map feed: change-to-client lag p99, 1,000 SSE subscribers (ms)", "<= 250", pct(.99), pct(.99) <= 250 && len(lags) > 0)
+			r.goal("seat-map feed: subscribers whose final map equals the engine's", "= 1000", float64(equal), equal == subscribers)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *subscriber) statesSnapshot() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.states)
+}
+
+// field returns the JSON string value after key in line (no escapes in what it reads).
+func field(line []byte, key string) string {
+	at := bytes.Index(line, []byte(key))
+	if at < 0 {
+		return ""
+	}
+	v := line[at+len(key):]
+	end := bytes.IndexByte(v, '"')
+	if end < 0 {
+		return ""
+	}
+	return string(v[:end])
+}
