@@ -37,7 +37,7 @@ const (
 	feedCount      = 1000 // entries per XREAD
 	ringBatches    = 4096 // change batches kept for WatchSeatMap resumes
 	watchBuffer    = 64   // events a watcher may fall behind before it is resynced
-	ownWriteWait   = 500 * time.Millisecond
+	ownWriteWait   = time.Second
 	staleAfter     = 3 * feedBlock // AsOf older than this makes a map Stale
 	maxFeedBackoff = time.Second
 )
