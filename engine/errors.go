@@ -37,14 +37,19 @@ var (
 	ErrUnavailable = errors.New("engine: backend unavailable")
 )
 
-// SeatsUnavailableError names the requested seats that were held or sold.
-// It matches [ErrSeatsUnavailable].
+// SeatsUnavailableError names the requested seats that were held or sold. From
+// [Engine.HoldBest] it names none: nothing fitted, and Available is how many free seats
+// the best section (of those asked for) still had. It matches [ErrSeatsUnavailable].
 type SeatsUnavailableError struct {
-	ShowID  string
-	SeatIDs []string
+	ShowID    string
+	SeatIDs   []string
+	Available int
 }
 
 func (e *SeatsUnavailableError) Error() string {
+	if len(e.SeatIDs) == 0 {
+		return fmt.Sprintf("engine: no seats fit in show %s (the best section has %d free)", e.ShowID, e.Available)
+	}
 	return fmt.Sprintf("engine: seats unavailable in show %s: %s", e.ShowID, strings.Join(e.SeatIDs, ", "))
 }
 

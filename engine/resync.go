@@ -31,9 +31,10 @@ func (e *Engine) Resync(ctx context.Context, showID string) error {
 	return err
 }
 
-// resync writes every page of markers, then raises the counter: while a Redis that lost
-// the show has no counter, the hold script refuses to grant (it answers NOSTATE), so no
-// hold is granted on a sold seat whose marker is not back yet.
+// resync writes every page of markers, then the best-available index if Redis has none,
+// then raises the counter: while a Redis that lost the show has no counter, the hold
+// scripts refuse to grant (they answer NOSTATE), so no hold is granted on a sold seat
+// whose marker is not back yet.
 func (e *Engine) resync(ctx context.Context, sh *show) error {
 	floor, err := e.q.SeatFenceMaxByShow(ctx, sh.id)
 	if err != nil {
@@ -48,28 +49,33 @@ func (e *Engine) resync(ctx context.Context, sh *show) error {
 		if e.hooks.afterRead != nil {
 			e.hooks.afterRead(ctx, "resync")
 		}
-		last := len(rows) < resyncPage
 		seats := make([]string, len(rows))
 		marks := make([]string, len(rows))
 		for i, r := range rows {
 			seats[i], marks[i] = r.SeatID, marker(r.Generation, r.Claimed)
 		}
-		f := "-"
-		if last {
-			f = strconv.FormatInt(floor, 10)
+		if len(rows) > 0 {
+			dropped, _, err := e.writeMarkers(ctx, sh, seats, marks, "-")
+			if err != nil {
+				return err
+			}
+			if dropped > 0 {
+				e.log.InfoContext(ctx, "resync dropped holds on sold seats", "show_id", sh.id, "holds", dropped)
+			}
 		}
-		dropped, repaired, err := e.writeMarkers(ctx, sh, seats, marks, f)
-		if err != nil {
-			return err
-		}
-		if dropped > 0 {
-			e.log.InfoContext(ctx, "resync dropped holds on sold seats", "show_id", sh.id, "holds", dropped)
-		}
-		if repaired && floor > 0 {
-			e.m.counterRepairs.Inc()
-			e.log.WarnContext(ctx, "generation counter raised to the database high-water mark", "show_id", sh.id, "generation", floor)
-		}
-		if last {
+		if len(rows) < resyncPage {
+			// The best-available index (built once, after the markers), then the counter.
+			if err := e.buildIndex(ctx, sh); err != nil {
+				return err
+			}
+			_, repaired, err := e.writeMarkers(ctx, sh, nil, nil, strconv.FormatInt(floor, 10))
+			if err != nil {
+				return err
+			}
+			if repaired && floor > 0 {
+				e.m.counterRepairs.Inc()
+				e.log.WarnContext(ctx, "generation counter raised to the database high-water mark", "show_id", sh.id, "generation", floor)
+			}
 			e.resyncView(sh)
 			return nil
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -19,6 +20,9 @@ type show struct {
 	buckets  []string          // every sold-marker hash of the show
 	index    map[string]int    // seat -> its index in layout
 	bySeat   []int             // the layout index of each seat of seats
+	sections map[string]int    // section -> its number, in layout order
+	meta     []string          // by layout index: the seat's best-available meta (internal/lua/common.lua)
+	bucket   []int             // by layout index: the seat's sold bucket
 }
 
 // show returns a show's inventory, loading it from PostgreSQL on first use. An unknown
@@ -115,6 +119,11 @@ func newShow(prefix, showID string, layout []Seat) *show {
 		sh.index[s.ID] = i
 	}
 	sh.bySeat = make([]int, len(seats))
+	sh.bucket = make([]int, len(seats))
+	for i, s := range sh.seats {
+		sh.bucket[sh.index[s]] = i / soldBucketSize
+	}
+	sh.indexMeta()
 	for i, s := range sh.seats {
 		sh.bySeat[i] = sh.index[s]
 		sh.holdKeys[s] = sh.k.hold(s)
@@ -124,6 +133,36 @@ func newShow(prefix, showID string, layout []Seat) *show {
 		sh.soldKeys[s] = sh.buckets[i/soldBucketSize]
 	}
 	return sh
+}
+
+// bestScale spaces ranks in a best-available score: rank * bestScale + layout index.
+const bestScale = 1 << 20
+
+// indexMeta computes each seat's best-available meta: its score, its section's number,
+// and its neighbours in the row (positions one below and one above).
+func (sh *show) indexMeta() {
+	sh.sections = map[string]int{}
+	sh.meta = make([]string, len(sh.layout))
+	ref := func(i int) string { return sh.layout[i].ID + "@" + strconv.Itoa(sh.bucket[i]) }
+	sameRow := func(i, j int) bool {
+		a, b := sh.layout[i], sh.layout[j]
+		return a.Section == b.Section && a.Row == b.Row && b.Position == a.Position+1
+	}
+	for i, s := range sh.layout {
+		sec, ok := sh.sections[s.Section]
+		if !ok {
+			sec = len(sh.sections)
+			sh.sections[s.Section] = sec
+		}
+		left, right := "-", "-"
+		if i > 0 && sameRow(i-1, i) {
+			left = ref(i - 1)
+		}
+		if i+1 < len(sh.layout) && sameRow(i, i+1) {
+			right = ref(i + 1)
+		}
+		sh.meta[i] = strconv.FormatInt(int64(s.Rank)*bestScale+int64(i), 10) + " " + strconv.Itoa(sec) + " " + left + " " + right
+	}
 }
 
 // scriptKeys returns the common key layout of the scripts for these seats (counter,

@@ -17,6 +17,19 @@ type HoldRequest struct {
 	HolderID string
 }
 
+// BestRequest asks for the best available seats of a show: Count of them anywhere (or
+// in Section), or, with Adjacent, Count seats side by side in one row. Best means the
+// lowest ranks (Seat.Rank; for a block, the lowest sum). TTL and HolderID are as in
+// HoldRequest.
+type BestRequest struct {
+	ShowID   string
+	Count    int
+	Section  string
+	Adjacent bool
+	TTL      time.Duration
+	HolderID string
+}
+
 // Hold is a granted hold. Keep it whole: Extend, Release and Confirm need every field.
 // Token is a secret: never log it or put it in a URL.
 type Hold struct {

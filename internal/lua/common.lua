@@ -144,3 +144,122 @@ end
 local function seat_list(fixed)
     return table.concat(ARGV, " ", fixed + 1, fixed + N)
 end
+
+-- The best-available index (see index.lua, best.lua). Per seat, in the hash
+-- <base>meta:<bucket> (the seat's sold bucket number): "<score> <section> <left> <right>",
+-- score = rank * 2^20 + layout index (lower is better), left and right the seats at
+-- position -1 and +1 of its row as "<seat>@<bucket>", or "-". Per section, the zset
+-- <base>free:<section> holds every seat that is not sold: a free seat at its score, a
+-- held one at HELD + its hold's expiry (ms), so that expired holds are found by score and
+-- given back lazily. The zsets <base>run:<section>:<c> hold the section's maximal runs
+-- of free adjacent seats of length c (10 for 10 and more), as "<first seat>@<bucket>:<len>"
+-- at the run's best score. Set members are "<seat>@<bucket>". A seat without meta is not
+-- indexed yet: scripts leave it alone. <base>ix exists once every seat is indexed.
+local HELD = 4503599627370496 -- 2^52
+
+local function bucket_of(i) return string.match(sk(i), "sold:(%d+)$") end
+
+local function meta_get(seat, b)
+    local m = redis.call("HGET", BASE .. "meta:" .. b, seat)
+    if not m then return nil end
+    local score, sec, left, right = string.match(m, "^(%d+) (%d+) (%S+) (%S+)$")
+    return {seat = seat, b = b, score = tonumber(score), sec = sec, left = left, right = right}
+end
+
+local function ref(r)
+    if r == "-" then return nil end
+    return string.match(r, "^(.+)@(%d+)$")
+end
+
+local function free_key(sec) return BASE .. "free:" .. sec end
+local function member(m) return m.seat .. "@" .. m.b end
+
+-- is_free: the seat is in its section's free set at its own score (not held, not sold).
+local function is_free(m)
+    local s = redis.call("ZSCORE", free_key(m.sec), member(m))
+    return s ~= false and s ~= nil and tonumber(s) < HELD
+end
+
+-- walk returns the free seats next to m in direction dir ("left" or "right"), nearest first.
+local function walk(m, dir)
+    local out, cur = {}, m
+    while true do
+        local s, b = ref(cur[dir])
+        if not s then break end
+        local nm = meta_get(s, b)
+        if not nm or not is_free(nm) then break end
+        out[#out + 1] = nm
+        cur = nm
+    end
+    return out
+end
+
+local function run_key(sec, len) return BASE .. "run:" .. sec .. ":" .. math.min(len, 10) end
+local function run_member(first, len) return member(first) .. ":" .. len end
+
+local function run_del(first, len) redis.call("ZREM", run_key(first.sec, len), run_member(first, len)) end
+
+-- run_add indexes a run of free seats, given left to right.
+local function run_add(seats)
+    local best = seats[1].score
+    for k = 2, #seats do best = math.min(best, seats[k].score) end
+    redis.call("ZADD", run_key(seats[1].sec, #seats), int(best), run_member(seats[1], #seats))
+end
+
+local function reversed(t)
+    local out = {}
+    for k = #t, 1, -1 do out[#out + 1] = t[k] end
+    return out
+end
+
+-- take: a free seat stops being free; held until exp (ms), or sold when exp is nil.
+local function take(m, exp)
+    if is_free(m) then
+        local L, R = walk(m, "left"), walk(m, "right")
+        run_del(#L > 0 and L[#L] or m, #L + 1 + #R)
+        if #L > 0 then run_add(reversed(L)) end
+        if #R > 0 then run_add(R) end
+    end
+    if exp then
+        redis.call("ZADD", free_key(m.sec), int(HELD + exp), member(m))
+    else
+        redis.call("ZREM", free_key(m.sec), member(m))
+    end
+end
+
+-- give: a seat that is not free becomes free.
+local function give(m)
+    if is_free(m) then return end
+    local L, R = walk(m, "left"), walk(m, "right")
+    if #L > 0 then run_del(L[#L], #L) end
+    if #R > 0 then run_del(R[1], #R) end
+    local seats = reversed(L)
+    seats[#seats + 1] = m
+    for k = 1, #R do seats[#seats + 1] = R[k] end
+    run_add(seats)
+    redis.call("ZADD", free_key(m.sec), int(m.score), member(m))
+end
+
+-- index_held: seat i of the call is now held until exp (a hold or an extension).
+local function index_held(i, seat_id, exp)
+    local m = meta_get(seat_id, bucket_of(i))
+    if m then take(m, exp) end
+end
+
+-- index_fix: the indexed seat m is now as Redis says: sold, held (its key's TTL) or
+-- free. Used after a release, a marker write, an expiry, and wherever the index and the
+-- keys might disagree.
+local function index_fix(m, now)
+    if is_sold(redis.call("HGET", BASE .. "sold:" .. m.b, m.seat)) then
+        take(m, nil)
+        return
+    end
+    local ttl = redis.call("PTTL", BASE .. "hold:" .. m.seat)
+    if ttl >= 0 then take(m, now + ttl) else give(m) end
+end
+
+-- index_state: index_fix for seat i of the call.
+local function index_state(i, seat_id, now)
+    local m = meta_get(seat_id, bucket_of(i))
+    if m then index_fix(m, now) end
+end

@@ -59,6 +59,7 @@ local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
 for i = 1, n do
     redis.call("SET", hk(i), value, "PX", ttl)
     if capped then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end
+    index_held(i, seat(i, F), now + ttl)
 end
 if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})

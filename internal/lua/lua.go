@@ -28,6 +28,10 @@ var (
 	regenLua string
 	//go:embed mark.lua
 	markLua string
+	//go:embed index.lua
+	indexLua string
+	//go:embed best.lua
+	bestLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -37,6 +41,9 @@ var (
 	// Mark writes sold markers and tombstones. It runs when Redis is full too: a marker
 	// is a few bytes and replaces a hold key, and a sold seat must look sold.
 	Mark = newScript(" flags=allow-oom", markLua)
+	// Index builds a page of a show's best-available index; Best holds the best seats.
+	Index = newScript("", indexLua)
+	Best  = newScript("", bestLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

@@ -62,6 +62,10 @@ for i = 1, n do
         end
     end
 end
+if moved > 0 or dropped > 0 then
+    local now = now_ms()
+    for i = 1, n do index_state(i, seat(i, F), now) end
+end
 local id = ""
 if moved > 0 or dropped > 0 then
     local f = {}

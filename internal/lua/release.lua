@@ -14,8 +14,10 @@ if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 
 if not owned(n, token, gen, tag) then return {"LOST"} end
+local now = now_ms()
 for i = 1, n do
     redis.call("DEL", hk(i))
     if tag ~= "" then redis.call("ZREM", KEYS[2], seat(i, F)) end
+    index_state(i, seat(i, F), now)
 end
 return {"OK", feed({"d", seat_list(F)})}

@@ -1,0 +1,172 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/internal/lua"
+)
+
+// Best-available holds. A show's seats are indexed in Redis for them (see
+// internal/lua/common.lua): per section, the seats that are not sold by score (rank
+// first), held ones apart by expiry so that expired holds are given back lazily, and the
+// runs of free adjacent seats by length. Every script that changes a seat keeps the
+// index; best.lua reads it, so a call costs about the same whatever the show's size or
+// how much of it is sold.
+
+// indexPage is about how many seats one index.lua call indexes (whole rows).
+const indexPage = 500
+
+// HoldBest holds the best available seats of a show: req.Count of them (in
+// req.Section, or anywhere), or with req.Adjacent req.Count seats side by side in one
+// row, best meaning the lowest ranks. It decides and holds in one script, under one
+// token and one generation, or holds nothing: when nothing fits it returns a
+// [*SeatsUnavailableError] with no seats and the free seats the best section still had.
+// The Hold it returns is an ordinary hold: Extend, Release and Confirm treat it as any
+// other.
+func (e *Engine) HoldBest(ctx context.Context, req BestRequest) (Hold, error) {
+	ctx, o := e.begin(ctx, "hold_best", req.ShowID, req.Count)
+	h, err := e.holdBest(ctx, req)
+	o.end(err, "")
+	return h, err
+}
+
+func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
+	if err := validateID("BestRequest.ShowID", req.ShowID); err != nil {
+		return Hold{}, err
+	}
+	if req.Count < 1 || req.Count > e.cfg.MaxSeatsPerHold {
+		return Hold{}, invalid("BestRequest.Count", "%d is out of range [1, %d]", req.Count, e.cfg.MaxSeatsPerHold)
+	}
+	ttl := req.TTL
+	if ttl == 0 {
+		ttl = e.cfg.DefaultHoldTTL
+	}
+	if ttl < minHoldTTL || ttl > e.cfg.MaxHoldTTL {
+		return Hold{}, invalid("BestRequest.TTL", "%v is out of range [%v, %v]", req.TTL, minHoldTTL, e.cfg.MaxHoldTTL)
+	}
+	if err := validateHolderID(req.HolderID); err != nil {
+		return Hold{}, err
+	}
+	sh, err := e.show(ctx, req.ShowID)
+	if err != nil {
+		return Hold{}, err
+	}
+	var sections []string
+	if req.Section != "" {
+		n, ok := sh.sections[req.Section]
+		if !ok {
+			return Hold{}, notFound("section %q in show %q", req.Section, sh.id)
+		}
+		sections = []string{strconv.Itoa(n)}
+	} else {
+		for _, n := range sh.sections {
+			sections = append(sections, strconv.Itoa(n))
+		}
+		slices.Sort(sections)
+	}
+	if err := e.checkRedis(ctx); err != nil {
+		return Hold{}, err
+	}
+	tag := holderTag(req.HolderID)
+	adjacent := "0"
+	if req.Adjacent {
+		adjacent = "1"
+	}
+	token := newToken()
+	ks := []string{sh.k.gen(), sh.k.holder(tag)}
+	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " ")}
+	for attempt := 0; ; attempt++ {
+		res, err := lua.Best.Run(ctx, e.rdb, ks, args...).Slice()
+		if err != nil {
+			return Hold{}, e.redisErr(err)
+		}
+		switch status, _ := res[0].(string); status {
+		case "OK":
+			gen, _ := res[1].(int64)
+			exp, _ := res[2].(int64)
+			e.wrote(sh, res[4])
+			seats := make([]string, 0, len(res)-5)
+			for _, v := range res[5:] {
+				s, _ := v.(string)
+				seats = append(seats, s)
+			}
+			slices.Sort(seats)
+			return Hold{ShowID: sh.id, SeatIDs: seats, Token: token, Generation: gen,
+				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
+		case "NONE":
+			left, _ := res[1].(int64)
+			return Hold{}, &SeatsUnavailableError{ShowID: sh.id, Available: int(left)}
+		case "LIMIT":
+			held, _ := res[1].(int64)
+			return Hold{}, fmt.Errorf("%w: holder holds %d seats in show %s, %d more would pass the cap of %d",
+				ErrHolderLimit, held, sh.id, req.Count, e.cfg.MaxSeatsPerHolder)
+		case "LOST":
+			return Hold{}, fmt.Errorf("%w: the hold this call made is gone", ErrHoldLost)
+		case "NOSTATE", "NOINDEX":
+			if attempt > 0 {
+				return Hold{}, fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
+			}
+			_, err, _ := e.resyncs.Do(sh.id, func() (any, error) {
+				if status == "NOSTATE" {
+					return nil, e.resync(ctx, sh)
+				}
+				return nil, e.buildIndex(ctx, sh)
+			})
+			if err != nil {
+				return Hold{}, err
+			}
+		default:
+			return Hold{}, fmt.Errorf("%w: unexpected best script reply %v", ErrUnavailable, res)
+		}
+	}
+}
+
+// buildIndex indexes every seat of the show for best-available holds, a page of whole
+// rows at a time, and then marks the index complete. Pages indexed already are left
+// alone, so it is safe to run again, and while the show is on sale: the scripts keep
+// the index of every seat that has one.
+func (e *Engine) buildIndex(ctx context.Context, sh *show) error {
+	n, err := e.rdb.Exists(ctx, sh.k.index()).Result()
+	if err != nil {
+		return e.redisErr(err)
+	}
+	if n == 1 {
+		return nil
+	}
+	var args []any
+	flush := func() error {
+		if len(args) == 0 {
+			return nil
+		}
+		err := lua.Index.Run(ctx, e.rdb, []string{sh.k.gen()}, args...).Err()
+		args = args[:0]
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return e.redisErr(err)
+		}
+		return nil
+	}
+	for i, s := range sh.layout {
+		newRow := i > 0 && (s.Section != sh.layout[i-1].Section || s.Row != sh.layout[i-1].Row)
+		if newRow && len(args)/3 >= indexPage {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		args = append(args, s.ID, sh.bucket[i], sh.meta[i])
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if err := e.rdb.Set(ctx, sh.k.index(), len(sh.layout), 0).Err(); err != nil {
+		return e.redisErr(err)
+	}
+	return nil
+}

@@ -1,0 +1,363 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/lua"
+)
+
+// venueLayout is a layout of sections × rows × seats per row; rank favours the front
+// rows and the middle of a row, as a real venue's would.
+func venueLayout(sections, rows, perRow int) []Seat {
+	var out []Seat
+	for s := range sections {
+		for r := range rows {
+			for p := 1; p <= perRow; p++ {
+				mid := p - (perRow+1)/2
+				if mid < 0 {
+					mid = -mid
+				}
+				out = append(out, Seat{ID: fmt.Sprintf("%c%02d-%03d", 'A'+s, r+1, p), Section: string(rune('A' + s)),
+					Row: fmt.Sprintf("%02d", r+1), Position: p, Rank: s*1000 + r*40 + mid*3})
+			}
+		}
+	}
+	return out
+}
+
+// bestOffline computes, from the layout and the seats not available, the score sum of
+// the best choice for a request, and whether one exists.
+func bestOffline(sh *show, taken map[string]bool, count int, section string, adjacent bool) (int64, bool) {
+	score := func(i int) int64 { return int64(sh.layout[i].Rank)*bestScale + int64(i) }
+	in := func(i int) bool { return section == "" || sh.layout[i].Section == section }
+	if !adjacent {
+		var free []int64
+		for i, s := range sh.layout {
+			if in(i) && !taken[s.ID] {
+				free = append(free, score(i))
+			}
+		}
+		if len(free) < count {
+			return 0, false
+		}
+		slices.Sort(free)
+		var sum int64
+		for _, v := range free[:count] {
+			sum += v
+		}
+		return sum, true
+	}
+	var best int64
+	found := false
+	for i := range sh.layout {
+		if !in(i) {
+			continue
+		}
+		var sum int64
+		ok := true
+		for j := i; j < i+count; j++ {
+			if j >= len(sh.layout) || taken[sh.layout[j].ID] || (j > i && !(sh.layout[j].Section == sh.layout[i].Section &&
+				sh.layout[j].Row == sh.layout[i].Row && sh.layout[j].Position == sh.layout[j-1].Position+1)) {
+				ok = false
+				break
+			}
+			sum += score(j)
+		}
+		if ok && (!found || sum < best) {
+			best, found = sum, true
+		}
+	}
+	return best, found
+}
+
+func sumOf(sh *show, seats []string) int64 {
+	var sum int64
+	for _, s := range seats {
+		i := sh.index[s]
+		sum += int64(sh.layout[i].Rank)*bestScale + int64(i)
+	}
+	return sum
+}
+
+// adjacentSeats reports whether seats are side by side in one row.
+func adjacentSeats(sh *show, seats []string) bool {
+	idx := make([]int, len(seats))
+	for k, s := range seats {
+		idx[k] = sh.index[s]
+	}
+	sort.Ints(idx)
+	for k := 1; k < len(idx); k++ {
+		a, b := sh.layout[idx[k-1]], sh.layout[idx[k]]
+		if a.Section != b.Section || a.Row != b.Row || b.Position != a.Position+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestHoldBestChoosesTheBest: small cases whose answer is known.
+func TestHoldBestChoosesTheBest(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	if err := v.e.CreateShowLayout(t.Context(), "b", venueLayout(2, 3, 8)); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(req BestRequest) Hold {
+		t.Helper()
+		req.ShowID = "b"
+		h, err := v.e.HoldBest(t.Context(), req)
+		if err != nil {
+			t.Fatalf("HoldBest(%+v): %v", req, err)
+		}
+		return h
+	}
+	// The two best seats: the middle of the front row of section A (A01-003 and
+	// A01-005 rank alike; the layout order decides).
+	if h := hold(BestRequest{Count: 2}); !slices.Equal(h.SeatIDs, []string{"A01-003", "A01-004"}) {
+		t.Fatalf("best 2: %v", h.SeatIDs)
+	}
+	// Four together: the front row's best block is broken by the two held seats in the
+	// middle; the best four left side by side.
+	h4 := hold(BestRequest{Count: 4, Adjacent: true})
+	if !adjacentSeats(v.showOf("b"), h4.SeatIDs) {
+		t.Fatalf("adjacent 4 not adjacent: %v", h4.SeatIDs)
+	}
+	sh := v.showOf("b")
+	taken := map[string]bool{"A01-003": true, "A01-004": true}
+	if want, _ := bestOffline(sh, taken, 4, "", true); sumOf(sh, h4.SeatIDs) != want {
+		t.Fatalf("adjacent 4 chose %v, not the best block", h4.SeatIDs)
+	}
+	// A section: the middle of its front row.
+	if h := hold(BestRequest{Count: 3, Section: "B", Adjacent: true}); !slices.Equal(h.SeatIDs, []string{"B01-003", "B01-004", "B01-005"}) {
+		t.Fatalf("section B, 3 together: %v", h.SeatIDs)
+	}
+	// Nothing fits: 9 together in rows of 8.
+	_, err := v.e.HoldBest(t.Context(), BestRequest{ShowID: "b", Count: 9, Adjacent: true})
+	var sue *SeatsUnavailableError
+	if !errors.As(err, &sue) || len(sue.SeatIDs) != 0 || sue.Available == 0 {
+		t.Fatalf("9 together: %v", err)
+	}
+	// The hold is an ordinary hold: it confirms.
+	b, err := v.e.Confirm(t.Context(), h4, ConfirmOptions{})
+	if err != nil || !slices.Equal(b.SeatIDs, h4.SeatIDs) {
+		t.Fatalf("confirm a best hold: %v", err)
+	}
+	// Retried with the same token (a lost reply), the script answers the same seats.
+	tag := holderTag("")
+	ks := []string{sh.k.gen(), sh.k.holder(tag)}
+	token := newToken()
+	args := []any{tag, token, 60000, 0, 2, "0", "0 1"}
+	first, err := lua.Best.Run(t.Context(), v.rdb, ks, args...).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := lua.Best.Run(t.Context(), v.rdb, ks, args...).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(first[5:]) != fmt.Sprint(again[5:]) || first[1] != again[1] {
+		t.Fatalf("retry answered %v, first %v", again, first)
+	}
+}
+
+func (v *env) showOf(id string) *show {
+	v.t.Helper()
+	sh, err := v.e.show(v.t.Context(), id)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return sh
+}
+
+// TestHoldBestConcurrent: 2,000 concurrent HoldBest calls (counts 1-6, adjacent and
+// not, some in a section) on a 5,000-seat layout: no seat in two holds, every adjacent
+// hold adjacent, every hold the best available at its moment (replayed in generation
+// order, the order Redis ran them), and a refusal only when nothing of that shape was
+// left at the end (seats only get taken here, so nothing fit at its moment either).
+func TestHoldBestConcurrent(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 6 })
+	if err := v.e.CreateShowLayout(t.Context(), "big", venueLayout(4, 50, 25)); err != nil {
+		t.Fatal(err)
+	}
+	sh := v.showOf("big")
+	type result struct {
+		req BestRequest
+		h   Hold
+		err error
+	}
+	results := make([]result, 2000)
+	var wg sync.WaitGroup
+	var next sync.Mutex
+	n := 0
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 3))
+			for {
+				next.Lock()
+				i := n
+				n++
+				next.Unlock()
+				if i >= len(results) {
+					return
+				}
+				req := BestRequest{ShowID: "big", Count: 1 + rng.IntN(6), Adjacent: rng.IntN(2) == 0, TTL: time.Minute}
+				if rng.IntN(4) == 0 {
+					req.Section = string(rune('A' + rng.IntN(4)))
+				}
+				h, err := v.e.HoldBest(t.Context(), req)
+				results[i] = result{req, h, err}
+			}
+		}()
+	}
+	wg.Wait()
+	var granted []result
+	final := map[string]bool{}
+	for _, r := range results {
+		switch {
+		case r.err == nil:
+			granted = append(granted, r)
+			for _, s := range r.h.SeatIDs {
+				if final[s] {
+					t.Fatalf("seat %s in two holds", s)
+				}
+				final[s] = true
+			}
+			if len(r.h.SeatIDs) != r.req.Count || (r.req.Adjacent && !adjacentSeats(sh, r.h.SeatIDs)) {
+				t.Fatalf("%+v got %v", r.req, r.h.SeatIDs)
+			}
+		case errors.Is(r.err, ErrSeatsUnavailable):
+		default:
+			t.Fatalf("HoldBest: %v", r.err)
+		}
+	}
+	sort.Slice(granted, func(i, j int) bool { return granted[i].h.Generation < granted[j].h.Generation })
+	taken := map[string]bool{}
+	for _, r := range granted {
+		want, ok := bestOffline(sh, taken, r.req.Count, r.req.Section, r.req.Adjacent)
+		if !ok || sumOf(sh, r.h.SeatIDs) != want {
+			t.Fatalf("generation %d, %+v: chose %v (score %d), the best then scored %d (exists %v)",
+				r.h.Generation, r.req, r.h.SeatIDs, sumOf(sh, r.h.SeatIDs), want, ok)
+		}
+		for _, s := range r.h.SeatIDs {
+			taken[s] = true
+		}
+	}
+	refused := 0
+	for _, r := range results {
+		if r.err != nil {
+			refused++
+			if _, ok := bestOffline(sh, final, r.req.Count, r.req.Section, r.req.Adjacent); ok {
+				t.Fatalf("%+v refused, but such seats are free even at the end", r.req)
+			}
+		}
+	}
+	t.Logf("%d granted, %d refused, %d of 5,000 seats held", len(granted), refused, len(final))
+	if got := v.heldInRedis("big"); got != len(final) {
+		t.Fatalf("%d hold keys in Redis, %d seats granted", got, len(final))
+	}
+}
+
+func (v *env) heldInRedis(show string) int {
+	v.t.Helper()
+	sh := v.showOf(show)
+	n := 0
+	for _, s := range sh.seats {
+		if v.rdb.Exists(v.t.Context(), sh.holdKeys[s]).Val() == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHoldBestSeatsComeBack: seats of expired and released best holds, and of
+// cancelled bookings, are offered again; sold seats never.
+func TestHoldBestSeatsComeBack(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	if err := v.e.CreateShowLayout(t.Context(), "back", venueLayout(1, 1, 6)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	all := func(ttl time.Duration) (Hold, error) {
+		return v.e.HoldBest(ctx, BestRequest{ShowID: "back", Count: 6, Adjacent: true, TTL: ttl})
+	}
+	h, err := all(300 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := all(time.Minute); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("a held row offered again: %v", err)
+	}
+	v.waitExpired(h)
+	h, err = all(time.Minute) // the expired hold's seats are given back
+	if err != nil {
+		t.Fatalf("after the expiry: %v", err)
+	}
+	if err := v.e.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	h, err = all(time.Minute)
+	if err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	b, err := v.e.Confirm(ctx, h, ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.e.HoldBest(ctx, BestRequest{ShowID: "back", Count: 1}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("a sold seat offered: %v", err)
+	}
+	if err := v.e.Cancel(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := all(time.Minute); err != nil {
+		t.Fatalf("after the cancellation: %v", err)
+	}
+	// A named hold takes its seat out of the index too.
+	v2 := newEnv(t)
+	if err := v2.e.CreateShowLayout(ctx, "mix", venueLayout(1, 1, 6)); err != nil {
+		t.Fatal(err)
+	}
+	v2.hold("mix", time.Minute, "", "A01-003")
+	h, err = v2.e.HoldBest(ctx, BestRequest{ShowID: "mix", Count: 3, Adjacent: true})
+	if err != nil || !slices.Equal(h.SeatIDs, []string{"A01-004", "A01-005", "A01-006"}) {
+		t.Fatalf("3 together beside a named hold on A01-003: %v %v", h.SeatIDs, err)
+	}
+}
+
+// TestHoldBestBadInput: refused before anything is written.
+func TestHoldBestBadInput(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	if err := v.e.CreateShowLayout(t.Context(), "bad", venueLayout(1, 2, 5)); err != nil {
+		t.Fatal(err)
+	}
+	before := v.redisSnapshot()
+	for _, c := range []struct {
+		req  BestRequest
+		want error
+	}{
+		{BestRequest{ShowID: "bad", Count: 0}, ErrInvalidArgument},
+		{BestRequest{ShowID: "bad", Count: 11}, ErrInvalidArgument},
+		{BestRequest{ShowID: "bad", Count: 1, Section: "Z"}, ErrNotFound},
+		{BestRequest{ShowID: "nope", Count: 1}, ErrNotFound},
+		{BestRequest{ShowID: "bad", Count: 1, TTL: -time.Second}, ErrInvalidArgument},
+	} {
+		if _, err := v.e.HoldBest(t.Context(), c.req); !errors.Is(err, c.want) {
+			t.Fatalf("%+v: %v, want %v", c.req, err, c.want)
+		}
+	}
+	if after := v.redisSnapshot(); after != before {
+		t.Fatal("a refused call changed Redis")
+	}
+}

@@ -1,0 +1,196 @@
+-- best.lua: hold the best available seats of a show — count of them, or count adjacent
+-- ones in one row — under one token and one generation, or nothing. Free means no live
+-- hold and no sold marker, as for hold.lua. The seats come from the best-available
+-- index (common.lua); expired holds found there are given back first, and every chosen
+-- seat is checked against its keys before anything is written. Idempotent by token:
+-- a retried call returns the seats the first call chose.
+--
+-- KEYS       <base>gen, <base>holder:<tag>
+-- ARGV[1]    holder tag
+-- ARGV[2]    token: 32 lowercase hex digits
+-- ARGV[3]    ttl in milliseconds, 1..86400000
+-- ARGV[4]    holder cap: seats this holder may hold at once in this show, 0 = no cap
+-- ARGV[5]    count, 1..1000
+-- ARGV[6]    adjacent: "1" for count seats side by side in one row, "0" for any
+-- ARGV[7]    the sections to look in: their numbers, space-separated
+--
+-- Returns {"OK", generation, expires_ms, created_ms, feed entry id, seat, ...},
+-- {"NONE", free seats left in the best section}, {"LIMIT", held}, {"LOST"} (a retry
+-- whose hold is gone), {"NOSTATE"} or {"NOINDEX"} (the index is not built).
+
+local F = 7
+local _, err = layout(F, 1, 0)
+if err then return err end
+local tag, token = ARGV[1], ARGV[2]
+if not is_hex(token, 32) then return bad("token") end
+if not is_uint(ARGV[3], 1, 86400000) then return bad("ttl") end
+if not is_uint(ARGV[4], 0, 1000000) then return bad("holder cap") end
+if not is_uint(ARGV[5], 1, 1000) then return bad("count") end
+if ARGV[6] ~= "0" and ARGV[6] ~= "1" then return bad("adjacent") end
+local sections = {}
+for sec in string.gmatch(ARGV[7], "%S+") do
+    if not string.match(sec, "^%d+$") then return bad("sections") end
+    sections[#sections + 1] = sec
+end
+if #sections == 0 then return bad("sections") end
+local ttl, cap, count, adjacent = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == "1"
+
+if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+if redis.call("EXISTS", BASE .. "ix") == 0 then return {"NOINDEX"} end
+local now = now_ms()
+local tok = BASE .. "tok:" .. token
+
+local prev = redis.call("GET", tok)
+if prev then
+    -- A retry of this very call: answer as the first one did.
+    local seats = {}
+    for s in string.gmatch(prev, "%S+") do seats[#seats + 1] = s end
+    local v = redis.call("GET", BASE .. "hold:" .. seats[1])
+    if not v or string.sub(v, 1, 33) ~= token .. ":" then return {"LOST"} end
+    local gen, created = string.match(v, "^[0-9a-f]+:(%d+):(%d+):")
+    local out = {"OK", tonumber(gen), now + redis.call("PTTL", BASE .. "hold:" .. seats[1]), tonumber(created), ""}
+    for _, s in ipairs(seats) do out[#out + 1] = s end
+    return out
+end
+
+local capped = tag ~= "" and cap > 0
+if capped then
+    redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
+    local held = redis.call("ZCARD", KEYS[2])
+    if held + count > cap then return {"LIMIT", held} end
+end
+
+-- reap gives back up to limit seats of sec whose hold expired; returns how many it saw.
+local function reap(sec, limit)
+    local due = redis.call("ZRANGEBYSCORE", free_key(sec), int(HELD), int(HELD + now - 1), "LIMIT", 0, limit)
+    for _, mem in ipairs(due) do
+        local s, b = ref(mem)
+        index_fix(meta_get(s, b), now)
+    end
+    return #due
+end
+
+local HELD_S = string.format("(%d", HELD)
+
+-- any_best: the count best-scored free seats of the sections.
+local function any_best()
+    local c = {}
+    for _, sec in ipairs(sections) do
+        local r = redis.call("ZRANGE", free_key(sec), 0, HELD_S, "BYSCORE", "LIMIT", 0, count, "WITHSCORES")
+        for k = 1, #r, 2 do c[#c + 1] = {mem = r[k], score = tonumber(r[k + 1])} end
+    end
+    if #c < count then return nil end
+    table.sort(c, function(x, y) return x.score < y.score end)
+    local out = {}
+    for k = 1, count do
+        local s, b = ref(c[k].mem)
+        out[k] = meta_get(s, b)
+    end
+    return out
+end
+
+-- adjacent_best: the count adjacent free seats of one row with the lowest score sum.
+-- Runs are visited by their best score; a run whose best score times count is not
+-- below the best sum found cannot hold a better block.
+local function adjacent_best()
+    local best, best_seats = nil, nil
+    for _, sec in ipairs(sections) do
+        for c = math.min(count, 10), 10 do
+            local key, off, done = BASE .. "run:" .. sec .. ":" .. c, 0, false
+            while not done do
+                local r = redis.call("ZRANGE", key, 0, "+inf", "BYSCORE", "LIMIT", off, 16, "WITHSCORES")
+                if #r == 0 then break end
+                for k = 1, #r, 2 do
+                    if best and count * tonumber(r[k + 1]) >= best then
+                        done = true
+                        break
+                    end
+                    local first, len = string.match(r[k], "^(.+):(%d+)$")
+                    len = tonumber(len)
+                    if len >= count then
+                        local s, b = ref(first)
+                        local seats = {meta_get(s, b)}
+                        for _ = 2, len do
+                            local ns, nb = ref(seats[#seats].right)
+                            seats[#seats + 1] = meta_get(ns, nb)
+                        end
+                        local sum = 0
+                        for j = 1, count do sum = sum + seats[j].score end
+                        local at, low = 1, sum
+                        for j = count + 1, len do
+                            sum = sum + seats[j].score - seats[j - count].score
+                            if sum < low then at, low = j - count + 1, sum end
+                        end
+                        if not best or low < best then
+                            best, best_seats = low, {}
+                            for j = at, at + count - 1 do best_seats[#best_seats + 1] = seats[j] end
+                        end
+                    end
+                end
+                off = off + 16
+            end
+        end
+    end
+    return best_seats
+end
+
+local function search()
+    if adjacent then return adjacent_best() end
+    return any_best()
+end
+
+-- really_free checks a chosen seat against its keys; a disagreement is fixed in the
+-- index (and the search runs again).
+local function really_free(m)
+    if redis.call("EXISTS", BASE .. "hold:" .. m.seat) == 1 or is_sold(redis.call("HGET", BASE .. "sold:" .. m.b, m.seat)) then
+        index_fix(m, now)
+        return false
+    end
+    return true
+end
+
+for _, sec in ipairs(sections) do reap(sec, 100) end
+local chosen
+for _ = 1, 5 do
+    chosen = search()
+    if not chosen then
+        -- Before refusing, give back every expired hold of the sections.
+        local more = 0
+        for _, sec in ipairs(sections) do
+            while reap(sec, 500) > 0 do more = more + 1 end
+        end
+        if more == 0 then break end
+        chosen = search()
+        if not chosen then break end
+    end
+    local ok = true
+    for _, m in ipairs(chosen) do
+        if not really_free(m) then ok = false end
+    end
+    if ok then break end
+    chosen = nil
+end
+if not chosen then
+    local left = 0
+    for _, sec in ipairs(sections) do
+        left = math.max(left, redis.call("ZCOUNT", free_key(sec), 0, HELD_S))
+    end
+    return {"NONE", left}
+end
+
+local gen = redis.call("INCR", KEYS[1])
+local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
+local ids = {}
+for k, m in ipairs(chosen) do
+    redis.call("SET", BASE .. "hold:" .. m.seat, value, "PX", ttl)
+    if capped then redis.call("ZADD", KEYS[2], now + ttl, m.seat) end
+    take(m, now + ttl)
+    ids[k] = m.seat
+end
+if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
+local list = table.concat(ids, " ")
+redis.call("SET", tok, list, "PX", ttl)
+local id = feed({"h", list, "x", int(now + ttl)})
+local out = {"OK", gen, now + ttl, now, id}
+for _, s in ipairs(ids) do out[#out + 1] = s end
+return out
