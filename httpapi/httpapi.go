@@ -371,24 +371,51 @@ func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"show": r.PathValue("show"), "resynced": true})
 }
 
+// postHold holds named seats ({"seats": [...]}) or the best available ones
+// ({"count": 4, "section": "B", "adjacent": true}): exactly one of seats and count.
 func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string) {
 	var body struct {
-		Seats []string `json:"seats"`
-		TTLms *int64   `json:"ttl_ms"`
+		Seats    []string `json:"seats"`
+		TTLms    *int64   `json:"ttl_ms"`
+		Count    *int     `json:"count"`
+		Section  *string  `json:"section"`
+		Adjacent *bool    `json:"adjacent"`
 	}
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
-	req := engine.HoldRequest{ShowID: r.PathValue("show"), SeatIDs: body.Seats, HolderID: holder}
+	var ttl time.Duration
 	if body.TTLms != nil {
-		ttl, err := ttlFromMillis(*body.TTLms)
+		d, err := ttlFromMillis(*body.TTLms)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		req.TTL = ttl
+		ttl = d
 	}
-	h, err := s.e.Hold(r.Context(), req)
+	best := body.Count != nil || body.Section != nil || body.Adjacent != nil
+	if best == (body.Seats != nil) {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "seats", Rule: `send exactly one of "seats" (named seats) and "count" (the best available, with "section" and "adjacent")`})
+		return
+	}
+	var h engine.Hold
+	var err error
+	if best {
+		if body.Count == nil {
+			s.fail(w, r, &engine.InvalidArgumentError{Field: "count", Rule: "missing: how many seats"})
+			return
+		}
+		req := engine.BestRequest{ShowID: r.PathValue("show"), Count: *body.Count, TTL: ttl, HolderID: holder}
+		if body.Section != nil {
+			req.Section = *body.Section
+		}
+		if body.Adjacent != nil {
+			req.Adjacent = *body.Adjacent
+		}
+		h, err = s.e.HoldBest(r.Context(), req)
+	} else {
+		h, err = s.e.Hold(r.Context(), engine.HoldRequest{ShowID: r.PathValue("show"), SeatIDs: body.Seats, HolderID: holder, TTL: ttl})
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -729,6 +756,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var sue *engine.SeatsUnavailableError
 	if errors.As(err, &sue) {
 		p.Seats = sue.SeatIDs
+		if len(sue.SeatIDs) == 0 {
+			p.Available = &sue.Available
+		}
 	}
 	writeJSONType(w, status, "application/problem+json", p)
 }
@@ -739,6 +769,7 @@ var wireNames = map[string]string{
 	"HoldRequest.ShowID": "show", "Hold.ShowID": "show", "showID": "show",
 	"HoldRequest.SeatIDs": "seats", "Hold.SeatIDs": "seats", "seatIDs": "seats",
 	"HoldRequest.TTL": "ttl_ms", "ttl": "ttl_ms",
+	"BestRequest.ShowID": "show", "BestRequest.Count": "count", "BestRequest.TTL": "ttl_ms", "BestRequest.Section": "section",
 	"Hold.Token": "token", "Hold.Generation": "generation",
 	"HolderID": HolderHeader, "ConfirmOptions.IdempotencyKey": IdempotencyHeader,
 }
@@ -756,6 +787,9 @@ type problemJSON struct {
 	// Booking points at the booking a presented hold made already (to its holder).
 	Booking string   `json:"booking,omitempty"`
 	Seats   []string `json:"seats,omitempty"`
+	// Available is, when a best-available hold found nothing, how many seats the best
+	// section still had free.
+	Available *int `json:"available,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {

@@ -302,3 +302,33 @@ func TestSeatEventsEveryClientConverges(t *testing.T) {
 		}
 	}
 }
+
+// TestBestAvailableOverHTTP: POST …/holds with count (and section, adjacent) holds the
+// best seats; nothing fitting is 409 without seats and with what is left; both seats
+// and count, or neither, is 400; an unknown section is 404.
+func TestBestAvailableOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	layout := []map[string]any{}
+	for _, sec := range []string{"A", "B"} {
+		for p := 1; p <= 5; p++ {
+			layout = append(layout, map[string]any{"id": fmt.Sprintf("%s%d", sec, p), "section": sec, "row": "1", "position": p, "rank": p, "x": 0, "y": 0})
+		}
+	}
+	a.want(a.do("PUT", "/v1/shows/best", "", "", map[string]any{"layout": layout}), 201, "")
+	r := a.do("POST", "/v1/shows/best/holds", "alice", "", map[string]any{"count": 3, "section": "B", "adjacent": true})
+	a.want(r, 201, "")
+	if fmt.Sprint(r.body["seats"]) != "[B1 B2 B3]" {
+		t.Fatalf("best 3 in B: %v", r.body["seats"])
+	}
+	a.want(a.do("POST", "/v1/holds/release", "alice", "", r.body), 204, "")
+	r = a.do("POST", "/v1/shows/best/holds", "bob", "", map[string]any{"count": 6, "adjacent": true})
+	a.want(r, 409, "seats-unavailable")
+	if r.body["available"] != float64(5) || r.body["seats"] != nil {
+		t.Fatalf("nothing fits: %v", r.raw)
+	}
+	a.want(a.do("POST", "/v1/shows/best/holds", "bob", "", map[string]any{"count": 1, "seats": []string{"A1"}}), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/shows/best/holds", "bob", "", map[string]any{"adjacent": true}), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/shows/best/holds", "bob", "", map[string]any{"count": 0}), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/shows/best/holds", "bob", "", map[string]any{"count": 1, "section": "Z"}), 404, "not-found")
+}
