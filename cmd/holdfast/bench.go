@@ -36,7 +36,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		buyers   = fs.Int("sale-buyers", 2_000, "flash sale: concurrent buyers")
 		timeout  = fs.Duration("sale-timeout", 3*time.Minute, "flash sale: give up after")
 		jsonPath = fs.String("json", "", "also write the report as JSON to this file")
-		only     = fs.String("only", "", "comma-separated workloads to run: seatmap, feed, hold, shape, memory, confirm, sale (default all)")
+		only     = fs.String("only", "", "comma-separated workloads to run: seatmap, feed, best, hold, shape, memory, confirm, sale (default all)")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
 	backends.register(fs, getenv)

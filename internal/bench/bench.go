@@ -37,7 +37,7 @@ type Options struct {
 	SaleTimeout time.Duration         // flash sale: give up after
 	PoolSize    int                   // PostgreSQL connections, for both designs
 	Progress    io.Writer             // a line as each workload starts, or nil
-	Only        []string              // run only these workloads (seatmap, feed, hold, shape, memory, confirm, sale); all when empty
+	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, sale); all when empty
 }
 
 // Row is one line of the result table.
@@ -76,10 +76,12 @@ type Memory struct {
 	// in the feed; RedisFeedBytesPerShow is a show's feed at its length bound.
 	RedisFeedBytesPerHold float64 `json:"redis_feed_bytes_per_hold"`
 	RedisFeedBytesPerShow float64 `json:"redis_feed_bytes_per_show"`
-	HoldBytesPerOp        float64 `json:"hold_heap_bytes_per_op"`
-	HoldAllocsPerOp       float64 `json:"hold_allocs_per_op"`
-	ConfirmBytesPerOp     float64 `json:"confirm_heap_bytes_per_op"`
-	ConfirmAllocsPerOp    float64 `json:"confirm_allocs_per_op"`
+	// RedisIndexBytesPerSeat is the best-available index per seat of a venue.
+	RedisIndexBytesPerSeat float64 `json:"redis_index_bytes_per_seat"`
+	HoldBytesPerOp         float64 `json:"hold_heap_bytes_per_op"`
+	HoldAllocsPerOp        float64 `json:"hold_allocs_per_op"`
+	ConfirmBytesPerOp      float64 `json:"confirm_heap_bytes_per_op"`
+	ConfirmAllocsPerOp     float64 `json:"confirm_allocs_per_op"`
 }
 
 // env is the run's scratch database and Redis.
@@ -141,6 +143,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	}{
 		{"seatmap", "seat map: the view vs the old path, and over HTTP", e.seatMapWorkload},
 		{"feed", "seat-map feed: a sale watched by 1,000 SSE subscribers", e.feedWorkload},
+		{"best", "best-available: cost by how sold the show is, and the sale, pick vs best", e.bestWorkload},
 		{"hold", "hold: engine vs raw script", e.holdWorkload},
 		{"shape", "shape: seats per hold, hot show vs 100 shows", e.shapeWorkload},
 		{"memory", "memory", e.memoryWorkload},
@@ -333,8 +336,8 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "%-30s %-28s %7d %11.0f %9.2f %9.2f %7s  %s\n", row.Workload, row.Variant, row.Clients, row.OpsPerS, row.P50ms, row.P99ms, ratio, row.Note)
 	}
 	m := r.Memory
-	fmt.Fprintf(w, "\nmemory: Redis %.0f bytes per live hold (+%.0f while its feed entry lasts; a show's feed at its bound: %.0f KB), %.0f bytes per sold seat; engine %.0f B and %.1f allocs per Hold, %.0f B and %.1f allocs per Confirm\n",
-		m.RedisBytesPerHold, m.RedisFeedBytesPerHold, m.RedisFeedBytesPerShow/1024, m.RedisBytesPerSoldSeat, m.HoldBytesPerOp, m.HoldAllocsPerOp, m.ConfirmBytesPerOp, m.ConfirmAllocsPerOp)
+	fmt.Fprintf(w, "\nmemory: Redis %.0f bytes per live hold (+%.0f while its feed entry lasts; a show's feed at its bound: %.0f KB), %.0f bytes per sold seat, %.0f bytes per seat for the best-available index; engine %.0f B and %.1f allocs per Hold, %.0f B and %.1f allocs per Confirm\n",
+		m.RedisBytesPerHold, m.RedisFeedBytesPerHold, m.RedisFeedBytesPerShow/1024, m.RedisBytesPerSoldSeat, m.RedisIndexBytesPerSeat, m.HoldBytesPerOp, m.HoldAllocsPerOp, m.ConfirmBytesPerOp, m.ConfirmAllocsPerOp)
 	fmt.Fprintln(w, "\ngoals:")
 	for _, g := range r.Goals {
 		verdict := "MET"
