@@ -53,6 +53,9 @@ type Summary struct {
 	// TransportErrors counts requests that got no response (connection refused or
 	// reset, timeouts).
 	TransportErrors int64
+	// RefusedPerBooking is, for each kind of buyer ("best-available", "pick-your-seat"),
+	// hold attempts refused (seats taken, nothing fits) per booking made.
+	RefusedPerBooking map[string]float64
 }
 
 type client struct {
@@ -64,26 +67,29 @@ type client struct {
 
 // problem is the part of an error answer the buyers use.
 type problem struct {
-	Type  string   `json:"type"`
-	Seats []string `json:"seats"`
+	Type      string   `json:"type"`
+	Seats     []string `json:"seats"`
+	Available *int     `json:"available"`
 }
 
 // call sends one request, backing off and trying again while the holder is rate
 // limited (as a well-behaved client does), and decodes a JSON answer into out.
 func (c *client) call(ctx context.Context, method, path, holder, key string, body, out any) (int, string, error) {
-	st, typ, _, err := c.callP(ctx, method, path, holder, key, body, out)
-	return st, typ, err
+	st, p, err := c.callP(ctx, method, path, holder, key, body, out)
+	return st, p.Type, err
 }
 
-func (c *client) callP(ctx context.Context, method, path, holder, key string, body, out any) (int, string, []string, error) {
+// callP is call that returns the whole problem (its type without the prefix).
+func (c *client) callP(ctx context.Context, method, path, holder, key string, body, out any) (int, problem, error) {
 	for attempt := 1; ; attempt++ {
 		st, p, err := c.once(ctx, method, path, holder, key, body, out)
+		p.Type = strings.TrimPrefix(p.Type, "urn:holdfast:problem:")
 		if err != nil || st != http.StatusTooManyRequests || attempt == 20 {
-			return st, strings.TrimPrefix(p.Type, "urn:holdfast:problem:"), p.Seats, err
+			return st, p, err
 		}
 		select {
 		case <-ctx.Done():
-			return st, "rate-limited", nil, ctx.Err()
+			return st, problem{Type: "rate-limited"}, ctx.Err()
 		case <-time.After(time.Duration(50+rand.IntN(100*attempt)) * time.Millisecond):
 		}
 	}
@@ -153,6 +159,9 @@ type recorder struct {
 	acked     []string
 	holdsOK   atomic.Int64
 	booked    atomic.Int64
+	// by kind of buyer: 0 pick-your-seat, 1 best-available
+	refusedBy [2]atomic.Int64
+	bookedBy  [2]atomic.Int64
 	mismatch  atomic.Int64
 }
 
@@ -206,7 +215,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 
 	var wg sync.WaitGroup
 	for b := range o.Buyers {
-		wg.Go(func() { buyer(ctx, c, o, view, rec, fmt.Sprintf("buyer-%04d", b)) })
+		best := b%5 != 0 // four buyers in five ask for the best available
+		wg.Go(func() { buyer(ctx, c, o, view, rec, fmt.Sprintf("buyer-%04d", b), best) })
 	}
 	// The sale ends when the seat map shows every seat sold (or at the deadline), or
 	// when the server stops answering.
@@ -220,7 +230,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 					Status string `json:"status"`
 				} `json:"seats"`
 			}
-			st, _, err := c.call(ctx, http.MethodGet, "/v1/shows/"+o.ShowID+"/seats", "", "", nil, &m)
+			st, _, err := c.call(ctx, http.MethodGet, "/v1/shows/"+o.ShowID+"/seats?format=json", "", "", nil, &m)
 			if err != nil && ctx.Err() == nil {
 				if unanswered++; unanswered == 10 { // two seconds without an answer
 					serverGone.Store(true)
@@ -252,7 +262,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	progressDone.Wait()
 
 	sum := Summary{Elapsed: elapsed, Requests: rec.requests.Load(), Outcomes: rec.outcomes, Seats: o.Seats,
-		ReplayMismatch: rec.mismatch.Load(), Latency: map[string][3]time.Duration{}, TransportErrors: c.failed.Load()}
+		ReplayMismatch: rec.mismatch.Load(), Latency: map[string][3]time.Duration{}, TransportErrors: c.failed.Load(),
+		RefusedPerBooking: map[string]float64{}}
+	for k, name := range []string{"pick-your-seat", "best-available"} {
+		sum.RefusedPerBooking[name] = float64(rec.refusedBy[k].Load()) / float64(max(1, rec.bookedBy[k].Load()))
+	}
 	if serverGone.Load() {
 		return sum, fmt.Errorf("the server at %s stopped answering mid-sale (%d requests never got a response)", o.BaseURL, sum.TransportErrors)
 	}
@@ -300,24 +314,48 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
-// buyer keeps trying to buy 1–4 seats, mostly among the best 10%, until the sale ends.
-func buyer(ctx context.Context, c *client, o Options, view *seatView, rec *recorder, holder string) {
+// buyer keeps trying to buy 1–4 seats until the sale ends: most buyers (best) ask for
+// that many seats together, best available; the others pick seats from the seat map,
+// mostly among the best 10%.
+func buyer(ctx context.Context, c *client, o Options, view *seatView, rec *recorder, holder string, best bool) {
+	kind := 0
+	if best {
+		kind = 1
+	}
+	want := 0 // a best-available buyer told fewer seats are left asks for fewer
 	for ctx.Err() == nil {
-		want := view.pick(1 + rand.IntN(4))
-		if len(want) == 0 {
-			time.Sleep(50 * time.Millisecond)
-			continue
+		n := 1 + rand.IntN(4)
+		if want > 0 {
+			n, want = want, 0
+		}
+		body := map[string]any{"count": n, "adjacent": true, "ttl_ms": o.HoldTTL.Milliseconds()}
+		op := "hold best"
+		if !best {
+			want := view.pick(n)
+			if len(want) == 0 {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			body, op = map[string]any{"seats": want, "ttl_ms": o.HoldTTL.Milliseconds()}, "hold"
 		}
 		var h hold
 		t := time.Now()
-		st, typ, taken, err := c.callP(ctx, http.MethodPost, "/v1/shows/"+o.ShowID+"/holds", holder, "",
-			map[string]any{"seats": want, "ttl_ms": o.HoldTTL.Milliseconds()}, &h)
+		st, p, err := c.callP(ctx, http.MethodPost, "/v1/shows/"+o.ShowID+"/holds", holder, "", body, &h)
 		if err != nil {
 			continue
 		}
-		rec.add("hold", st, typ, time.Since(t))
-		if st == http.StatusConflict {
-			view.markBusy(taken, o.HoldTTL/2) // look elsewhere for a while
+		rec.add(op, st, p.Type, time.Since(t))
+		if st == http.StatusConflict && p.Type == "seats-unavailable" {
+			rec.refusedBy[kind].Add(1)
+			switch {
+			case !best:
+				view.markBusy(p.Seats, o.HoldTTL/2) // look elsewhere for a while
+			case p.Available != nil && *p.Available > 0 && *p.Available < n:
+				want = *p.Available // fewer seats are left than asked for
+			default:
+				// Nothing fits now: wait for holds to expire or be released.
+				time.Sleep(o.HoldTTL / 4)
+			}
 		}
 		if st != http.StatusCreated {
 			continue
@@ -336,21 +374,29 @@ func buyer(ctx context.Context, c *client, o Options, view *seatView, rec *recor
 				return
 			case <-time.After(o.HoldTTL + 200*time.Millisecond):
 			}
-			confirm(ctx, c, rec, holder, key, h, false)
+			if confirm(ctx, c, rec, holder, key, h, false) {
+				rec.bookedBy[kind].Add(1)
+			}
 		case r < 40: // the response is "lost": retry with the same key
-			confirm(ctx, c, rec, holder, key, h, true)
+			if confirm(ctx, c, rec, holder, key, h, true) {
+				rec.bookedBy[kind].Add(1)
+			}
 		default:
-			confirm(ctx, c, rec, holder, key, h, false)
+			if confirm(ctx, c, rec, holder, key, h, false) {
+				rec.bookedBy[kind].Add(1)
+			}
 		}
 	}
 }
 
-func confirm(ctx context.Context, c *client, rec *recorder, holder, key string, h hold, retry bool) {
+// confirm books a hold (and with retry, confirms again with the same key, as a client
+// whose answer was lost would); it reports whether the booking was made.
+func confirm(ctx context.Context, c *client, rec *recorder, holder, key string, h hold, retry bool) bool {
 	var b booking
 	t := time.Now()
 	st, typ, err := c.call(ctx, http.MethodPost, "/v1/bookings", holder, key, h, &b)
 	if err != nil {
-		return
+		return false
 	}
 	rec.add("confirm", st, typ, time.Since(t))
 	if st == http.StatusCreated {
@@ -364,13 +410,14 @@ func confirm(ctx context.Context, c *client, rec *recorder, holder, key string, 
 		t = time.Now()
 		st2, typ2, err := c.call(ctx, http.MethodPost, "/v1/bookings", holder, key, h, &again)
 		if err != nil {
-			return
+			return true
 		}
 		rec.add("confirm-retry", st2, typ2, time.Since(t))
 		if st2 != http.StatusOK || again.ID != b.ID {
 			rec.mismatch.Add(1)
 		}
 	}
+	return st == http.StatusCreated
 }
 
 // seatView is the buyers' shared idea of which seats may be free.
@@ -434,6 +481,8 @@ func (v *seatView) pick(n int) []string {
 func (s Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "sale over in %s: %d/%d seats sold in %d bookings, %d requests (%.0f/s)\n",
 		s.Elapsed.Round(time.Millisecond), s.SeatsSold, s.Seats, s.Bookings, s.Requests, float64(s.Requests)/s.Elapsed.Seconds())
+	fmt.Fprintf(w, "refused hold attempts per booking: best-available %.2f, pick-your-seat %.2f\n",
+		s.RefusedPerBooking["best-available"], s.RefusedPerBooking["pick-your-seat"])
 	fmt.Fprintln(w, "outcomes:")
 	for _, k := range slices.Sorted(maps.Keys(s.Outcomes)) {
 		fmt.Fprintf(w, "  %-40s %d\n", k, s.Outcomes[k])
