@@ -21,7 +21,8 @@ import (
 // index; best.lua reads it, so a call costs about the same whatever the show's size or
 // how much of it is sold.
 
-// indexPage is about how many seats one index.lua call indexes (whole rows).
+// indexPage is about how many seats one index.lua call indexes (whole rows, or whole
+// segments of long rows: see runSegment).
 const indexPage = 500
 
 // HoldBest holds the best available seats of a show: req.Count of them (in
@@ -154,8 +155,8 @@ func (e *Engine) buildIndex(ctx context.Context, sh *show) error {
 		return nil
 	}
 	for i, s := range sh.layout {
-		newRow := i > 0 && (s.Section != sh.layout[i-1].Section || s.Row != sh.layout[i-1].Row)
-		if newRow && len(args)/3 >= indexPage {
+		// A page ends where no run can continue (a row's or a segment's end).
+		if i > 0 && !sh.joinedRight(i-1) && len(args)/3 >= indexPage {
 			if err := flush(); err != nil {
 				return err
 			}

@@ -63,8 +63,7 @@ func bestOffline(sh *show, taken map[string]bool, count int, section string, adj
 		var sum int64
 		ok := true
 		for j := i; j < i+count; j++ {
-			if j >= len(sh.layout) || taken[sh.layout[j].ID] || (j > i && !(sh.layout[j].Section == sh.layout[i].Section &&
-				sh.layout[j].Row == sh.layout[i].Row && sh.layout[j].Position == sh.layout[j-1].Position+1)) {
+			if j >= len(sh.layout) || taken[sh.layout[j].ID] || (j > i && !sh.joinedRight(j-1)) {
 				ok = false
 				break
 			}
@@ -409,8 +408,7 @@ func (v *env) indexConsistent(show string) {
 			continue
 		}
 		j := i
-		for j+1 < len(sh.layout) && free[j+1] && sh.layout[j+1].Section == sh.layout[i].Section &&
-			sh.layout[j+1].Row == sh.layout[i].Row && sh.layout[j+1].Position == sh.layout[j].Position+1 {
+		for j+1 < len(sh.layout) && free[j+1] && sh.joinedRight(j) {
 			j++
 		}
 		want[fmt.Sprintf("%d:%s@%d:%d", sh.sections[sh.layout[i].Section], sh.layout[i].ID, sh.bucket[i], j-i+1)] = true

@@ -7,9 +7,13 @@ import (
 	"github.com/holdfast/holdfast/db"
 )
 
-// resyncPage is how many seats one Resync step reads and writes: each step is one
-// script call, so Redis is never blocked for long (about a millisecond a page).
-const resyncPage = 500
+// resyncPage is how many seats one Resync step reads from PostgreSQL; it writes them to
+// Redis markChunk at a time, one script call each, so Redis is never blocked for long
+// (a few milliseconds a call).
+const (
+	resyncPage = 1000
+	markChunk  = 200
+)
 
 // Resync rebuilds a show's Redis state from PostgreSQL: every seat a booking ever
 // reached gets the marker the database says (sold, or free after a cancellation), holds
@@ -54,8 +58,9 @@ func (e *Engine) resync(ctx context.Context, sh *show) error {
 		for i, r := range rows {
 			seats[i], marks[i] = r.SeatID, marker(r.Generation, r.Claimed)
 		}
-		if len(rows) > 0 {
-			dropped, _, err := e.writeMarkers(ctx, sh, seats, marks, "-")
+		for lo := 0; lo < len(rows); lo += markChunk {
+			hi := min(lo+markChunk, len(rows))
+			dropped, _, err := e.writeMarkers(ctx, sh, seats[lo:hi], marks[lo:hi], "-")
 			if err != nil {
 				return err
 			}

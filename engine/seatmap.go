@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -97,8 +98,12 @@ func (e *Engine) SeatMap(ctx context.Context, showID string) (*SeatMap, error) {
 		return nil, err
 	}
 	if v.cancel == nil { // not watched (every slot is taken): built for this read only
-		if err := v.rebuild(ctx); err != nil {
-			return nil, err
+		err := v.rebuild(ctx)
+		for try := 0; errors.Is(err, errCatchUpGap) && try < 3; try++ {
+			err = v.rebuild(ctx)
+		}
+		if err != nil {
+			return nil, unavailable("redis", err)
 		}
 		return v.read(ctx)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -138,15 +139,27 @@ func newShow(prefix, showID string, layout []Seat) *show {
 // bestScale spaces ranks in a best-available score: rank * bestScale + layout index.
 const bestScale = 1 << 20
 
+// runSegment bounds the seats of a row that adjacency joins: a longer row (a show
+// created from bare ids is one row) is indexed as segments of this many seats, and a
+// best-available block never spans two. It bounds the walk along a row that each
+// seat change makes in the index.
+const runSegment = 100
+
 // indexMeta computes each seat's best-available meta: its score, its section's number,
-// and its neighbours in the row (positions one below and one above).
+// and its neighbours in the row (positions one below and one above, in one segment).
 func (sh *show) indexMeta() {
 	sh.sections = map[string]int{}
 	sh.meta = make([]string, len(sh.layout))
 	ref := func(i int) string { return sh.layout[i].ID + "@" + strconv.Itoa(sh.bucket[i]) }
-	sameRow := func(i, j int) bool {
+	inRow := make([]int, len(sh.layout)) // the seat's place in its row
+	for i := 1; i < len(sh.layout); i++ {
+		if a, b := sh.layout[i-1], sh.layout[i]; a.Section == b.Section && a.Row == b.Row {
+			inRow[i] = inRow[i-1] + 1
+		}
+	}
+	joined := func(i, j int) bool { // j = i+1
 		a, b := sh.layout[i], sh.layout[j]
-		return a.Section == b.Section && a.Row == b.Row && b.Position == a.Position+1
+		return a.Section == b.Section && a.Row == b.Row && b.Position == a.Position+1 && inRow[j]%runSegment != 0
 	}
 	for i, s := range sh.layout {
 		sec, ok := sh.sections[s.Section]
@@ -155,15 +168,19 @@ func (sh *show) indexMeta() {
 			sh.sections[s.Section] = sec
 		}
 		left, right := "-", "-"
-		if i > 0 && sameRow(i-1, i) {
+		if i > 0 && joined(i-1, i) {
 			left = ref(i - 1)
 		}
-		if i+1 < len(sh.layout) && sameRow(i, i+1) {
+		if i+1 < len(sh.layout) && joined(i, i+1) {
 			right = ref(i + 1)
 		}
 		sh.meta[i] = strconv.FormatInt(int64(s.Rank)*bestScale+int64(i), 10) + " " + strconv.Itoa(sec) + " " + left + " " + right
 	}
 }
+
+// joinedRight reports whether seat i (layout index) is adjacent to seat i+1 for
+// best-available blocks.
+func (sh *show) joinedRight(i int) bool { return !strings.HasSuffix(sh.meta[i], " -") }
 
 // scriptKeys returns the common key layout of the scripts for these seats (counter,
 // holder zset, hold keys, sold buckets; see internal/lua/common.lua), or ErrNotFound

@@ -184,7 +184,9 @@ func (v *view) follow(ctx context.Context) {
 		}
 		if rebuild || v.resync.Swap(false) {
 			v.e.m.seatMapRebuilds.Inc()
-			if err := v.rebuild(ctx); err != nil {
+			if err := v.rebuild(ctx); errors.Is(err, errCatchUpGap) {
+				continue // at once: the feed moves, nothing is down
+			} else if err != nil {
 				v.failed(err)
 				sleep(ctx, backoff)
 				backoff = min(2*backoff, maxFeedBackoff)
@@ -487,7 +489,7 @@ func (v *view) rebuild(ctx context.Context) error {
 		v.mu.Lock()
 		if !v.applyEntries(res) {
 			v.mu.Unlock()
-			return v.rebuildAgain(ctx)
+			return errCatchUpGap
 		}
 		n := 0
 		for _, st := range res {
@@ -517,14 +519,9 @@ func (v *view) rebuild(ctx context.Context) error {
 	}
 }
 
-// rebuildAgain restarts a rebuild whose catch-up met a gap (the feed moved faster than
-// it could be read); bounded by ctx.
-func (v *view) rebuildAgain(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return v.rebuild(ctx)
-}
+// errCatchUpGap: a rebuild's catch-up met a gap (the feed was trimmed past it while it
+// read): the rebuild starts again.
+var errCatchUpGap = errors.New("the feed was trimmed while the seat map caught up")
 
 // expire applies hold expiries as they come, until ctx ends.
 func (v *view) expire(ctx context.Context) {

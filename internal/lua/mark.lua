@@ -39,6 +39,7 @@ end
 
 local moved, dropped = 0, 0
 local sold, unsold, gone = {}, {}, {}
+local changed = {} -- seats whose marker moved or whose hold was dropped
 for i = 1, n do
     local s, m = seat(i, F), ARGV[F + n + i]
     local cur = redis.call("HGET", sk(i), s)
@@ -48,6 +49,7 @@ for i = 1, n do
         redis.call("HSET", sk(i), s, m)
         moved, cur, cg = moved + 1, m, ng
         if is_sold(m) then sold[#sold + 1] = s else unsold[#unsold + 1] = s end
+        changed[i] = true
     end
     if is_sold(cur) then
         local v = redis.call("GET", hk(i))
@@ -58,13 +60,16 @@ for i = 1, n do
                 if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
                 dropped = dropped + 1
                 gone[#gone + 1] = s
+                changed[i] = true
             end
         end
     end
 end
 if moved > 0 or dropped > 0 then
     local now = now_ms()
-    for i = 1, n do index_state(i, seat(i, F), now) end
+    for i = 1, n do
+        if changed[i] then index_state(i, seat(i, F), now) end
+    end
 end
 local id = ""
 if moved > 0 or dropped > 0 then
