@@ -7,8 +7,8 @@ package engine
 import (
 	"context"
 	"errors"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
