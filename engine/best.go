@@ -23,7 +23,7 @@ import (
 
 // indexPage is about how many seats one index.lua call indexes (whole rows, or whole
 // segments of long rows: see runSegment).
-const indexPage = 500
+const indexPage = 200
 
 // HoldBest holds the best available seats of a show: req.Count of them (in
 // req.Section, or anywhere), or with req.Adjacent req.Count seats side by side in one

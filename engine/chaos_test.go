@@ -88,7 +88,8 @@ func (w *chaosWorkload) note(err error) {
 	case errors.Is(err, ErrUnavailable):
 		w.stats.unavail.Add(1)
 	case errors.Is(err, ErrSeatsUnavailable), errors.Is(err, ErrHoldLost), errors.Is(err, ErrStaleGeneration),
-		errors.Is(err, ErrHolderLimit), errors.Is(err, ErrExtendLimit), errors.Is(err, ErrIdempotencyKeyReused):
+		errors.Is(err, ErrHolderLimit), errors.Is(err, ErrExtendLimit), errors.Is(err, ErrIdempotencyKeyReused),
+		errors.Is(err, ErrOverloaded):
 		w.stats.refused.Add(1)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 	default:
@@ -171,7 +172,7 @@ func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key stri
 				}
 			}
 			return
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, ErrUnavailable), errors.Is(err, ErrOverloaded):
 			time.Sleep(time.Duration(20*(attempt+1)) * time.Millisecond)
 		default:
 			if errors.Is(err, ErrHoldLost) || errors.Is(err, ErrStaleGeneration) || errors.Is(err, ErrSeatsUnavailable) {

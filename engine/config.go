@@ -64,6 +64,13 @@ type Config struct {
 	// show through this engine forgets it at once. Defaults to 2 seconds.
 	UnknownShowTTL time.Duration
 
+	// MaxConfirmQueue bounds the confirmations waiting for a PostgreSQL connection; past
+	// it a confirmation is refused at once with ErrOverloaded (nothing changes). A
+	// confirmation is also refused (ErrHoldLost), before it costs the database anything,
+	// when its hold would expire before it got a connection and finished. Defaults to
+	// four times the pool's MaxConns.
+	MaxConfirmQueue int
+
 	// MaxWatchedShows bounds how many shows' seat maps the engine keeps in memory and
 	// current from their change feeds (each takes one Redis connection, blocked on the
 	// feed, from the client's pool). Past it, the map least recently read with no open
@@ -102,6 +109,7 @@ const (
 	defaultMaxCachedShows    = 10_000
 	defaultUnknownShowTTL    = 2 * time.Second
 	defaultMaxWatchedShows   = 32
+	defaultMaxConfirmQueue   = 128 // New uses four times the pool's MaxConns
 	defaultSeatMapIdle       = time.Minute
 
 	// minHoldTTL is the shortest hold Redis can keep: PX takes whole milliseconds.
@@ -163,6 +171,7 @@ func (cfg *Config) withDefaults() (Config, error) {
 		{"Config.MaxSeatsPerShow", &c.MaxSeatsPerShow, defaultMaxSeatsPerShow, 1_000_000},
 		{"Config.MaxCachedShows", &c.MaxCachedShows, defaultMaxCachedShows, 10_000_000},
 		{"Config.MaxWatchedShows", &c.MaxWatchedShows, defaultMaxWatchedShows, 10_000},
+		{"Config.MaxConfirmQueue", &c.MaxConfirmQueue, defaultMaxConfirmQueue, 1_000_000},
 	}
 	for _, n := range counts {
 		if *n.v == 0 {

@@ -115,7 +115,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	}
 	// The hold's generation now: the one presented, or the one Redis re-issued it when
 	// an earlier confirmation of it found the counter behind the database.
-	gen, err := e.verify(ctx, c, h.Generation)
+	gen, ttl, err := e.verify(ctx, c, h.Generation)
 	if err != nil {
 		return Booking{}, err
 	}
@@ -128,14 +128,16 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	// than let an expired hold do all its writes only to be rolled back at the second
 	// check.
 	waitStart := time.Now()
-	conn, err := e.pool.Acquire(ctx)
+	conn, err := e.admit(ctx, ttl)
 	if err != nil {
-		return Booking{}, unavailable("postgres", err)
+		return Booking{}, err
 	}
 	c.conn, c.q = conn, db.New(conn)
 	defer c.release()
+	acquired := time.Now()
+	defer func() { e.admission.took(time.Since(acquired)) }()
 	if time.Since(waitStart) > recheckAfterWait {
-		if gen, err = e.verify(ctx, c, gen); err != nil {
+		if gen, _, err = e.verify(ctx, c, gen); err != nil {
 			return Booking{}, err
 		}
 		if gen <= 0 {
@@ -272,7 +274,7 @@ func (e *Engine) confirmOnce(ctx context.Context, c *confirmation, gen int64, id
 	if e.hooks.beforeCommit != nil {
 		e.hooks.beforeCommit(ctx)
 	}
-	cur, err := e.verify(ctx, c, gen)
+	cur, _, err := e.verify(ctx, c, gen)
 	if err != nil {
 		return committed{}, err
 	}
@@ -358,14 +360,21 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 // regen.lua re-issued a hold that had gen — when every seat still holds its token; -1
 // when the seats are sold by a booking of generation gen; 0 when the hold is not
 // current.
-func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64, error) {
+// verify asks Redis whether the hold is current: its generation now (see verify.lua)
+// and, when current, how long it has left to live.
+func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64, time.Duration, error) {
 	ctx, span := e.step(ctx, "holdfast.confirm.verify")
-	n, err := lua.Verify.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64()
+	res, err := lua.Verify.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("%w: unexpected verify script reply %v", ErrUnavailable, res)
+	}
 	if err != nil {
 		err = e.redisErr(err)
+		endStep(span, err)
+		return 0, 0, err
 	}
-	endStep(span, err)
-	return n, err
+	endStep(span, nil)
+	return res[0], time.Duration(res[1]) * time.Millisecond, nil
 }
 
 // spent returns a [*HoldSpentError] matching sentinel when the hold made a booking

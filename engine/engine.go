@@ -36,9 +36,10 @@ type Engine struct {
 	stop   func()        // ends the background loop
 	done   chan struct{} // closed when it has ended
 
-	views   views           // the seat maps kept current (view.go)
-	viewCtx context.Context // ends when the engine closes
-	closed  bool            // under views.mu
+	admission *admission      // the confirmations' queue (admission.go)
+	views     views           // the seat maps kept current (view.go)
+	viewCtx   context.Context // ends when the engine closes
+	closed    bool            // under views.mu
 
 	hooks hooks
 }
@@ -76,15 +77,24 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 		return nil, invalid("rdb", "the go-redis client must be created with ContextTimeoutEnabled: true, so that a "+
 			"call's context deadline bounds it (a frozen Redis would otherwise hold a confirmation past its hold)")
 	}
+	if cfg == nil || cfg.MaxConfirmQueue == 0 {
+		with := Config{}
+		if cfg != nil {
+			with = *cfg
+		}
+		with.MaxConfirmQueue = 4 * int(pool.Config().MaxConns)
+		cfg = &with
+	}
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(c.Registerer)
+	waiting := &admission{}
+	m, err := newMetrics(c.Registerer, func() float64 { return float64(waiting.waiting.Load()) })
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	e := &Engine{pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
+	e := &Engine{admission: waiting, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
 	if c.TracerProvider != nil {
 		e.tracer = c.TracerProvider.Tracer(tracerName)

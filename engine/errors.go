@@ -35,6 +35,10 @@ var (
 	// ErrUnavailable reports that Redis or PostgreSQL failed or timed out; the outcome
 	// is not success and the seats are not known to be taken. The cause is wrapped.
 	ErrUnavailable = errors.New("engine: backend unavailable")
+	// ErrOverloaded reports work refused because it could not be done in time: too many
+	// confirmations wait for the database, or one would get its turn only after its hold
+	// expires. Nothing changed; retry later (HTTP: 503 with Retry-After).
+	ErrOverloaded = errors.New("engine: overloaded")
 )
 
 // SeatsUnavailableError names the requested seats that were held or sold. From

@@ -223,7 +223,8 @@ func TestLinearizableUnderFaults(t *testing.T) {
 			return true, false
 		case errors.Is(err, ErrUnavailable):
 			return false, true
-		case errors.Is(err, ErrSeatsUnavailable), errors.Is(err, ErrHoldLost), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrNotFound):
+		case errors.Is(err, ErrSeatsUnavailable), errors.Is(err, ErrHoldLost), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrNotFound),
+			errors.Is(err, ErrOverloaded): // refused before anything was written
 			return false, false
 		default:
 			t.Errorf("unexpected error: %v", err)

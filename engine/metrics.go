@@ -11,18 +11,20 @@ import (
 // metrics are the engine's Prometheus collectors. Labels are low-cardinality: an
 // operation and a result, never a token, holder or show.
 type metrics struct {
-	ops             *prometheus.CounterVec
-	duration        *prometheus.HistogramVec
-	fenceRefusals   prometheus.Counter
-	counterRepairs  prometheus.Counter
-	markerRepairs   prometheus.Counter
-	markerDeferred  prometheus.Counter
-	seatMapRebuilds prometheus.Counter
-	feedLag         prometheus.Histogram
-	children        sync.Map // opResult -> *opMetrics
+	ops               *prometheus.CounterVec
+	duration          *prometheus.HistogramVec
+	fenceRefusals     prometheus.Counter
+	counterRepairs    prometheus.Counter
+	markerRepairs     prometheus.Counter
+	markerDeferred    prometheus.Counter
+	seatMapRebuilds   prometheus.Counter
+	admissionRefusals *prometheus.CounterVec
+	confirmQueueWait  prometheus.Histogram
+	feedLag           prometheus.Histogram
+	children          sync.Map // opResult -> *opMetrics
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metrics, error) {
 	m := &metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_operations_total",
@@ -53,6 +55,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "holdfast_seatmap_rebuilds_total",
 			Help: "Seat-map rebuilds from PostgreSQL and Redis: a show first read, a gap in its change feed, a Resync.",
 		}),
+		admissionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_confirm_admission_refusals_total",
+			Help: "Confirmations refused before the database: queue_full, too_late (the hold would expire first), hold_expired.",
+		}, []string{"reason"}),
+		confirmQueueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "holdfast_confirm_queue_wait_seconds",
+			Help:    "How long confirmations waited for a PostgreSQL connection.",
+			Buckets: []float64{.0001, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
+		}),
 		feedLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "holdfast_seatmap_feed_lag_seconds",
 			Help:    "Time from a change's feed entry in Redis to its application to this engine's seat map.",
@@ -60,7 +71,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag} {
+		queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "holdfast_confirm_queue_length",
+			Help: "Confirmations waiting for a PostgreSQL connection now.",
+		}, confirmQueue)
+		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag, m.admissionRefusals, m.confirmQueueWait} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

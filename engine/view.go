@@ -598,11 +598,10 @@ func (v *view) read(ctx context.Context) (*SeatMap, error) {
 			break
 		}
 	}
-	m := v.snap.Load()
+	// Under the lock: an entry counted as applied is published in the same critical
+	// section, so the snapshot taken here has every write the wait above waited for.
 	v.mu.Lock()
-	if m == nil {
-		m = v.snapshotLocked()
-	}
+	m := v.snapshotLocked()
 	built, asOf, healthy, ferr := v.built, v.asOf, v.healthy, v.err
 	v.mu.Unlock()
 	if !built || asOf.IsZero() {

@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast/holdfast/engine"
 	"github.com/holdfast/holdfast/internal/testsvc"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestIdentityHeadersOnce: two Holder-Id (or Idempotency-Key) headers are refused, not
@@ -247,4 +249,40 @@ func TestSpentHoldPointsAtItsBooking(t *testing.T) {
 	if r.body["booking"] != "/v1/bookings/"+booked.body["id"].(string) {
 		t.Fatalf("the refusal does not point at the booking: %s", r.raw)
 	}
+}
+
+// TestOverloadIs503: with the database's connections all taken, a confirmation that
+// would wait with the queue full is shed: 503 "overloaded" with Retry-After, never a
+// success or "taken"; the one waiting gets its turn once a connection is free.
+func TestOverloadIs503(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{MaxConfirmQueue: 1}, Options{})
+	a.want(a.do("PUT", "/v1/shows/busy", "", "", map[string]any{"seats": seats(2)}), 201, "")
+	var conns []*pgxpool.Conn // every connection taken
+	for range a.pool.Config().MaxConns {
+		c, err := a.pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	h1 := a.do("POST", "/v1/shows/busy/holds", "alice", "", map[string]any{"seats": []string{"A1"}, "ttl_ms": 60000})
+	h2 := a.do("POST", "/v1/shows/busy/holds", "bob", "", map[string]any{"seats": []string{"A2"}, "ttl_ms": 60000})
+	a.want(h1, 201, "")
+	a.want(h2, 201, "")
+	first := make(chan reply, 1)
+	go func() { first <- a.do("POST", "/v1/bookings", "alice", "", h1.body) }()
+	for !strings.Contains(a.do("GET", "/metrics", "", "", nil).raw, "holdfast_confirm_queue_length 1") {
+		time.Sleep(10 * time.Millisecond) // until alice's confirmation is in the queue
+	}
+	r := a.do("POST", "/v1/bookings", "bob", "", h2.body)
+	for _, c := range conns {
+		c.Release()
+	}
+	a.want(r, 503, "overloaded")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+	a.want(<-first, 201, "")
+	a.want(a.do("POST", "/v1/bookings", "bob", "", h2.body), 201, "") // shed, not lost
 }

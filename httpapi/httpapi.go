@@ -723,6 +723,8 @@ func problem(err error) (status int, typ, title string) {
 		return http.StatusUnprocessableEntity, "extend-limit", "Hold extend limit reached"
 	case errors.Is(err, engine.ErrUnavailable):
 		return http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable"
+	case errors.Is(err, engine.ErrOverloaded):
+		return http.StatusServiceUnavailable, "overloaded", "Overloaded"
 	default:
 		return http.StatusInternalServerError, "internal", "Internal error"
 	}
@@ -731,7 +733,11 @@ func problem(err error) (status int, typ, title string) {
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, typ, title := problem(err)
 	detail := err.Error()
-	if status >= 500 {
+	switch {
+	case typ == "overloaded": // shed on purpose: say why, log quietly
+		w.Header().Set("Retry-After", "1")
+		s.log.InfoContext(r.Context(), "request shed", "route", r.Pattern, "error", err)
+	case status >= 500:
 		s.log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "error", err)
 		w.Header().Set("Retry-After", "1")
 		detail = "a backend failed; retry later"

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -25,6 +26,7 @@ import (
 // api is a Server over a real engine behind a real listener, with its logs captured.
 type api struct {
 	t    *testing.T
+	pool *pgxpool.Pool // the engine's
 	srv  *httptest.Server
 	s    *Server
 	logs *syncBuffer
@@ -53,7 +55,8 @@ func newAPI(t *testing.T, rdb redis.UniversalClient, cfg engine.Config, opts Opt
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewRegistry()
 	cfg.KeyPrefix, cfg.Logger, cfg.Registerer = testsvc.KeyPrefix(t), log, reg
-	e, err := engine.New(testsvc.Database(t), rdb, &cfg)
+	pool := testsvc.Database(t)
+	e, err := engine.New(pool, rdb, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func newAPI(t *testing.T, rdb redis.UniversalClient, cfg engine.Config, opts Opt
 	}
 	srv := httptest.NewServer(recordExchanges(s))
 	t.Cleanup(srv.Close)
-	return &api{t: t, srv: srv, s: s, logs: logs}
+	return &api{t: t, pool: pool, srv: srv, s: s, logs: logs}
 }
 
 type reply struct {

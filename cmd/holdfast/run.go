@@ -166,6 +166,7 @@ type engineFlags struct {
 	maxHoldAge        time.Duration
 	maxSeatsPerHold   int
 	maxSeatsPerHolder int
+	maxConfirmQueue   int
 	otlpEndpoint      string
 }
 
@@ -176,13 +177,15 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&f.maxHoldAge, "max-hold-age", 0, "longest total life of a hold with its extensions (default 30m)")
 	fs.IntVar(&f.maxSeatsPerHold, "max-seats-per-hold", 0, "most seats in one hold (default 10)")
 	fs.IntVar(&f.maxSeatsPerHolder, "max-seats-per-holder", 0, "most seats one holder holds at once per show (default 10)")
+	fs.IntVar(&f.maxConfirmQueue, "max-confirm-queue", 0, "most confirmations waiting for a database connection; past it they are shed with 503 (default 4 x --pg-max-conns)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", getenv("OTEL_EXPORTER_OTLP_ENDPOINT"),
 		"export traces by OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 (/v1/traces is added to a bare URL; env OTEL_EXPORTER_OTLP_ENDPOINT); empty: no tracing")
 }
 
 func (f *engineFlags) config() engine.Config {
 	return engine.Config{KeyPrefix: f.keyPrefix, DefaultHoldTTL: f.defaultHoldTTL, MaxHoldTTL: f.maxHoldTTL,
-		MaxHoldAge: f.maxHoldAge, MaxSeatsPerHold: f.maxSeatsPerHold, MaxSeatsPerHolder: f.maxSeatsPerHolder}
+		MaxHoldAge: f.maxHoldAge, MaxSeatsPerHold: f.maxSeatsPerHold, MaxSeatsPerHolder: f.maxSeatsPerHolder,
+		MaxConfirmQueue: f.maxConfirmQueue}
 }
 
 // parseFlags parses a command's flags wherever they stand among its arguments (as in

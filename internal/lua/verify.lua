@@ -6,16 +6,17 @@
 -- ARGV[3]    generation: the hold's, or the one it had before regen.lua re-issued it
 -- ARGV[4..]  seat ids
 --
--- Returns the hold's current generation when every seat holds this token (see owned in
--- common.lua); -1 when it does not but every seat is sold by a booking of this very
--- generation (the hold made a booking: its keys were replaced by the markers); else 0.
+-- Returns {the hold's current generation, its remaining life in ms} when every seat
+-- holds this token (see owned in common.lua); {-1, 0} when it does not but every seat
+-- is sold by a booking of this very generation (the hold made a booking: its keys were
+-- replaced by the markers); else {0, 0}.
 
 local F = 3
 local n, err = hold_layout(F)
 if not n then return err end
 local created, cur = owned(n, ARGV[2], ARGV[3], ARGV[1])
-if created then return tonumber(cur) end
+if created then return {tonumber(cur), redis.call("PTTL", hk(1))} end
 for i = 1, n do
-    if redis.call("HGET", sk(i), seat(i, F)) ~= ARGV[3] then return 0 end
+    if redis.call("HGET", sk(i), seat(i, F)) ~= ARGV[3] then return {0, 0} end
 end
-return -1
+return {-1, 0}

@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"errors"
+
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// takeAllConns takes every connection of the pool until the test ends (or release).
+func takeAllConns(t *testing.T, pool *pgxpool.Pool) (release func()) {
+	t.Helper()
+	var conns []*pgxpool.Conn
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			for _, c := range conns {
+				c.Release()
+			}
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// TestAdmissionRefusesWhatCannotFinish: a confirmation that would get a connection
+// only after its hold expires is refused (ErrHoldLost) by the hold's end, without a
+// statement run; one that would wait with the queue full is refused at once
+// (ErrOverloaded), and its hold confirms later. Neither writes anything.
+func TestAdmissionRefusesWhatCannotFinish(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testsvc.Database(t).Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxNewPool(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newEnvWith(t, pool, testsvc.Redis(t), func(c *Config) { c.MaxConfirmQueue = 1 })
+	v.show("adm", seatNames(3)...)
+	h := v.hold("adm", 400*time.Millisecond, "", "S000")
+	release := takeAllConns(t, pool)
+
+	start := time.Now()
+	_, err = v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	took := time.Since(start)
+	if !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("confirm with no connection for its hold's life: %v after %v", err, took)
+	}
+	if late := time.Since(h.ExpiresAt); late > 50*time.Millisecond {
+		t.Fatalf("refused %v after the hold's expiry", late)
+	}
+	if n := testutil.ToFloat64(v.e.m.admissionRefusals.WithLabelValues("too_late")); n != 1 {
+		t.Fatalf("%v too_late refusals counted", n)
+	}
+
+	// The queue holds one: a second waiter is refused at once.
+	h2 := v.hold("adm", time.Minute, "", "S001")
+	first := make(chan error, 1)
+	go func() {
+		_, err := v.e.Confirm(t.Context(), h2, ConfirmOptions{})
+		first <- err
+	}()
+	for v.e.admission.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	h3 := v.hold("adm", time.Minute, "", "S002")
+	start = time.Now()
+	if _, err := v.e.Confirm(t.Context(), h3, ConfirmOptions{}); !errors.Is(err, ErrOverloaded) || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("confirm with the queue full: %v after %v", err, time.Since(start))
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("the waiting confirmation: %v", err)
+	}
+	// Refused confirmations wrote nothing, and their holds still confirm.
+	if n := v.bookings("adm"); n != 1 {
+		t.Fatalf("%d bookings after two refusals and one confirmation", n)
+	}
+	if _, err := v.e.Confirm(t.Context(), h3, ConfirmOptions{}); err != nil {
+		t.Fatalf("the hold refused for overload confirms later: %v", err)
+	}
+}
