@@ -420,7 +420,7 @@ func TestResyncLargeShowInSteps(t *testing.T) {
 		}
 	}
 	// Creating the show builds its best-available index (one row of 100,000 seats,
-	// indexed in 100-seat segments), a page at a time too: in one call it would take
+	// indexed in 32-seat segments), a page at a time too: in one call it would take
 	// Redis about half a second.
 	v.show("big", seatNames5(n)...)
 	var building time.Duration

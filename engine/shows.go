@@ -143,7 +143,7 @@ const bestScale = 1 << 20
 // created from bare ids is one row) is indexed as segments of this many seats, and a
 // best-available block never spans two. It bounds the walk along a row that each
 // seat change makes in the index.
-const runSegment = 100
+const runSegment = 32
 
 // indexMeta computes each seat's best-available meta: its score, its section's number,
 // and its neighbours in the row (positions one below and one above, in one segment).
