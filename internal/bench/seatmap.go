@@ -219,7 +219,56 @@ func (e *env) seatMapWorkload(ctx context.Context, r *Report) error {
 			r.goal("seat map: Seats Redis commands per read", "<= 0.001", rc, rc <= 0.001)
 		}
 	}
+	if err := e.expiryLag(ctx, r, eng, seats); err != nil {
+		return err
+	}
 	return e.seatMapHTTP(ctx, r, eng, show)
+}
+
+// expiryLag holds 200 free seats of the show for 1-2 s and watches the map until each
+// shows free: how long after its hold's expiry (Redis's clock, as Hold.ExpiresAt).
+func (e *env) expiryLag(ctx context.Context, r *Report, eng *engine.Engine, seats []string) error {
+	const n = 200
+	m, err := eng.SeatMap(ctx, "map20k")
+	if err != nil {
+		return err
+	}
+	exp := map[int]time.Time{} // layout index -> expiry
+	for i := 0; i < len(m.States) && len(exp) < n; i++ {
+		if m.States[i] != engine.SeatFree {
+			continue
+		}
+		h, err := eng.Hold(ctx, engine.HoldRequest{ShowID: "map20k", SeatIDs: []string{m.Layout[i].ID}, TTL: time.Second + time.Duration(len(exp))*5*time.Millisecond})
+		if err != nil {
+			return err
+		}
+		exp[i] = h.ExpiresAt
+	}
+	var lags []time.Duration
+	deadline := time.Now().Add(10 * time.Second)
+	for len(exp) > 0 && time.Now().Before(deadline) {
+		m, err := eng.SeatMap(ctx, "map20k")
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		for i, t := range exp {
+			if m.States[i] == engine.SeatFree {
+				lags = append(lags, now.Sub(t))
+				delete(exp, i)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if len(exp) > 0 {
+		return fmt.Errorf("%d expired holds never showed free", len(exp))
+	}
+	slices.Sort(lags)
+	pct := func(p float64) float64 { return float64(lags[min(len(lags)-1, int(float64(len(lags))*p))].Microseconds()) / 1000 }
+	r.Rows = append(r.Rows, Row{Workload: "seat map: expiries", Variant: "hold expiry -> free in the map", Clients: 1,
+		P50ms: pct(.5), P99ms: pct(.99), Note: fmt.Sprintf("%d holds of 1-2 s; first free %.1f ms after its expiry (negative: before, by the clocks' rounding)", n, pct(0))})
+	r.goal("seat map: expired hold shows free, p99 after its Redis expiry (ms)", "<= 250", pct(.99), pct(.99) <= 250 && pct(0) > -5)
+	return nil
 }
 
 func errNote(s stats) string {
