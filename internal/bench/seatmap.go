@@ -264,7 +264,9 @@ func (e *env) expiryLag(ctx context.Context, r *Report, eng *engine.Engine, seat
 		return fmt.Errorf("%d expired holds never showed free", len(exp))
 	}
 	slices.Sort(lags)
-	pct := func(p float64) float64 { return float64(lags[min(len(lags)-1, int(float64(len(lags))*p))].Microseconds()) / 1000 }
+	pct := func(p float64) float64 {
+		return float64(lags[min(len(lags)-1, int(float64(len(lags))*p))].Microseconds()) / 1000
+	}
 	r.Rows = append(r.Rows, Row{Workload: "seat map: expiries", Variant: "hold expiry -> free in the map", Clients: 1,
 		P50ms: pct(.5), P99ms: pct(.99), Note: fmt.Sprintf("%d holds of 1-2 s; first free %.1f ms after its expiry (negative: before, by the clocks' rounding)", n, pct(0))})
 	r.goal("seat map: expired hold shows free, p99 after its Redis expiry (ms)", "<= 250", pct(.99), pct(.99) <= 250 && pct(0) > -5)
