@@ -46,12 +46,9 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	if req.Count < 1 || req.Count > e.cfg.MaxSeatsPerHold {
 		return Hold{}, invalid("BestRequest.Count", "%d is out of range [1, %d]", req.Count, e.cfg.MaxSeatsPerHold)
 	}
-	ttl := req.TTL
-	if ttl == 0 {
-		ttl = e.cfg.DefaultHoldTTL
-	}
-	if ttl < minHoldTTL || ttl > e.cfg.MaxHoldTTL {
-		return Hold{}, invalid("BestRequest.TTL", "%v is out of range [%v, %v]", req.TTL, minHoldTTL, e.cfg.MaxHoldTTL)
+	ttl, err := e.holdTTL("BestRequest.TTL", req.TTL)
+	if err != nil {
+		return Hold{}, err
 	}
 	if err := validateHolderID(req.HolderID); err != nil {
 		return Hold{}, err
@@ -106,22 +103,15 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 			left, _ := res[1].(int64)
 			return Hold{}, &SeatsUnavailableError{ShowID: sh.id, Available: int(left)}
 		case "LIMIT":
-			held, _ := res[1].(int64)
-			return Hold{}, fmt.Errorf("%w: holder holds %d seats in show %s, %d more would pass the cap of %d",
-				ErrHolderLimit, held, sh.id, req.Count, e.cfg.MaxSeatsPerHolder)
+			return Hold{}, e.holderLimit(sh, res[1], req.Count)
 		case "LOST":
 			return Hold{}, fmt.Errorf("%w: the hold this call made is gone", ErrHoldLost)
-		case "NOSTATE", "NOINDEX":
-			if attempt > 0 {
-				return Hold{}, fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
+		case "NOSTATE":
+			if err := e.rebuildShow(ctx, sh, attempt, e.resync); err != nil {
+				return Hold{}, err
 			}
-			_, err, _ := e.resyncs.Do(sh.id, func() (any, error) {
-				if status == "NOSTATE" {
-					return nil, e.resync(ctx, sh)
-				}
-				return nil, e.buildIndex(ctx, sh)
-			})
-			if err != nil {
+		case "NOINDEX":
+			if err := e.rebuildShow(ctx, sh, attempt, e.buildIndex); err != nil {
 				return Hold{}, err
 			}
 		default:

@@ -26,12 +26,9 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
-	ttl := req.TTL
-	if ttl == 0 {
-		ttl = e.cfg.DefaultHoldTTL
-	}
-	if ttl < minHoldTTL || ttl > e.cfg.MaxHoldTTL {
-		return Hold{}, invalid("HoldRequest.TTL", "%v is out of range [%v, %v]", req.TTL, minHoldTTL, e.cfg.MaxHoldTTL)
+	ttl, err := e.holdTTL("HoldRequest.TTL", req.TTL)
+	if err != nil {
+		return Hold{}, err
 	}
 	if err := validateHolderID(req.HolderID); err != nil {
 		return Hold{}, err
@@ -72,29 +69,51 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 			}
 			return Hold{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
 		case "LIMIT":
-			held, _ := res[1].(int64)
-			return Hold{}, fmt.Errorf("%w: holder holds %d seats in show %s, %d more would pass the cap of %d",
-				ErrHolderLimit, held, sh.id, len(seats), e.cfg.MaxSeatsPerHolder)
+			return Hold{}, e.holderLimit(sh, res[1], len(seats))
 		case "NOSTATE":
 			// Redis has no counter for the show: it lost its data (restart without
 			// persistence, failover) or never had it. Rebuild the show's markers and
 			// counter from the database before granting anything, then try once more.
-			if attempt > 0 {
-				return Hold{}, fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
-			}
-			_, err, shared := e.resyncs.Do(sh.id, func() (any, error) {
-				return nil, e.resync(ctx, sh)
-			})
-			if err != nil {
+			if err := e.rebuildShow(ctx, sh, attempt, e.resync); err != nil {
 				return Hold{}, err
-			}
-			if !shared {
-				e.log.WarnContext(ctx, "redis had no generation counter for the show; rebuilt it from the database", "show_id", sh.id)
 			}
 		default:
 			return Hold{}, fmt.Errorf("%w: unexpected hold script reply %v", ErrUnavailable, res)
 		}
 	}
+}
+
+// holdTTL is a requested hold TTL, or the default for zero, within the allowed range.
+func (e *Engine) holdTTL(field string, ttl time.Duration) (time.Duration, error) {
+	if ttl == 0 {
+		return e.cfg.DefaultHoldTTL, nil
+	}
+	if ttl < minHoldTTL || ttl > e.cfg.MaxHoldTTL {
+		return 0, invalid(field, "%v is out of range [%v, %v]", ttl, minHoldTTL, e.cfg.MaxHoldTTL)
+	}
+	return ttl, nil
+}
+
+// holderLimit is the refusal of a hold of n more seats by a holder that holds held
+// (a script's reply) in the show already.
+func (e *Engine) holderLimit(sh *show, held any, n int) error {
+	h, _ := held.(int64)
+	return fmt.Errorf("%w: holder holds %d seats in show %s, %d more would pass the cap of %d",
+		ErrHolderLimit, h, sh.id, n, e.cfg.MaxSeatsPerHolder)
+}
+
+// rebuildShow runs rebuild (Resync, or the best-available index) once per show at a
+// time, after a script found Redis without the show's state; a second loss in one call
+// (attempt > 0) is ErrUnavailable.
+func (e *Engine) rebuildShow(ctx context.Context, sh *show, attempt int, rebuild func(context.Context, *show) error) error {
+	if attempt > 0 {
+		return fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
+	}
+	_, err, shared := e.resyncs.Do(sh.id, func() (any, error) { return nil, rebuild(ctx, sh) })
+	if err == nil && !shared {
+		e.log.WarnContext(ctx, "redis had no state for the show; rebuilt it from the database", "show_id", sh.id)
+	}
+	return err
 }
 
 // ownedHold validates a presented hold and returns its show, sorted seats, script keys

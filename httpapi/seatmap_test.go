@@ -280,8 +280,18 @@ func TestSeatEventsEveryClientConverges(t *testing.T) {
 			a.want(a.do("POST", "/v1/holds/release", fmt.Sprint("h", i%7), "", h.body), 204, "")
 		}
 	}
-	time.Sleep(1500 * time.Millisecond) // every short hold expires
-	want := a.do("GET", "/v1/shows/many/seats?format=compact", "", "", nil).body["states"].(string)
+	// Every hold is short: wait until the server's map shows them all expired.
+	var want string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		want = a.do("GET", "/v1/shows/many/seats?format=compact", "", "", nil).body["states"].(string)
+		if !strings.Contains(want, "h") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holds of at most 1.1 s still held after 5 s: %s", want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for i, s := range streams {
 		var states []byte
 		deadline := time.Now().Add(3 * time.Second)
