@@ -183,11 +183,8 @@ func (e *env) bestSale(ctx context.Context, r *Report) error {
 						refused.Add(1)
 						if k == 0 {
 							c.avoid(idx, saleRefusedC)
-						} else if sue.Available < n {
-							// Fewer free seats than wanted anywhere: try a smaller group.
-							if sue.Available == 0 {
-								left.Store(0)
-							}
+						} else if sue.Available == 0 {
+							left.Store(0) // no free seat anywhere: the hold phase is over
 						}
 					default:
 						if sctx.Err() == nil {

@@ -219,7 +219,7 @@ func (e *env) seatMapWorkload(ctx context.Context, r *Report) error {
 			r.goal("seat map: Seats Redis commands per read", "<= 0.001", rc, rc <= 0.001)
 		}
 	}
-	if err := e.expiryLag(ctx, r, eng, seats); err != nil {
+	if err := e.expiryLag(ctx, r, eng); err != nil {
 		return err
 	}
 	return e.seatMapHTTP(ctx, r, eng, show)
@@ -227,7 +227,7 @@ func (e *env) seatMapWorkload(ctx context.Context, r *Report) error {
 
 // expiryLag holds 200 free seats of the show for 1-2 s and watches the map until each
 // shows free: how long after its hold's expiry (Redis's clock, as Hold.ExpiresAt).
-func (e *env) expiryLag(ctx context.Context, r *Report, eng *engine.Engine, seats []string) error {
+func (e *env) expiryLag(ctx context.Context, r *Report, eng *engine.Engine) error {
 	const n = 200
 	m, err := eng.SeatMap(ctx, "map20k")
 	if err != nil {
