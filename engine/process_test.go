@@ -19,13 +19,13 @@ import (
 )
 
 // TestMain lets the test binary be a second engine process: TestChaosEngineProcessPaused
-// runs it again with HOLDFAST_HELPER_HOLD set.
+// runs it again with HOLDFAST_HELPER_ENGINE set.
 func TestMain(m *testing.M) {
 	// Tests stop, freeze and restart Redis on purpose; go-redis's own "failed to dial"
 	// lines would only bury the test output.
 	redis.SetLogger(quietRedis{})
-	if raw := os.Getenv("HOLDFAST_HELPER_HOLD"); raw != "" {
-		engineProcess(raw)
+	if os.Getenv("HOLDFAST_HELPER_ENGINE") != "" {
+		engineProcess()
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -35,14 +35,11 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-// engineProcess confirms the hold in raw, stopping between its Redis check and its
-// write until a line arrives on stdin; it prints READY there and RESULT at the end.
-func engineProcess(raw string) {
-	var h Hold
-	if err := json.Unmarshal([]byte(raw), &h); err != nil {
-		fmt.Println("RESULT bad hold:", err)
-		return
-	}
+// engineProcess starts an engine, says STARTED, reads the hold to confirm from stdin
+// (so its start-up time, slow under the race detector, does not eat the hold's TTL),
+// and confirms it, stopping between its Redis check and its write until a line arrives
+// on stdin; it prints READY there and RESULT at the end.
+func engineProcess() {
 	pool, err := pgxpool.New(context.Background(), os.Getenv("HOLDFAST_HELPER_DB"))
 	if err != nil {
 		fmt.Println("RESULT", err)
@@ -59,7 +56,27 @@ func engineProcess(raw string) {
 		fmt.Println("RESULT", err)
 		return
 	}
+	// Warm the connections so that the confirmation below does only its own work.
+	if err := pool.Ping(context.Background()); err != nil {
+		fmt.Println("RESULT", err)
+		return
+	}
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		fmt.Println("RESULT", err)
+		return
+	}
 	in := bufio.NewReader(os.Stdin)
+	fmt.Println("STARTED")
+	raw, err := in.ReadString('\n')
+	if err != nil {
+		fmt.Println("RESULT no hold:", err)
+		return
+	}
+	var h Hold
+	if err := json.Unmarshal([]byte(raw), &h); err != nil {
+		fmt.Println("RESULT bad hold:", err)
+		return
+	}
 	e.hooks.beforeWrite = func(context.Context) {
 		fmt.Println("READY") // the parent stops this process now, then lets it go on
 		_, _ = in.ReadString('\n')
@@ -74,10 +91,8 @@ func engineProcess(raw string) {
 func TestChaosEngineProcessPaused(t *testing.T) {
 	v := newEnv(t)
 	v.show("s1", "A1")
-	h := v.hold("s1", 300*time.Millisecond, "alice", "A1")
-	raw, _ := json.Marshal(h)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "HOLDFAST_HELPER_HOLD="+string(raw),
+	cmd.Env = append(os.Environ(), "HOLDFAST_HELPER_ENGINE=1",
 		"HOLDFAST_HELPER_DB="+v.pool.Config().ConnString(), "HOLDFAST_HELPER_PREFIX="+v.cfg.KeyPrefix)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -93,22 +108,30 @@ func TestChaosEngineProcessPaused(t *testing.T) {
 		}
 		close(lines)
 	}()
+	var said []string
 	waitFor := func(prefix string) string {
 		timeout := time.After(60 * time.Second)
 		for {
 			select {
 			case l, ok := <-lines:
 				if !ok {
-					t.Fatalf("the engine process ended before %q", prefix)
+					t.Fatalf("the engine process ended before %q; it said %q", prefix, said)
 				}
+				said = append(said, l)
 				if strings.HasPrefix(l, prefix) {
 					return l
 				}
 			case <-timeout:
-				t.Fatalf("the engine process never said %q", prefix)
+				t.Fatalf("the engine process never said %q; it said %q", prefix, said)
 			}
 		}
 	}
+	waitFor("STARTED")
+	// The hold is taken only now, the process being ready to confirm it at once: its
+	// TTL is what the process is frozen past, not its start-up.
+	h := v.hold("s1", 2*time.Second, "alice", "A1")
+	raw, _ := json.Marshal(h)
+	fmt.Fprintf(stdin, "%s\n", raw)
 	waitFor("READY")
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
