@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const bookingCancel = `-- name: BookingCancel :one
@@ -29,73 +28,6 @@ func (q *Queries) BookingCancel(ctx context.Context, arg BookingCancelParams) (*
 	var cancelled_at *time.Time
 	err := row.Scan(&cancelled_at)
 	return cancelled_at, err
-}
-
-const bookingCreate = `-- name: BookingCreate :one
-WITH booking AS (
-    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
-    VALUES ($1, $2, $3::bigint, $4, $5, $6, $7)
-    RETURNING show_id, booking_id, confirmed_at
-), booked_seats AS (
-    INSERT INTO booking_seats (show_id, booking_id, seat_id)
-    SELECT booking.show_id, booking.booking_id, s
-    FROM booking, unnest($8::text[]) AS s
-    RETURNING show_id, booking_id, seat_id
-), claims AS (
-    INSERT INTO seat_claims (show_id, seat_id, booking_id, generation)
-    SELECT show_id, seat_id, booking_id, $3::bigint
-    FROM booked_seats
-    ORDER BY seat_id
-    RETURNING seat_id
-), event AS (
-    INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
-    SELECT show_id, booking_id, 'confirmed', $3::bigint, $8::text[], $4
-    FROM booking
-    RETURNING event_id
-), marker AS (
-    INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
-    SELECT show_id, $3::bigint, true, $8::text[]
-    FROM booking
-    RETURNING seq
-)
-SELECT booking.confirmed_at, marker.seq AS marker_seq FROM booking, marker
-`
-
-type BookingCreateParams struct {
-	ShowID         string
-	BookingID      uuid.UUID
-	Generation     int64
-	HolderID       string
-	IdempotencyKey pgtype.Text
-	Fingerprint    []byte
-	HoldHash       []byte
-	SeatIds        []string
-}
-
-type BookingCreateRow struct {
-	ConfirmedAt time.Time
-	MarkerSeq   int64
-}
-
-// BookingCreate records a confirmed booking in one statement: the booking, its seats,
-// the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
-// the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after
-// SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
-// violation on bookings_hold_unique.
-func (q *Queries) BookingCreate(ctx context.Context, arg BookingCreateParams) (BookingCreateRow, error) {
-	row := q.db.QueryRow(ctx, bookingCreate,
-		arg.ShowID,
-		arg.BookingID,
-		arg.Generation,
-		arg.HolderID,
-		arg.IdempotencyKey,
-		arg.Fingerprint,
-		arg.HoldHash,
-		arg.SeatIds,
-	)
-	var i BookingCreateRow
-	err := row.Scan(&i.ConfirmedAt, &i.MarkerSeq)
-	return i, err
 }
 
 const bookingEventInsert = `-- name: BookingEventInsert :exec

@@ -23,7 +23,7 @@ type Querier interface {
 	// the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after
 	// SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
 	// violation on bookings_hold_unique.
-	BookingCreate(ctx context.Context, arg BookingCreateParams) (BookingCreateRow, error)
+	BookingCreate(ctx context.Context, arg []BookingCreateParams) *BookingCreateBatchResults
 	// BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
 	// is written by BookingCreate).
 	BookingEventInsert(ctx context.Context, arg BookingEventInsertParams) error
@@ -47,6 +47,8 @@ type Querier interface {
 	SeatClaimListBySeats(ctx context.Context, arg SeatClaimListBySeatsParams) ([]SeatClaimListBySeatsRow, error)
 	SeatClaimListByShow(ctx context.Context, showID string) ([]SeatClaimListByShowRow, error)
 	SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsDeleteByBookingParams) (int64, error)
+	// SeatClaimsFind returns which of the (show, seat) pairs are claimed.
+	SeatClaimsFind(ctx context.Context, arg SeatClaimsFindParams) ([]SeatClaimsFindRow, error)
 	SeatFenceGet(ctx context.Context, arg SeatFenceGetParams) (int64, error)
 	// SeatFenceMaxByShow is the show's high-water mark: the largest generation ever accepted.
 	SeatFenceMaxByShow(ctx context.Context, showID string) (int64, error)
@@ -54,6 +56,15 @@ type Querier interface {
 	// where the stored fence is strictly smaller, and returns the seats it raised. A seat
 	// missing from the result refused the generation (it has seen it or a larger one).
 	SeatFencesAdvance(ctx context.Context, arg SeatFencesAdvanceParams) ([]string, error)
+	// SeatFencesAdvanceMany is SeatFencesAdvance for a batch of confirmations: each (show,
+	// seat) pair's fence goes to its generation where it is strictly smaller. It returns how
+	// many it raised; fewer than the pairs means one refused.
+	SeatFencesAdvanceMany(ctx context.Context, arg SeatFencesAdvanceManyParams) (int64, error)
+	// SeatFencesLock locks the fences of a batch of confirmations' seats, given as (show,
+	// seat) pairs, in one global order — show, then seat — so that two batches never wait
+	// for each other in a cycle, and returns them. Read the claims of the same seats after
+	// it, in a statement of its own: this one's snapshot predates the lock waits.
+	SeatFencesLock(ctx context.Context, arg SeatFencesLockParams) ([]SeatFencesLockRow, error)
 	// SeatLayoutListByShow is a show's seats with their layout, in seat id order.
 	SeatLayoutListByShow(ctx context.Context, showID string) ([]SeatLayoutListByShowRow, error)
 	// SeatMarkListByShow is what Redis's sold markers must say, for one page of a show's

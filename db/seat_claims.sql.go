@@ -94,3 +94,41 @@ func (q *Queries) SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsD
 	}
 	return result.RowsAffected(), nil
 }
+
+const seatClaimsFind = `-- name: SeatClaimsFind :many
+SELECT c.show_id, c.seat_id
+FROM seat_claims c
+JOIN (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id) AS k
+  ON c.show_id = k.show_id AND c.seat_id = k.seat_id
+`
+
+type SeatClaimsFindParams struct {
+	ShowIds []string
+	SeatIds []string
+}
+
+type SeatClaimsFindRow struct {
+	ShowID string
+	SeatID string
+}
+
+// SeatClaimsFind returns which of the (show, seat) pairs are claimed.
+func (q *Queries) SeatClaimsFind(ctx context.Context, arg SeatClaimsFindParams) ([]SeatClaimsFindRow, error) {
+	rows, err := q.db.Query(ctx, seatClaimsFind, arg.ShowIds, arg.SeatIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SeatClaimsFindRow{}
+	for rows.Next() {
+		var i SeatClaimsFindRow
+		if err := rows.Scan(&i.ShowID, &i.SeatID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -76,6 +76,75 @@ func (q *Queries) SeatFencesAdvance(ctx context.Context, arg SeatFencesAdvancePa
 	return items, nil
 }
 
+const seatFencesAdvanceMany = `-- name: SeatFencesAdvanceMany :execrows
+UPDATE seat_fences f
+SET generation = k.generation, updated_at = now()
+FROM (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id,
+             unnest($3::bigint[]) AS generation) AS k
+WHERE f.show_id = k.show_id AND f.seat_id = k.seat_id AND f.generation < k.generation
+`
+
+type SeatFencesAdvanceManyParams struct {
+	ShowIds     []string
+	SeatIds     []string
+	Generations []int64
+}
+
+// SeatFencesAdvanceMany is SeatFencesAdvance for a batch of confirmations: each (show,
+// seat) pair's fence goes to its generation where it is strictly smaller. It returns how
+// many it raised; fewer than the pairs means one refused.
+func (q *Queries) SeatFencesAdvanceMany(ctx context.Context, arg SeatFencesAdvanceManyParams) (int64, error) {
+	result, err := q.db.Exec(ctx, seatFencesAdvanceMany, arg.ShowIds, arg.SeatIds, arg.Generations)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const seatFencesLock = `-- name: SeatFencesLock :many
+SELECT f.show_id, f.seat_id, f.generation
+FROM seat_fences f
+JOIN (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id) AS k
+  ON f.show_id = k.show_id AND f.seat_id = k.seat_id
+ORDER BY f.show_id, f.seat_id
+FOR UPDATE OF f
+`
+
+type SeatFencesLockParams struct {
+	ShowIds []string
+	SeatIds []string
+}
+
+type SeatFencesLockRow struct {
+	ShowID     string
+	SeatID     string
+	Generation int64
+}
+
+// SeatFencesLock locks the fences of a batch of confirmations' seats, given as (show,
+// seat) pairs, in one global order — show, then seat — so that two batches never wait
+// for each other in a cycle, and returns them. Read the claims of the same seats after
+// it, in a statement of its own: this one's snapshot predates the lock waits.
+func (q *Queries) SeatFencesLock(ctx context.Context, arg SeatFencesLockParams) ([]SeatFencesLockRow, error) {
+	rows, err := q.db.Query(ctx, seatFencesLock, arg.ShowIds, arg.SeatIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SeatFencesLockRow{}
+	for rows.Next() {
+		var i SeatFencesLockRow
+		if err := rows.Scan(&i.ShowID, &i.SeatID, &i.Generation); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const seatMarkListByShow = `-- name: SeatMarkListByShow :many
 SELECT f.seat_id, f.generation, (c.seat_id IS NOT NULL)::bool AS claimed
 FROM seat_fences f

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -52,8 +54,8 @@ func TestAdmissionRefusesWhatCannotFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := newEnvWith(t, pool, testsvc.Redis(t), func(c *Config) { c.MaxConfirmQueue = 1 })
-	v.show("adm", seatNames(3)...)
+	v := newEnvWith(t, pool, testsvc.Redis(t), func(c *Config) { c.MaxConfirmQueue, c.ConfirmConns = 1, 1 })
+	v.show("adm", seatNames(4)...)
 	h := v.hold("adm", 400*time.Millisecond, "", "S000")
 	release := takeAllConns(t, pool)
 
@@ -70,30 +72,52 @@ func TestAdmissionRefusesWhatCannotFinish(t *testing.T) {
 		t.Fatalf("%v too_late refusals counted", n)
 	}
 
-	// The queue holds one: a second waiter is refused at once.
+	// One committer, busy with h2 (it waits for a connection); the queue holds one
+	// more (h3); a third waiter (h4) is refused at once.
 	h2 := v.hold("adm", time.Minute, "", "S001")
-	first := make(chan error, 1)
+	waits := sampleCount(t, v.e.m.confirmQueueWait)
+	answers := make(chan error, 2)
 	go func() {
 		_, err := v.e.Confirm(t.Context(), h2, ConfirmOptions{})
-		first <- err
+		answers <- err
 	}()
-	for v.e.admission.waiting.Load() == 0 {
+	for sampleCount(t, v.e.m.confirmQueueWait) == waits { // until the committer took h2
 		time.Sleep(time.Millisecond)
 	}
 	h3 := v.hold("adm", time.Minute, "", "S002")
+	go func() {
+		_, err := v.e.Confirm(t.Context(), h3, ConfirmOptions{})
+		answers <- err
+	}()
+	for len(v.e.gc.queue) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	h4 := v.hold("adm", time.Minute, "", "S003")
 	start = time.Now()
-	if _, err := v.e.Confirm(t.Context(), h3, ConfirmOptions{}); !errors.Is(err, ErrOverloaded) || time.Since(start) > 500*time.Millisecond {
+	if _, err := v.e.Confirm(t.Context(), h4, ConfirmOptions{}); !errors.Is(err, ErrOverloaded) || time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("confirm with the queue full: %v after %v", err, time.Since(start))
 	}
 	release()
-	if err := <-first; err != nil {
-		t.Fatalf("the waiting confirmation: %v", err)
+	for range 2 {
+		if err := <-answers; err != nil {
+			t.Fatalf("a waiting confirmation: %v", err)
+		}
 	}
 	// Refused confirmations wrote nothing, and their holds still confirm.
-	if n := v.bookings("adm"); n != 1 {
-		t.Fatalf("%d bookings after two refusals and one confirmation", n)
+	if n := v.bookings("adm"); n != 2 {
+		t.Fatalf("%d bookings after two refusals and two confirmations", n)
 	}
-	if _, err := v.e.Confirm(t.Context(), h3, ConfirmOptions{}); err != nil {
+	if _, err := v.e.Confirm(t.Context(), h4, ConfirmOptions{}); err != nil {
 		t.Fatalf("the hold refused for overload confirms later: %v", err)
 	}
+}
+
+// sampleCount is how many observations h has.
+func sampleCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

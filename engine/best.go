@@ -82,7 +82,7 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
 	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " ")}
 	for attempt := 0; ; attempt++ {
-		res, err := lua.Best.Run(ctx, e.rdb, ks, args...).Slice()
+		res, err := lua.Best.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
 			return Hold{}, e.redisErr(err)
 		}

@@ -392,6 +392,15 @@ func TestChaosHoldReplyLost(t *testing.T) {
 // TestChaosBackendTerminatedBeforeCommit: the PostgreSQL backend running a confirmation
 // is terminated just before COMMIT: ErrUnavailable, no claim, no fence moved; a retry
 // with the same key books once.
+// terminateIdleInTransaction ends the server process of the connection idle in its
+// transaction: the confirmation's, paused in a hook.
+func terminateIdleInTransaction(t *testing.T, pool *pgxpool.Pool) {
+	if _, err := pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'`); err != nil {
+		t.Errorf("terminate: %v", err)
+	}
+}
+
 func TestChaosBackendTerminatedBeforeCommit(t *testing.T) {
 	v := newEnv(t)
 	v.show("s1", "A1", "A2")
@@ -402,11 +411,7 @@ func TestChaosBackendTerminatedBeforeCommit(t *testing.T) {
 			return
 		}
 		armed = false
-		// The confirmation's connection is the one idle in its transaction.
-		if _, err := v.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'`); err != nil {
-			t.Errorf("terminate: %v", err)
-		}
+		terminateIdleInTransaction(t, v.pool)
 	}
 	_, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "k"})
 	if !errors.Is(err, ErrUnavailable) {

@@ -64,12 +64,36 @@ type Config struct {
 	// show through this engine forgets it at once. Defaults to 2 seconds.
 	UnknownShowTTL time.Duration
 
-	// MaxConfirmQueue bounds the confirmations waiting for a PostgreSQL connection; past
-	// it a confirmation is refused at once with ErrOverloaded (nothing changes). A
+	// MaxConfirmQueue bounds the confirmations waiting for a batch (see ConfirmBatch);
+	// past it a confirmation is refused at once with ErrOverloaded (nothing changes). A
 	// confirmation is also refused (ErrHoldLost), before it costs the database anything,
-	// when its hold would expire before it got a connection and finished. Defaults to
+	// when its hold would expire before a batch could take and commit it. Defaults to
 	// four times the pool's MaxConns.
 	MaxConfirmQueue int
+
+	// ConfirmBatch is the most confirmations one PostgreSQL transaction commits together
+	// (group commit: one COMMIT, one fsync, one Redis check for all of them). A
+	// confirmation never waits for a batch to fill: a committer takes what is queued
+	// when it is free, so alone a confirmation is a batch of one. 1 turns group commit
+	// off. Defaults to 32, at most 256.
+	ConfirmBatch int
+
+	// ConfirmBatchWait is how long a committer waits for more confirmations after the
+	// first of a batch. Defaults to 0: the batch size follows the load by itself
+	// (confirmations arriving while the committers are busy make the next batches).
+	// At most 100 ms.
+	ConfirmBatchWait time.Duration
+
+	// NoAutoPipeline turns off the sharing of Redis round trips between concurrent
+	// calls. By default the hold, best-available, extend, release and check scripts go
+	// through go-redis's autopipeliner (per node on a Cluster): calls made at the same
+	// moment travel in one pipeline, and a lone call goes at once.
+	NoAutoPipeline bool
+
+	// ConfirmConns is how many batches run at once, each on its own PostgreSQL
+	// connection of the pool. Defaults to half the pool's MaxConns (at least 1); other
+	// work (replays, repairs, seat-map rebuilds, cancellations) uses the rest.
+	ConfirmConns int
 
 	// MaxWatchedShows bounds how many shows' seat maps the engine keeps in memory and
 	// current from their change feeds (each takes one Redis connection, blocked on the
@@ -111,6 +135,10 @@ const (
 	defaultMaxWatchedShows   = 32
 	defaultMaxConfirmQueue   = 128 // New uses four times the pool's MaxConns
 	defaultSeatMapIdle       = time.Minute
+	defaultConfirmBatch      = 32
+	defaultConfirmConns      = 2 // New uses half the pool's MaxConns
+	maxConfirmBatch          = 256
+	maxConfirmBatchWait      = 100 * time.Millisecond
 
 	// minHoldTTL is the shortest hold Redis can keep: PX takes whole milliseconds.
 	minHoldTTL = time.Millisecond
@@ -172,6 +200,8 @@ func (cfg *Config) withDefaults() (Config, error) {
 		{"Config.MaxCachedShows", &c.MaxCachedShows, defaultMaxCachedShows, 10_000_000},
 		{"Config.MaxWatchedShows", &c.MaxWatchedShows, defaultMaxWatchedShows, 10_000},
 		{"Config.MaxConfirmQueue", &c.MaxConfirmQueue, defaultMaxConfirmQueue, 1_000_000},
+		{"Config.ConfirmBatch", &c.ConfirmBatch, defaultConfirmBatch, maxConfirmBatch},
+		{"Config.ConfirmConns", &c.ConfirmConns, defaultConfirmConns, 1_000},
 	}
 	for _, n := range counts {
 		if *n.v == 0 {
@@ -180,6 +210,9 @@ func (cfg *Config) withDefaults() (Config, error) {
 		if *n.v < 1 || *n.v > n.max {
 			return c, invalid(n.name, "%d is out of range [1, %d]", *n.v, n.max)
 		}
+	}
+	if c.ConfirmBatchWait < 0 || c.ConfirmBatchWait > maxConfirmBatchWait {
+		return c, invalid("Config.ConfirmBatchWait", "%v is out of range [0, %v]", c.ConfirmBatchWait, maxConfirmBatchWait)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

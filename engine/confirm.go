@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/db"
 	"github.com/holdfast/holdfast/internal/lua"
@@ -23,10 +22,6 @@ var (
 	errSpent            = errors.New("the hold made a booking already")
 	errLostBeforeCommit = errors.New("hold lost before commit")
 )
-
-// recheckAfterWait is how long a confirmation may wait for a PostgreSQL connection
-// before it checks its hold in Redis once more.
-const recheckAfterWait = 20 * time.Millisecond
 
 // resolveTimeout bounds the look-up that settles a COMMIT whose reply was lost.
 const resolveTimeout = 5 * time.Second
@@ -54,8 +49,7 @@ func (e *Engine) Confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	return b, err
 }
 
-// confirmation is one Confirm call's validated request, and the PostgreSQL connection
-// it works on.
+// confirmation is one Confirm call's validated request.
 type confirmation struct {
 	sh    *show
 	seats []string
@@ -65,26 +59,6 @@ type confirmation struct {
 	key   string
 	fp    []byte // the request's fingerprint, for its idempotency key
 	hold  []byte // the hold's hash: one booking per hold
-
-	conn *pgxpool.Conn // nil until taken and once released
-	q    *db.Queries   // on conn
-}
-
-// release gives the connection back to the pool (once).
-func (c *confirmation) release() {
-	if c.conn != nil {
-		c.conn.Release()
-		c.conn = nil
-	}
-}
-
-// db returns the queries of this call: on its connection while it holds one, else on
-// the pool.
-func (c *confirmation) db(e *Engine) *db.Queries {
-	if c.conn == nil {
-		return e.q
-	}
-	return c.q
 }
 
 func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Booking, error) {
@@ -122,29 +96,9 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	if gen <= 0 {
 		return notCurrent(gen < 0)
 	}
-	// Every query from here runs on one connection, so a confirmation never waits for
-	// a second one while holding the first. Under load the wait for it can outlast the
-	// hold: after a long wait, check the hold again before writing anything, rather
-	// than let an expired hold do all its writes only to be rolled back at the second
-	// check.
-	waitStart := time.Now()
-	conn, err := e.admit(ctx, ttl)
-	if err != nil {
-		return Booking{}, err
-	}
-	c.conn, c.q = conn, db.New(conn)
-	defer c.release()
-	acquired := time.Now()
-	defer func() { e.admission.took(time.Since(acquired)) }()
-	if time.Since(waitStart) > recheckAfterWait {
-		if gen, _, err = e.verify(ctx, c, gen); err != nil {
-			return Booking{}, err
-		}
-		if gen <= 0 {
-			c.release()
-			return notCurrent(gen < 0)
-		}
-	}
+	// The transaction is a batch's (groupcommit.go): queued until a committer takes it,
+	// refused there rather than let wait past what its hold has left.
+	expires := time.Now().Add(ttl)
 	if e.hooks.beforeWrite != nil {
 		e.hooks.beforeWrite(ctx)
 	}
@@ -152,11 +106,12 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	regenerated := false
 	for {
 		id := uuid.New()
-		r, err := e.confirmTx(ctx, c, gen, id)
+		r, marked, err := e.confirmTx(ctx, c, gen, id, expires)
 		switch {
 		case err == nil:
-			c.release() // the booking is committed: free the connection before Redis
-			_ = e.afterCommit(ctx, sh, c.seats, gen, true, r.seq, markSoldTimeout)
+			if !marked { // the batch could not write its sold markers: try again, then leave them to the repair
+				_ = e.afterCommit(ctx, sh, c.seats, gen, true, r.seq, markSoldTimeout)
+			}
 			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 			return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: h.HolderID,
 				Status: BookingConfirmed, ConfirmedAt: r.at}, nil
@@ -184,7 +139,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 					continue
 				}
 			}
-			e.event(ctx, c.db(e), sh.id, "refused_stale", gen, seats, h.HolderID)
+			e.event(ctx, e.q, sh.id, "refused_stale", gen, seats, h.HolderID)
 			return Booking{}, fmt.Errorf("%w: confirm: a seat's fence has seen generation %d", ErrStaleGeneration, gen)
 
 		case errors.Is(err, errSeatClaimed):
@@ -192,7 +147,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 				return b, err
 			}
 			taken := e.repairMarkers(ctx, c)
-			e.event(ctx, c.db(e), sh.id, "refused_taken", gen, seats, h.HolderID)
+			e.event(ctx, e.q, sh.id, "refused_taken", gen, seats, h.HolderID)
 			return Booking{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
 
 		case errors.Is(err, errSpent):
@@ -214,7 +169,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 				return b, err
 			}
-			e.event(ctx, c.db(e), sh.id, "refused_lost", gen, seats, h.HolderID)
+			e.event(ctx, e.q, sh.id, "refused_lost", gen, seats, h.HolderID)
 			return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
 
 		default:
@@ -229,69 +184,20 @@ type committed struct {
 	seq int64
 }
 
-// confirmTx runs the confirmation transaction, retried whole on 40001 and 40P01; a
-// PostgreSQL error left after the retries is ErrUnavailable.
-func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (committed, error) {
+// confirmTx confirms in a batch's transaction (groupcommit.go) and returns its outcome:
+// what it committed and whether the batch wrote its sold markers, or its refusal (an
+// internal outcome such as errStale, or ErrHoldLost, ErrOverloaded, ErrUnavailable).
+func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id uuid.UUID, expires time.Time) (committed, bool, error) {
 	ctx, span := e.step(ctx, "holdfast.confirm.transaction")
-	r, err := retryTx(ctx, func() (committed, error) { return e.confirmOnce(ctx, c, gen, id) })
-	if err != nil && !errors.Is(err, ErrUnavailable) && pgCode(err) != "" {
-		err = unavailable("postgres", err)
+	r, err := e.commit(ctx, c, gen, id, expires)
+	if err == nil {
+		err = r.err
 	}
 	endStep(span, err)
-	return r, err
-}
-
-// confirmOnce is the transaction: fence, booking with its claims, event and marker
-// row, the second Redis check, COMMIT.
-func (e *Engine) confirmOnce(ctx context.Context, c *confirmation, gen int64, id uuid.UUID) (committed, error) {
-	tx, err := c.conn.BeginTx(ctx, e.txOptions())
 	if err != nil {
-		return committed{}, unavailable("postgres", err)
+		return committed{}, false, err
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	q := c.q.WithTx(tx)
-
-	advanced, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: c.sh.id, SeatIds: c.seats, Generation: gen})
-	if err != nil {
-		return committed{}, e.txErr(err)
-	}
-	if len(advanced) != len(c.seats) {
-		return committed{}, errStale
-	}
-	params := db.BookingCreateParams{ShowID: c.sh.id, BookingID: id, Generation: gen, HolderID: c.h.HolderID,
-		Fingerprint: c.fp, HoldHash: c.hold, SeatIds: c.seats}
-	if c.key != "" {
-		params.IdempotencyKey.String, params.IdempotencyKey.Valid = c.key, true
-	}
-	row, err := q.BookingCreate(ctx, params)
-	if err != nil {
-		if cerr := claimErr(err); cerr != nil {
-			return committed{}, cerr
-		}
-		return committed{}, e.txErr(err)
-	}
-	r := committed{at: row.ConfirmedAt, seq: row.MarkerSeq}
-	if e.hooks.beforeCommit != nil {
-		e.hooks.beforeCommit(ctx)
-	}
-	cur, _, err := e.verify(ctx, c, gen)
-	if err != nil {
-		return committed{}, err
-	}
-	if cur != gen {
-		return committed{}, errLostBeforeCommit
-	}
-	pid := tx.Conn().PgConn().PID()
-	if err := tx.Commit(ctx); err != nil {
-		if pgCode(err) != "" {
-			// The server answered: the transaction did not commit.
-			return committed{}, e.txErr(err)
-		}
-		c.release() // the connection is gone; settle the outcome on another
-		r.at, err = e.resolveCommit(ctx, pid, id, err)
-		return r, err
-	}
-	return r, nil
+	return r.res, r.marked, nil
 }
 
 // claimErr maps the unique violations of BookingCreate: a seat claimed already
@@ -364,7 +270,7 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 // and, when current, how long it has left to live.
 func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64, time.Duration, error) {
 	ctx, span := e.step(ctx, "holdfast.confirm.verify")
-	res, err := lua.Verify.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64Slice()
+	res, err := lua.Verify.Run(ctx, e.scripts, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("%w: unexpected verify script reply %v", ErrUnavailable, res)
 	}
@@ -380,7 +286,7 @@ func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64,
 // spent returns a [*HoldSpentError] matching sentinel when the hold made a booking
 // already, nil when it did not.
 func (e *Engine) spent(ctx context.Context, c *confirmation, sentinel error) error {
-	row, err := c.db(e).BookingGetByHold(ctx, db.BookingGetByHoldParams{ShowID: c.sh.id, HoldHash: c.hold})
+	row, err := e.q.BookingGetByHold(ctx, db.BookingGetByHoldParams{ShowID: c.sh.id, HoldHash: c.hold})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -402,7 +308,7 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 	if c.key == "" {
 		return Booking{}, false, nil
 	}
-	row, err := c.db(e).BookingGetByIdempotencyKey(ctx, db.BookingGetByIdempotencyKeyParams{
+	row, err := e.q.BookingGetByIdempotencyKey(ctx, db.BookingGetByIdempotencyKeyParams{
 		ShowID: c.sh.id, HolderID: c.h.HolderID, IdempotencyKey: c.key})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Booking{}, false, nil
@@ -429,11 +335,11 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 // regenerate re-issues a current hold's generation above the database's high-water
 // mark. ok is false when the hold is no longer current.
 func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (int64, bool, error) {
-	floor, err := c.db(e).SeatFenceMaxByShow(ctx, c.sh.id)
+	floor, err := e.q.SeatFenceMaxByShow(ctx, c.sh.id)
 	if err != nil {
 		return 0, false, e.pgErr(err)
 	}
-	res, err := lua.Regen.Run(ctx, e.rdb, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen, floor}, c.seats)...).Slice()
+	res, err := lua.Regen.Run(ctx, e.scripts, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen, floor}, c.seats)...).Slice()
 	if err != nil {
 		return 0, false, e.redisErr(err)
 	}
@@ -443,7 +349,7 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 	newGen, _ := res[1].(int64)
 	if repaired, _ := res[2].(int64); repaired == 1 {
 		e.m.counterRepairs.Inc()
-		e.event(ctx, c.db(e), c.sh.id, "counter_repaired", floor, c.seats, c.h.HolderID)
+		e.event(ctx, e.q, c.sh.id, "counter_repaired", floor, c.seats, c.h.HolderID)
 		e.log.WarnContext(ctx, "generation counter was behind the database; raised it", "show_id", c.sh.id, "floor", floor, "generation", newGen)
 	}
 	return newGen, true, nil
@@ -453,7 +359,7 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 // claimed, and returns those seats (all requested seats when the claim is gone by now).
 // Markers only move forward, so a cancellation committed after the read is not undone.
 func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
-	claims, err := c.db(e).SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.seats})
+	claims, err := e.q.SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.seats})
 	if err != nil || len(claims) == 0 {
 		return c.seats
 	}
@@ -469,7 +375,7 @@ func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
 		e.log.WarnContext(ctx, "repair sold markers", "show_id", c.sh.id, "error", err)
 	}
 	e.m.markerRepairs.Add(float64(len(claims)))
-	e.event(ctx, c.db(e), c.sh.id, "marker_repaired", c.h.Generation, taken, c.h.HolderID)
+	e.event(ctx, e.q, c.sh.id, "marker_repaired", c.h.Generation, taken, c.h.HolderID)
 	return taken
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/google/uuid"
 )
 
@@ -82,9 +84,12 @@ func TestLateConfirm(t *testing.T) {
 	}
 }
 
-// TestPausedOwnerMeetsTheFence: the owner pauses between its Redis check and its write;
-// meanwhile its hold expires and a newer holder books the seat. The fence refuses it.
-func TestPausedOwnerMeetsTheFence(t *testing.T) {
+// TestPausedOwnerIsRefused: the owner pauses between its first Redis check and its
+// transaction; meanwhile its hold expires and a newer holder books the seat. Resumed, it
+// is refused before the database does anything for it: its hold has no time left
+// (ErrHoldLost); had it reached its batch, the check there and the fence behind it
+// refuse it (TestHoldLostBeforeCommit, TestChaosEngineProcessPaused).
+func TestPausedOwnerIsRefused(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.show("s1", "A1")
@@ -103,8 +108,8 @@ func TestPausedOwnerMeetsTheFence(t *testing.T) {
 		}
 	}
 	_, err := v.e.Confirm(t.Context(), old, ConfirmOptions{})
-	if !errors.Is(err, ErrStaleGeneration) {
-		t.Fatalf("paused owner: %v, want ErrStaleGeneration", err)
+	if !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("paused owner: %v, want ErrHoldLost", err)
 	}
 	if n := v.bookings("s1"); n != 1 {
 		t.Fatalf("%d bookings, want 1", n)
@@ -112,8 +117,8 @@ func TestPausedOwnerMeetsTheFence(t *testing.T) {
 	if c := v.claims("s1"); c["A1"] != newer.ID.String() {
 		t.Fatalf("claim %v, want the newer booking %s", c, newer.ID)
 	}
-	if n := v.count("SELECT count(*) FROM booking_events WHERE kind = 'refused_stale' AND generation = $1", old.Generation); n != 1 {
-		t.Fatalf("%d refused_stale events, want 1", n)
+	if n := testutil.ToFloat64(v.e.m.admissionRefusals.WithLabelValues("too_late")); n != 1 {
+		t.Fatalf("%v too_late refusals, want 1", n)
 	}
 }
 

@@ -21,6 +21,9 @@ type Engine struct {
 	pool *pgxpool.Pool
 	q    *db.Queries
 	rdb  redis.UniversalClient
+	// scripts runs the scripts of holds and confirmations: rdb's autopipeliner, or rdb
+	// itself with Config.NoAutoPipeline.
+	scripts redis.Scripter
 	cfg  Config
 	log  *slog.Logger
 	m    *metrics
@@ -36,10 +39,10 @@ type Engine struct {
 	stop   func()        // ends the background loop
 	done   chan struct{} // closed when it has ended
 
-	admission *admission      // the confirmations' queue (admission.go)
-	views     views           // the seat maps kept current (view.go)
-	viewCtx   context.Context // ends when the engine closes
-	closed    bool            // under views.mu
+	gc      *committer      // the confirmations' queue and batches (groupcommit.go)
+	views   views           // the seat maps kept current (view.go)
+	viewCtx context.Context // ends when the engine closes
+	closed  bool            // under views.mu
 
 	hooks hooks
 }
@@ -77,25 +80,34 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 		return nil, invalid("rdb", "the go-redis client must be created with ContextTimeoutEnabled: true, so that a "+
 			"call's context deadline bounds it (a frozen Redis would otherwise hold a confirmation past its hold)")
 	}
-	if cfg == nil || cfg.MaxConfirmQueue == 0 {
-		with := Config{}
-		if cfg != nil {
-			with = *cfg
-		}
-		with.MaxConfirmQueue = 4 * int(pool.Config().MaxConns)
-		cfg = &with
+	with := Config{}
+	if cfg != nil {
+		with = *cfg
 	}
-	c, err := cfg.withDefaults()
+	// Defaults that follow the pool.
+	if with.MaxConfirmQueue == 0 {
+		with.MaxConfirmQueue = 4 * int(pool.Config().MaxConns)
+	}
+	if with.ConfirmConns == 0 {
+		with.ConfirmConns = max(1, int(pool.Config().MaxConns)/2)
+	}
+	c, err := with.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	waiting := &admission{}
-	m, err := newMetrics(c.Registerer, func() float64 { return float64(waiting.waiting.Load()) })
+	gc := &committer{queue: make(chan *confirmReq, c.MaxConfirmQueue)}
+	m, err := newMetrics(c.Registerer, func() float64 { return float64(len(gc.queue)) })
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	e := &Engine{admission: waiting, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
+	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
+	e.scripts = rdb
+	if !c.NoAutoPipeline {
+		if ap := autoPipeliner(rdb); ap != nil {
+			e.scripts = ap
+		}
+	}
 	if c.TracerProvider != nil {
 		e.tracer = c.TracerProvider.Tracer(tracerName)
 	}
@@ -105,6 +117,25 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e.views.m = map[string]*view{}
 	go e.repayMarkers(ctx)
 	return e, nil
+}
+
+// autoPipeliner is the client's shared autopipeliner (closed with the client), or nil
+// for a client without one.
+func autoPipeliner(rdb redis.UniversalClient) redis.Scripter {
+	var ap *redis.AutoPipeliner
+	var err error
+	switch c := rdb.(type) {
+	case *redis.Client:
+		ap, err = c.AutoPipeline()
+	case *redis.ClusterClient:
+		ap, err = c.AutoPipeline()
+	default:
+		return nil
+	}
+	if err != nil {
+		return nil
+	}
+	return ap
 }
 
 // honoursDeadlines reports whether a go-redis client bounds each call by its context's
@@ -127,6 +158,7 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 func (e *Engine) Close() {
 	e.stop()
 	e.stopViews()
+	e.stopCommitters()
 	<-e.done
 }
 

@@ -531,7 +531,7 @@ func TestRegeneratedHoldStillUsable(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 		defer cancel()
-		v.e.hooks.beforeCommit = func(ctx context.Context) { <-ctx.Done() } // a timeout after the re-issue
+		v.e.hooks.beforeCommit = func(ctx context.Context) { terminateIdleInTransaction(t, v.pool) } // a failure after the re-issue
 		_, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k-" + h.SeatIDs[0]})
 		v.e.hooks.beforeCommit = nil
 		if !errors.Is(err, ErrUnavailable) {

@@ -48,7 +48,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	token := newToken()
 	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder}, seats)
 	for attempt := 0; ; attempt++ {
-		res, err := lua.Hold.Run(ctx, e.rdb, ks, args...).Slice()
+		res, err := lua.Hold.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
 			return Hold{}, e.redisErr(err)
 		}
@@ -167,7 +167,7 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 		return Hold{}, err
 	}
 	args := scriptArgs(tag, []any{h.Token, h.Generation, ttl.Milliseconds(), e.cfg.MaxHoldAge.Milliseconds()}, seats)
-	res, err := lua.Extend.Run(ctx, e.rdb, ks, args...).Slice()
+	res, err := lua.Extend.Run(ctx, e.scripts, ks, args...).Slice()
 	if err != nil {
 		return Hold{}, e.redisErr(err)
 	}
@@ -202,7 +202,7 @@ func (e *Engine) release(ctx context.Context, h Hold) error {
 	if err != nil {
 		return err
 	}
-	res, err := lua.Release.Run(ctx, e.rdb, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats)...).Slice()
+	res, err := lua.Release.Run(ctx, e.scripts, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats)...).Slice()
 	if err != nil {
 		return e.redisErr(err)
 	}

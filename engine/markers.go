@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -45,15 +46,7 @@ func (e *Engine) writeMarkers(ctx context.Context, sh *show, seats, marks []stri
 	if err != nil {
 		return 0, false, err
 	}
-	args := make([]any, 0, 2+2*len(seats))
-	args = append(args, "", floor)
-	for _, s := range seats {
-		args = append(args, s)
-	}
-	for _, m := range marks {
-		args = append(args, m)
-	}
-	res, err := lua.Mark.Run(ctx, e.rdb, ks, args...).Slice()
+	res, err := lua.Mark.Run(ctx, e.rdb, ks, markArgs(floor, seats, marks)...).Slice()
 	if err != nil {
 		return 0, false, e.redisErr(err)
 	}
@@ -66,13 +59,22 @@ func (e *Engine) writeMarkers(ctx context.Context, sh *show, seats, marks []stri
 	return dropped, repairedN == 1, nil
 }
 
+// markArgs are the mark script's arguments: no tag, the floor, the seats, their marks.
+func markArgs(floor string, seats, marks []string) []any {
+	args := make([]any, 0, 2+2*len(seats))
+	args = append(args, "", floor)
+	for _, s := range seats {
+		args = append(args, s)
+	}
+	for _, m := range marks {
+		args = append(args, m)
+	}
+	return args
+}
+
 // markBooking writes the markers of one booking's seats: sold, or its tombstones.
 func (e *Engine) markBooking(ctx context.Context, sh *show, seats []string, gen int64, sold bool) error {
-	marks := make([]string, len(seats))
-	for i := range marks {
-		marks[i] = marker(gen, sold)
-	}
-	_, _, err := e.writeMarkers(ctx, sh, seats, marks, "-")
+	_, _, err := e.writeMarkers(ctx, sh, seats, slices.Repeat([]string{marker(gen, sold)}, len(seats)), "-")
 	return err
 }
 

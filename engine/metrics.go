@@ -20,6 +20,7 @@ type metrics struct {
 	seatMapRebuilds   prometheus.Counter
 	admissionRefusals *prometheus.CounterVec
 	confirmQueueWait  prometheus.Histogram
+	confirmBatchSize  prometheus.Histogram
 	feedLag           prometheus.Histogram
 	children          sync.Map // opResult -> *opMetrics
 }
@@ -61,8 +62,13 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 		}, []string{"reason"}),
 		confirmQueueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "holdfast_confirm_queue_wait_seconds",
-			Help:    "How long confirmations waited for a PostgreSQL connection.",
+			Help:    "How long confirmations waited in the queue for a batch to take them.",
 			Buckets: []float64{.0001, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
+		}),
+		confirmBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "holdfast_confirm_batch_size",
+			Help:    "Confirmations per group-committed PostgreSQL transaction.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 		feedLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "holdfast_seatmap_feed_lag_seconds",
@@ -73,9 +79,9 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 	if reg != nil {
 		queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "holdfast_confirm_queue_length",
-			Help: "Confirmations waiting for a PostgreSQL connection now.",
+			Help: "Confirmations waiting in the queue for a batch now.",
 		}, confirmQueue)
-		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag, m.admissionRefusals, m.confirmQueueWait} {
+		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -46,6 +46,12 @@ func bookingParams(show string, gen int64, holder string, seats ...string) db.Bo
 		Fingerprint: make([]byte, 32), HoldHash: holdHash(show, newToken()), SeatIds: seats}
 }
 
+// createBooking runs BookingCreate for one booking.
+func createBooking(ctx context.Context, q *db.Queries, p db.BookingCreateParams) (row db.BookingCreateRow, err error) {
+	q.BookingCreate(ctx, []db.BookingCreateParams{p}).QueryRow(func(_ int, r db.BookingCreateRow, e error) { row, err = r, e })
+	return row, err
+}
+
 // sqlBook advances the fences of p's seats to its generation and creates the booking,
 // in one transaction, as a confirmation does.
 func sqlBook(ctx context.Context, pool *pgxpool.Pool, p db.BookingCreateParams) error {
@@ -54,7 +60,7 @@ func sqlBook(ctx context.Context, pool *pgxpool.Pool, p db.BookingCreateParams) 
 		if _, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: p.ShowID, SeatIds: p.SeatIds, Generation: p.Generation}); err != nil {
 			return err
 		}
-		_, err := q.BookingCreate(ctx, p)
+		_, err := createBooking(ctx, q, p)
 		return err
 	})
 }
@@ -144,7 +150,7 @@ func TestSQLClaimIsUnique(t *testing.T) {
 			if len(adv) != len(seats) {
 				t.Fatalf("generation %d did not pass the fence", gen)
 			}
-			_, err = q.BookingCreate(ctx, bookingParams("claim", gen, "", seats...))
+			_, err = createBooking(ctx, q, bookingParams("claim", gen, "", seats...))
 			return err
 		})
 	}
@@ -234,10 +240,10 @@ func TestSQLConstraintsRefuseBadRows(t *testing.T) {
 		{"seat id with a space", func() error {
 			return q.SeatsInsert(ctx, db.SeatsInsertParams{ShowID: "cons", SeatIds: []string{"B 1"}})
 		}, "23514"},
-		{"generation zero", func() error { _, err := q.BookingCreate(ctx, bookingParams("cons", 0, "", "A1")); return err }, "23514"},
-		{"negative generation", func() error { _, err := q.BookingCreate(ctx, bookingParams("cons", -3, "", "A1")); return err }, "23514"},
-		{"unknown seat", func() error { _, err := q.BookingCreate(ctx, bookingParams("cons", 9, "", "Z9")); return err }, "23503"},
-		{"unknown show", func() error { _, err := q.BookingCreate(ctx, bookingParams("nope", 9, "", "A1")); return err }, "23503"},
+		{"generation zero", func() error { _, err := createBooking(ctx, q, bookingParams("cons", 0, "", "A1")); return err }, "23514"},
+		{"negative generation", func() error { _, err := createBooking(ctx, q, bookingParams("cons", -3, "", "A1")); return err }, "23514"},
+		{"unknown seat", func() error { _, err := createBooking(ctx, q, bookingParams("cons", 9, "", "Z9")); return err }, "23503"},
+		{"unknown show", func() error { _, err := createBooking(ctx, q, bookingParams("nope", 9, "", "A1")); return err }, "23503"},
 		{"unknown status", func() error {
 			_, err := pool.Exec(ctx, "UPDATE bookings SET status = 'refunded' WHERE booking_id = $1", p.BookingID)
 			return err
@@ -357,7 +363,7 @@ func TestSQLInvariants(t *testing.T) {
 			"23000", "seat_fences_never_lowered"},
 		{"claim above its seat's fence", func() error {
 			// A2's fence is 6; a booking of generation 7 that did not advance it.
-			_, err := db.New(pool).BookingCreate(ctx, bookingParams("inv", 7, "", "A2"))
+			_, err := createBooking(ctx, db.New(pool), bookingParams("inv", 7, "", "A2"))
 			return err
 		}, "23000", "seat_claims_at_fence"},
 		{"claim with another generation than its booking's", inTx(

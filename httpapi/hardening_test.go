@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -253,11 +254,11 @@ func TestSpentHoldPointsAtItsBooking(t *testing.T) {
 
 // TestOverloadIs503: with the database's connections all taken, a confirmation that
 // would wait with the queue full is shed: 503 "overloaded" with Retry-After, never a
-// success or "taken"; the one waiting gets its turn once a connection is free.
+// success or "taken"; the ones waiting get their turn once a connection is free.
 func TestOverloadIs503(t *testing.T) {
 	t.Parallel()
-	a := newAPI(t, testsvc.Redis(t), engine.Config{MaxConfirmQueue: 1}, Options{})
-	a.want(a.do("PUT", "/v1/shows/busy", "", "", map[string]any{"seats": seats(2)}), 201, "")
+	a := newAPI(t, testsvc.Redis(t), engine.Config{MaxConfirmQueue: 1, ConfirmConns: 1}, Options{})
+	a.want(a.do("PUT", "/v1/shows/busy", "", "", map[string]any{"seats": seats(3)}), 201, "")
 	var conns []*pgxpool.Conn // every connection taken
 	for range a.pool.Config().MaxConns {
 		c, err := a.pool.Acquire(t.Context())
@@ -266,16 +267,25 @@ func TestOverloadIs503(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	h1 := a.do("POST", "/v1/shows/busy/holds", "alice", "", map[string]any{"seats": []string{"A1"}, "ttl_ms": 60000})
-	h2 := a.do("POST", "/v1/shows/busy/holds", "bob", "", map[string]any{"seats": []string{"A2"}, "ttl_ms": 60000})
-	a.want(h1, 201, "")
-	a.want(h2, 201, "")
-	first := make(chan reply, 1)
-	go func() { first <- a.do("POST", "/v1/bookings", "alice", "", h1.body) }()
-	for !strings.Contains(a.do("GET", "/metrics", "", "", nil).raw, "holdfast_confirm_queue_length 1") {
-		time.Sleep(10 * time.Millisecond) // until alice's confirmation is in the queue
+	var holds []reply
+	for i, who := range []string{"alice", "bob", "carol"} {
+		h := a.do("POST", "/v1/shows/busy/holds", who, "", map[string]any{"seats": []string{fmt.Sprintf("A%d", i+1)}, "ttl_ms": 60000})
+		a.want(h, 201, "")
+		holds = append(holds, h)
 	}
-	r := a.do("POST", "/v1/bookings", "bob", "", h2.body)
+	waiting := make(chan reply, 2)
+	waitFor := func(metric string) {
+		for !strings.Contains(a.do("GET", "/metrics", "", "", nil).raw, metric) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Alice's confirmation is taken by the one committer, which waits for a connection;
+	// Bob's waits in the queue; Carol's finds the queue full.
+	go func() { waiting <- a.do("POST", "/v1/bookings", "alice", "", holds[0].body) }()
+	waitFor("holdfast_confirm_queue_wait_seconds_count 1")
+	go func() { waiting <- a.do("POST", "/v1/bookings", "bob", "", holds[1].body) }()
+	waitFor("holdfast_confirm_queue_length 1")
+	r := a.do("POST", "/v1/bookings", "carol", "", holds[2].body)
 	for _, c := range conns {
 		c.Release()
 	}
@@ -283,6 +293,7 @@ func TestOverloadIs503(t *testing.T) {
 	if r.header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
 	}
-	a.want(<-first, 201, "")
-	a.want(a.do("POST", "/v1/bookings", "bob", "", h2.body), 201, "") // shed, not lost
+	a.want(<-waiting, 201, "")
+	a.want(<-waiting, 201, "")
+	a.want(a.do("POST", "/v1/bookings", "carol", "", holds[2].body), 201, "") // shed, not lost
 }

@@ -1,4 +1,4 @@
--- name: BookingCreate :one
+-- name: BookingCreate :batchone
 -- BookingCreate records a confirmed booking in one statement: the booking, its seats,
 -- the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
 -- the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after

@@ -8,3 +8,10 @@ ORDER BY seat_id;
 
 -- name: SeatClaimsDeleteByBooking :execrows
 DELETE FROM seat_claims WHERE show_id = @show_id AND booking_id = @booking_id;
+
+-- name: SeatClaimsFind :many
+-- SeatClaimsFind returns which of the (show, seat) pairs are claimed.
+SELECT c.show_id, c.seat_id
+FROM seat_claims c
+JOIN (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id) AS k
+  ON c.show_id = k.show_id AND c.seat_id = k.seat_id;

@@ -28,3 +28,25 @@ LEFT JOIN seat_claims c ON c.show_id = f.show_id AND c.seat_id = f.seat_id
 WHERE f.show_id = @show_id AND f.seat_id > @after::text AND f.generation > 0
 ORDER BY f.seat_id
 LIMIT @max_rows::int;
+
+-- name: SeatFencesLock :many
+-- SeatFencesLock locks the fences of a batch of confirmations' seats, given as (show,
+-- seat) pairs, in one global order — show, then seat — so that two batches never wait
+-- for each other in a cycle, and returns them. Read the claims of the same seats after
+-- it, in a statement of its own: this one's snapshot predates the lock waits.
+SELECT f.show_id, f.seat_id, f.generation
+FROM seat_fences f
+JOIN (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id) AS k
+  ON f.show_id = k.show_id AND f.seat_id = k.seat_id
+ORDER BY f.show_id, f.seat_id
+FOR UPDATE OF f;
+
+-- name: SeatFencesAdvanceMany :execrows
+-- SeatFencesAdvanceMany is SeatFencesAdvance for a batch of confirmations: each (show,
+-- seat) pair's fence goes to its generation where it is strictly smaller. It returns how
+-- many it raised; fewer than the pairs means one refused.
+UPDATE seat_fences f
+SET generation = k.generation, updated_at = now()
+FROM (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id,
+             unnest(@generations::bigint[]) AS generation) AS k
+WHERE f.show_id = k.show_id AND f.seat_id = k.seat_id AND f.generation < k.generation;

@@ -1,0 +1,628 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
+)
+
+// Group commit. Confirmations do not each run a transaction: they join a queue, and a
+// few committers (Config.ConfirmConns) each take what waits there — up to
+// Config.ConfirmBatch confirmations, without waiting for more unless
+// Config.ConfirmBatchWait says so — and confirm it in one PostgreSQL transaction on one
+// connection. Alone, a confirmation is a batch of one and waits for nothing; under
+// load, confirmations arriving while the committers are busy make the next batches,
+// so the batch size follows the load and one COMMIT (and its fsync) serves many.
+//
+// A batch's transaction, each step one round trip:
+//  1. lock the fences of every seat of the batch, in (show, seat) order — two batches
+//     never wait for each other in a cycle — then read which of those seats are
+//     claimed (a statement of its own, so that it sees what committed while it waited);
+//  2. ask Redis, in one pipeline, whether each confirmation's hold is still current:
+//     one that is not leaves the batch (ErrHoldLost) before anything of it is written;
+//  3. decide each remaining confirmation in Go, in queue order, as the single
+//     transactions would have one after the other: refused by a fence that has seen its
+//     generation, by a seat claimed (before, or by an earlier confirmation of the
+//     batch), by an idempotency key an earlier confirmation of the batch used;
+//  4. write the accepted ones: every fence in one statement, the bookings pipelined;
+//  5. COMMIT. A lost reply is settled (resolveCommit) for the whole batch at once.
+//
+// Statements write only what was decided, so a refusal costs the others nothing. A
+// write that fails anyway — a unique violation the reads cannot see, such as an
+// idempotency key a concurrent batch is inserting — rolls the transaction back; the
+// confirmation it belongs to gets its refusal and the rest run again without it. Then
+// the sold markers of every booking go to Redis in one pipeline, and each caller gets
+// its answer. A caller's context ends its wait only while its confirmation is still
+// queued; once taken, the batch answers it within the batch's own bounds.
+
+// confirmReq is one confirmation, queued or in a batch.
+type confirmReq struct {
+	ctx      context.Context // the caller's, never cancelled: its trace
+	c        *confirmation
+	gen      int64
+	id       uuid.UUID
+	queued   time.Time
+	deadline time.Time    // taken later than this, its hold would expire before a commit
+	state    atomic.Int32 // reqQueued, then reqTaken or reqAbandoned
+	done     chan struct{}
+
+	// The outcome, set before done is closed.
+	res    committed
+	err    error
+	marked bool // its sold markers are in Redis
+}
+
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqAbandoned
+)
+
+// answer gives r its outcome.
+func (r *confirmReq) answer(err error) {
+	r.err = err
+	close(r.done)
+}
+
+// committer is the queue and the goroutines that confirm what waits in it: up to
+// Config.ConfirmConns, started when confirmations queue and ended when the queue is
+// empty, so an idle engine runs none.
+type committer struct {
+	queue  chan *confirmReq
+	onConn atomic.Int64 // moving average of a batch's time on its connection, ns
+
+	mu      sync.Mutex
+	running int  // committers running
+	closed  bool // the engine is closed: start no more
+	wg      sync.WaitGroup
+}
+
+// took records how long a batch held its connection.
+func (g *committer) took(d time.Duration) {
+	for {
+		old := g.onConn.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if g.onConn.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// needs is how long a batch is expected to hold its connection (at least 2 ms).
+func (g *committer) needs() time.Duration {
+	return max(2*time.Millisecond, time.Duration(g.onConn.Load()))
+}
+
+// wakeCommitter starts a committer unless Config.ConfirmConns run already.
+func (e *Engine) wakeCommitter() {
+	g := e.gc
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.running >= e.cfg.ConfirmConns {
+		return
+	}
+	g.running++
+	g.wg.Add(1)
+	go e.commitLoop()
+}
+
+// commitLoop is one committer: it takes a batch from the queue and confirms it, until
+// the queue is empty.
+func (e *Engine) commitLoop() {
+	g := e.gc
+	defer g.wg.Done()
+	for {
+		select {
+		case first := <-g.queue:
+			if batch := e.gather(first); len(batch) > 0 {
+				e.commitBatch(batch)
+			}
+			continue
+		default:
+		}
+		// A confirmation queued after the look above and before this lock finds this
+		// committer still counted, so it is taken here; one queued after it starts a
+		// committer of its own.
+		g.mu.Lock()
+		if len(g.queue) == 0 || g.closed {
+			g.running--
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+	}
+}
+
+// stopCommitters lets the running batches finish and answers what is left queued.
+func (e *Engine) stopCommitters() {
+	g := e.gc
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.wg.Wait()
+	for {
+		select {
+		case r := <-g.queue:
+			if r.state.CompareAndSwap(reqQueued, reqTaken) {
+				r.answer(fmt.Errorf("%w: the engine is closed", ErrUnavailable))
+			}
+		default:
+			return
+		}
+	}
+}
+
+// commit queues a confirmation of the hold (current in Redis, expiring at expires) and
+// waits for its batch. It refuses at once with ErrOverloaded when the queue is full, and
+// with ErrHoldLost when no batch takes it while its hold could still be confirmed. A
+// refusal changes nothing.
+func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid.UUID, expires time.Time) (*confirmReq, error) {
+	e.gc.mu.Lock()
+	closed := e.gc.closed
+	e.gc.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: the engine is closed", ErrUnavailable)
+	}
+	now := time.Now()
+	r := &confirmReq{ctx: context.WithoutCancel(ctx), c: c, gen: gen, id: id, queued: now, done: make(chan struct{})}
+	// A batch that takes it later than its expiry less a batch's time could only roll
+	// it back at the Redis check; one whose hold has less than that left may still try.
+	r.deadline = expires.Add(-e.gc.needs())
+	if !r.deadline.After(now) {
+		r.deadline = expires
+	}
+	select {
+	case e.gc.queue <- r:
+	default:
+		e.m.admissionRefusals.WithLabelValues("queue_full").Inc()
+		return nil, fmt.Errorf("%w: %d confirmations wait for the database already (Config.MaxConfirmQueue)", ErrOverloaded, len(e.gc.queue))
+	}
+	e.wakeCommitter()
+	timer := time.NewTimer(time.Until(r.deadline))
+	defer timer.Stop()
+	select {
+	case <-r.done:
+		return r, nil
+	case <-timer.C:
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
+			return nil, e.tooLate(r, expires)
+		}
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return nil, unavailable("postgres", ctx.Err())
+		}
+	}
+	<-r.done // taken: its batch answers within its own bounds
+	return r, nil
+}
+
+// tooLate is the refusal of a confirmation whose hold would expire before its batch.
+func (e *Engine) tooLate(r *confirmReq, expires time.Time) error {
+	return fmt.Errorf("%w: its confirmation waited %v for the database and the hold expires in %v, before a confirmation (about %v) could finish",
+		ErrHoldLost, time.Since(r.queued).Round(time.Millisecond), max(0, time.Until(expires)).Round(time.Millisecond), e.gc.needs().Round(time.Millisecond))
+}
+
+// gather takes first and what else waits in the queue, up to Config.ConfirmBatch,
+// waiting up to Config.ConfirmBatchWait for more. Confirmations their callers left, or
+// taken too late for their holds, are answered here and left out.
+func (e *Engine) gather(first *confirmReq) []*confirmReq {
+	var batch []*confirmReq
+	take := func(r *confirmReq) {
+		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+			return // its caller left
+		}
+		now := time.Now()
+		e.m.confirmQueueWait.Observe(now.Sub(r.queued).Seconds())
+		if now.After(r.deadline) {
+			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
+			r.answer(e.tooLate(r, r.deadline.Add(e.gc.needs())))
+			return
+		}
+		batch = append(batch, r)
+	}
+	take(first)
+	var wait <-chan time.Time
+	if e.cfg.ConfirmBatchWait > 0 {
+		t := time.NewTimer(e.cfg.ConfirmBatchWait)
+		defer t.Stop()
+		wait = t.C
+	}
+	for len(batch) < e.cfg.ConfirmBatch {
+		select {
+		case r := <-e.gc.queue:
+			take(r)
+			continue
+		default:
+		}
+		if wait == nil {
+			break
+		}
+		select {
+		case r := <-e.gc.queue:
+			take(r)
+			continue
+		case <-wait:
+			wait = nil
+		}
+		if wait == nil {
+			break
+		}
+	}
+	return batch
+}
+
+// batchTimeout bounds a batch, from taking a connection to its answers.
+func (e *Engine) batchTimeout() time.Duration {
+	return e.cfg.LockTimeout + 2*e.cfg.StatementTimeout
+}
+
+// commitBatch confirms batch in one transaction and answers every confirmation in it.
+func (e *Engine) commitBatch(batch []*confirmReq) {
+	e.m.confirmBatchSize.Observe(float64(len(batch)))
+	ctx, cancel := context.WithTimeout(context.Background(), e.batchTimeout())
+	defer cancel()
+
+	// Wait for a connection no longer than the last hold of the batch can use one.
+	latest := batch[0].deadline
+	for _, r := range batch[1:] {
+		if r.deadline.After(latest) {
+			latest = r.deadline
+		}
+	}
+	actx, acancel := context.WithDeadline(ctx, latest)
+	conn, err := e.pool.Acquire(actx)
+	acancel()
+	if err != nil {
+		for _, r := range batch {
+			if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
+				e.m.admissionRefusals.WithLabelValues("too_late").Inc()
+				r.answer(e.tooLate(r, r.deadline.Add(e.gc.needs())))
+			} else {
+				r.answer(unavailable("postgres", err))
+			}
+		}
+		return
+	}
+	acquired := time.Now()
+	// Those whose holds ran out while the batch waited leave it now.
+	pending := batch[:0:0]
+	for _, r := range batch {
+		if acquired.After(r.deadline) {
+			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
+			r.answer(e.tooLate(r, r.deadline.Add(e.gc.needs())))
+			continue
+		}
+		pending = append(pending, r)
+	}
+
+	committedOK := e.runBatch(ctx, conn, pending)
+	conn.Release()
+	e.gc.took(time.Since(acquired))
+	if committedOK {
+		e.markBatch(ctx, pending)
+	}
+	for _, r := range pending {
+		close(r.done)
+	}
+}
+
+// memberErr is a write of one confirmation that failed in a way the reads could not
+// foresee: that confirmation gets err, and the batch runs again without it.
+type memberErr struct {
+	r   *confirmReq
+	err error
+}
+
+func (m *memberErr) Error() string { return m.err.Error() }
+
+// runBatch runs the batch's transaction, again without a confirmation whose write
+// failed, and again whole on a serialization failure or deadlock. It sets every
+// confirmation's outcome (r.err, r.res) and reports whether a COMMIT happened.
+func (e *Engine) runBatch(ctx context.Context, conn *pgxpool.Conn, batch []*confirmReq) bool {
+	pending := slices.Clone(batch)
+	attempt := 1
+	for len(pending) > 0 {
+		ok, err := e.batchOnce(ctx, conn, pending)
+		var me *memberErr
+		switch {
+		case err == nil:
+			return ok
+		case errors.As(err, &me):
+			me.r.err = me.err
+			pending = slices.DeleteFunc(pending, func(r *confirmReq) bool { return r == me.r })
+		case retryable(err) && attempt < maxTxAttempts:
+			attempt++
+			if sleepJitter(ctx, attempt) != nil {
+				err = ctx.Err()
+			} else {
+				continue
+			}
+			fallthrough
+		default:
+			if !errors.Is(err, ErrUnavailable) {
+				err = unavailable("postgres", err)
+			}
+			for _, r := range pending {
+				r.err = err
+			}
+			return false
+		}
+	}
+	return false
+}
+
+// seatKey names a seat of a show in a batch.
+type seatKey struct{ show, seat string }
+
+// batchOnce is one attempt at the batch's transaction (see the top of this file). It
+// sets the outcome of each confirmation of batch and reports whether it committed.
+func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*confirmReq) (bool, error) {
+	for _, r := range batch {
+		r.err, r.res = nil, committed{}
+	}
+	tx, err := conn.BeginTx(ctx, e.txOptions())
+	if err != nil {
+		return false, unavailable("postgres", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	q := db.New(tx)
+
+	// 1. Lock every fence of the batch in one order, then read the claims.
+	var keys []seatKey
+	for _, r := range batch {
+		for _, s := range r.c.seats {
+			keys = append(keys, seatKey{r.c.sh.id, s})
+		}
+	}
+	slices.SortFunc(keys, func(a, b seatKey) int {
+		if c := strings.Compare(a.show, b.show); c != 0 {
+			return c
+		}
+		return strings.Compare(a.seat, b.seat)
+	})
+	keys = slices.Compact(keys)
+	shows, seats := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		shows[i], seats[i] = k.show, k.seat
+	}
+	locked, err := q.SeatFencesLock(ctx, db.SeatFencesLockParams{ShowIds: shows, SeatIds: seats})
+	if err != nil {
+		return false, e.txErr(err)
+	}
+	fence := make(map[seatKey]int64, len(locked))
+	for _, f := range locked {
+		fence[seatKey{f.ShowID, f.SeatID}] = f.Generation
+	}
+	claims, err := q.SeatClaimsFind(ctx, db.SeatClaimsFindParams{ShowIds: shows, SeatIds: seats})
+	if err != nil {
+		return false, e.txErr(err)
+	}
+	claimed := make(map[seatKey]bool, len(claims))
+	for _, c := range claims {
+		claimed[seatKey{c.ShowID, c.SeatID}] = true
+	}
+	if e.hooks.beforeCommit != nil {
+		e.hooks.beforeCommit(ctx)
+	}
+
+	// 2. Which holds are still current, in one pipeline.
+	e.verifyBatch(ctx, batch)
+
+	// 3. Decide, in queue order.
+	type idemKey struct{ show, holder, key string }
+	usedKeys := map[idemKey]bool{}
+	var accepted []*confirmReq
+	for _, r := range batch {
+		if r.err != nil {
+			continue
+		}
+		sh := r.c.sh.id
+		stale, taken := false, false
+		for _, s := range r.c.seats {
+			stale = stale || fence[seatKey{sh, s}] >= r.gen
+			taken = taken || claimed[seatKey{sh, s}]
+		}
+		switch {
+		case stale:
+			r.err = errStale
+			continue
+		case taken:
+			r.err = errSeatClaimed
+			continue
+		}
+		if r.c.key != "" {
+			k := idemKey{sh, r.c.h.HolderID, r.c.key}
+			if usedKeys[k] {
+				r.err = errKeyConflict
+				continue
+			}
+			usedKeys[k] = true
+		}
+		for _, s := range r.c.seats {
+			fence[seatKey{sh, s}], claimed[seatKey{sh, s}] = r.gen, true
+		}
+		accepted = append(accepted, r)
+	}
+	if len(accepted) == 0 {
+		return false, nil
+	}
+
+	// 4. Write what was decided: the fences in one statement, the bookings pipelined.
+	var fShows, fSeats []string
+	var fGens []int64
+	params := make([]db.BookingCreateParams, len(accepted))
+	for i, r := range accepted {
+		for _, s := range r.c.seats {
+			fShows, fSeats, fGens = append(fShows, r.c.sh.id), append(fSeats, s), append(fGens, r.gen)
+		}
+		params[i] = db.BookingCreateParams{ShowID: r.c.sh.id, BookingID: r.id, Generation: r.gen, HolderID: r.c.h.HolderID,
+			Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.seats}
+		if r.c.key != "" {
+			params[i].IdempotencyKey.String, params[i].IdempotencyKey.Valid = r.c.key, true
+		}
+	}
+	n, err := q.SeatFencesAdvanceMany(ctx, db.SeatFencesAdvanceManyParams{ShowIds: fShows, SeatIds: fSeats, Generations: fGens})
+	if err != nil {
+		return false, e.txErr(err)
+	}
+	if n != int64(len(fSeats)) {
+		// Cannot happen under the locks; if it does, nothing of the batch commits.
+		return false, fmt.Errorf("%w: %d of %d fences advanced under their locks", ErrUnavailable, n, len(fSeats))
+	}
+	var failed *memberErr
+	var firstErr error
+	q.BookingCreate(ctx, params).QueryRow(func(i int, row db.BookingCreateRow, err error) {
+		switch {
+		case err == nil:
+			accepted[i].res = committed{at: row.ConfirmedAt, seq: row.MarkerSeq}
+		case firstErr == nil:
+			firstErr = err
+			if cerr := claimErr(err); cerr != nil {
+				failed = &memberErr{r: accepted[i], err: cerr}
+			}
+		}
+	})
+	if failed != nil {
+		return false, failed
+	}
+	if firstErr != nil {
+		return false, e.txErr(firstErr)
+	}
+
+	// 5. COMMIT.
+	pid := tx.Conn().PgConn().PID()
+	if err := tx.Commit(ctx); err != nil {
+		if pgCode(err) != "" {
+			return false, e.txErr(err) // the server answered: nothing committed
+		}
+		// The reply is lost: settle the outcome, once for the whole batch.
+		at, err := e.resolveCommit(ctx, pid, accepted[0].id, err)
+		for _, r := range accepted {
+			if err != nil {
+				r.err = err
+			} else {
+				r.res.at = at
+			}
+		}
+		return err == nil, nil
+	}
+	return true, nil
+}
+
+// verifyBatch asks Redis, in one pipeline, whether each confirmation's hold is still
+// current; one that is not gets errLostBeforeCommit, one Redis could not answer its
+// error.
+func (e *Engine) verifyBatch(ctx context.Context, batch []*confirmReq) {
+	spans := e.steps(batch, "holdfast.confirm.verify")
+	calls := make([]scriptCall, len(batch))
+	for i, r := range batch {
+		calls[i] = scriptCall{lua.Verify, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen}, r.c.seats)}
+	}
+	for i, cmd := range e.runScripts(ctx, calls) {
+		res, err := cmd.Int64Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("%w: unexpected verify script reply %v", ErrUnavailable, res)
+		}
+		switch {
+		case err != nil:
+			batch[i].err = e.redisErr(err)
+		case res[0] != batch[i].gen:
+			batch[i].err = errLostBeforeCommit
+		}
+		endStep(spans[i], batch[i].err)
+	}
+}
+
+// steps starts a span named name in the trace of each confirmation of batch (a batch
+// serves several traces).
+func (e *Engine) steps(batch []*confirmReq, name string) []trace.Span {
+	spans := make([]trace.Span, len(batch))
+	for i, r := range batch {
+		_, spans[i] = e.step(r.ctx, name)
+	}
+	return spans
+}
+
+// markBatch writes the sold markers of the batch's bookings to Redis in one pipeline.
+// A confirmation whose markers did not make it writes them itself (afterCommit, with
+// its retries), as does every one while a test hook stands in for the write.
+func (e *Engine) markBatch(ctx context.Context, batch []*confirmReq) {
+	if e.hooks.afterCommit != nil {
+		return
+	}
+	var calls []scriptCall
+	var owners []*confirmReq
+	for _, r := range batch {
+		if r.err != nil {
+			continue
+		}
+		ks, err := r.c.sh.scriptKeys("", r.c.seats)
+		if err != nil {
+			continue
+		}
+		calls = append(calls, scriptCall{lua.Mark, ks, markArgs("-", r.c.seats, slices.Repeat([]string{marker(r.gen, true)}, len(r.c.seats)))})
+		owners = append(owners, r)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	spans := e.steps(owners, "holdfast.markers")
+	mctx, cancel := context.WithTimeout(ctx, markSoldTimeout)
+	defer cancel()
+	for i, cmd := range e.runScripts(mctx, calls) {
+		res, err := cmd.Slice()
+		if err == nil && len(res) != 4 {
+			err = fmt.Errorf("%w: unexpected mark script reply %v", ErrUnavailable, res)
+		}
+		endStep(spans[i], err)
+		if err != nil {
+			continue
+		}
+		r := owners[i]
+		e.wrote(r.c.sh, res[3])
+		e.outbox.applied(r.c.sh.id, r.res.seq)
+		r.marked = true
+	}
+}
+
+// scriptCall is one script call of a pipeline.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// runScripts sends calls in one pipeline (on a Cluster, go-redis splits it by node) and
+// returns their replies in order. A call Redis refused with NOSCRIPT — its script cache
+// was flushed — is run again on its own, which loads the script.
+func (e *Engine) runScripts(ctx context.Context, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := e.rdb.Pipeline()
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, c := range calls {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmds[i] = c.script.Run(ctx, e.rdb, c.keys, c.args...)
+		}
+	}
+	return cmds
+}
