@@ -24,9 +24,9 @@ type Engine struct {
 	// scripts runs the scripts of holds and confirmations: rdb's autopipeliner, or rdb
 	// itself with Config.NoAutoPipeline.
 	scripts redis.Scripter
-	cfg  Config
-	log  *slog.Logger
-	m    *metrics
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
 
 	shows   *showCache // the inventories, immutable once created
 	loads   singleflight.Group
