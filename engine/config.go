@@ -91,8 +91,11 @@ type Config struct {
 	NoAutoPipeline bool
 
 	// ConfirmConns is how many batches run at once, each on its own PostgreSQL
-	// connection of the pool. Defaults to half the pool's MaxConns (at least 1); other
-	// work (replays, repairs, seat-map rebuilds, cancellations) uses the rest.
+	// connection of the pool: about the database server's cores. More batches in flight
+	// make each smaller, and a CPU-bound server slower (on a 2-core machine, 8 batchers
+	// confirm half as fast as 2). Defaults to 2, or half the pool's MaxConns if that is
+	// less (at least 1); other work (replays, repairs, seat-map rebuilds, cancellations)
+	// uses the rest of the pool.
 	ConfirmConns int
 
 	// MaxWatchedShows bounds how many shows' seat maps the engine keeps in memory and
@@ -136,7 +139,7 @@ const (
 	defaultMaxConfirmQueue   = 128 // New uses four times the pool's MaxConns
 	defaultSeatMapIdle       = time.Minute
 	defaultConfirmBatch      = 32
-	defaultConfirmConns      = 2 // New uses half the pool's MaxConns
+	defaultConfirmConns      = 2 // at most half the pool's MaxConns
 	maxConfirmBatch          = 256
 	maxConfirmBatchWait      = 100 * time.Millisecond
 

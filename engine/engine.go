@@ -89,7 +89,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 		with.MaxConfirmQueue = 4 * int(pool.Config().MaxConns)
 	}
 	if with.ConfirmConns == 0 {
-		with.ConfirmConns = max(1, int(pool.Config().MaxConns)/2)
+		with.ConfirmConns = max(1, min(defaultConfirmConns, int(pool.Config().MaxConns)/2))
 	}
 	c, err := with.withDefaults()
 	if err != nil {
@@ -119,8 +119,10 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	return e, nil
 }
 
-// autoPipeliner is the client's shared autopipeliner (closed with the client), or nil
-// for a client without one.
+// autoPipeliner runs scripts on rdb directly while few calls are in flight, and through
+// rdb's shared autopipeliner (closed with the client) when more are: calls made at the
+// same moment then share round trips, and a lone call pays nothing for it. nil for a
+// client without an autopipeliner.
 func autoPipeliner(rdb redis.UniversalClient) redis.Scripter {
 	var ap *redis.AutoPipeliner
 	var err error
@@ -135,7 +137,58 @@ func autoPipeliner(rdb redis.UniversalClient) redis.Scripter {
 	if err != nil {
 		return nil
 	}
-	return ap
+	return &adaptiveScripter{direct: rdb, piped: ap}
+}
+
+// pipelineFrom is how many script calls in flight make the next one go through the
+// autopipeliner.
+const pipelineFrom = 3
+
+// adaptiveScripter is the redis.Scripter of autoPipeliner.
+type adaptiveScripter struct {
+	direct, piped redis.Scripter
+	inflight      atomic.Int64
+}
+
+func (a *adaptiveScripter) pick() (redis.Scripter, func()) {
+	n := a.inflight.Add(1)
+	done := func() { a.inflight.Add(-1) }
+	if n > pipelineFrom {
+		return a.piped, done
+	}
+	return a.direct, done
+}
+
+func (a *adaptiveScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	s, done := a.pick()
+	defer done()
+	return s.Eval(ctx, script, keys, args...)
+}
+
+func (a *adaptiveScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	s, done := a.pick()
+	defer done()
+	return s.EvalSha(ctx, sha1, keys, args...)
+}
+
+func (a *adaptiveScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	s, done := a.pick()
+	defer done()
+	return s.EvalRO(ctx, script, keys, args...)
+}
+
+func (a *adaptiveScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	s, done := a.pick()
+	defer done()
+	return s.EvalShaRO(ctx, sha1, keys, args...)
+}
+
+func (a *adaptiveScripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return a.direct.ScriptExists(ctx, hashes...)
+}
+
+func (a *adaptiveScripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return a.direct.ScriptLoad(ctx, script)
 }
 
 // honoursDeadlines reports whether a go-redis client bounds each call by its context's

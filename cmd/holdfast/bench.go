@@ -32,11 +32,12 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		backends backendFlags
 		duration = fs.Duration("duration", 4*time.Second, "measured time of each timed workload")
 		warmup   = fs.Duration("warmup", time.Second, "warm-up before each timed workload")
-		seats    = fs.Int("sale-seats", 20_000, "flash sale: seats of the stadium")
-		buyers   = fs.Int("sale-buyers", 2_000, "flash sale: concurrent buyers")
-		timeout  = fs.Duration("sale-timeout", 3*time.Minute, "flash sale: give up after")
+		seats    = fs.Int("sale-seats", 20_000, "sales: seats of the venue")
+		buyers   = fs.Int("sale-buyers", 2_000, "sales: concurrent buyers (best-available sale); a quarter of it is the on-sale's arrivals per second")
+		timeout  = fs.Duration("sale-timeout", 3*time.Minute, "sales: give up after")
 		jsonPath = fs.String("json", "", "also write the report as JSON to this file")
-		only     = fs.String("only", "", "comma-separated workloads to run: seatmap, feed, best, hold, shape, memory, confirm, sale (default all)")
+		only     = fs.String("only", "", "comma-separated workloads to run: seatmap, feed, best, hold, shape, memory, confirm, onsale (default all)")
+		quick    = fs.Bool("quick", false, "a smoke run for CI: the on-sale only, 2,000 seats, short think times; fails on a double booking")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
 	backends.register(fs, getenv)
@@ -45,6 +46,15 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if *duration <= 0 || *warmup < 0 || *seats < 10 || *buyers < 1 {
 		return usageErr("--duration must be positive, --sale-seats at least 10, --sale-buyers at least 1")
+	}
+	if *quick {
+		*only = "onsale"
+		if !flagSet(fs, "sale-seats") {
+			*seats = 2_000
+		}
+		if !flagSet(fs, "sale-timeout") {
+			*timeout = time.Minute
+		}
 	}
 	if backends.databaseURL == "" {
 		return usageErr("DATABASE_URL is not set; run `make services` and use the URL it prints, or pass --database-url")
@@ -68,7 +78,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fmt.Fprintf(stdout, "holdfast bench: %s, %s warm-up + %s per timed workload\n", time.Now().UTC().Format(time.RFC3339), *warmup, *duration)
 	rep, err := bench.Run(ctx, bench.Options{DatabaseURL: backends.databaseURL, Redis: rdb, Warmup: *warmup, Duration: *duration,
 		SaleSeats: *seats, SaleBuyers: *buyers, SaleTimeout: *timeout, PoolSize: backends.pgMaxConns, Progress: stderr,
-		Only: splitList(*only)})
+		Only: splitList(*only), Quick: *quick})
 	if err != nil {
 		return err
 	}
@@ -85,4 +95,11 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 	return nil
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -37,7 +37,8 @@ type Options struct {
 	SaleTimeout time.Duration         // flash sale: give up after
 	PoolSize    int                   // PostgreSQL connections, for both designs
 	Progress    io.Writer             // a line as each workload starts, or nil
-	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, sale); all when empty
+	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, onsale); all when empty
+	Quick       bool                  // a smoke run: the on-sale only, small and short
 }
 
 // Row is one line of the result table.
@@ -148,7 +149,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		{"shape", "shape: seats per hold, hot show vs 100 shows", e.shapeWorkload},
 		{"memory", "memory", e.memoryWorkload},
 		{"confirm", "confirm: engine vs raw SQL", e.confirmWorkload},
-		{"sale", "flash sale: holdfast vs database-only", e.flashSale},
+		{"onsale", "on-sale: open-loop arrivals, holdfast vs database-only", e.onsaleWorkload},
 	}
 	for _, s := range steps {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, s.key) {

@@ -1,0 +1,694 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/demo"
+)
+
+// The open-loop on-sale: buyers arrive at a given rate, whatever the system's state (a
+// ramp, then a spike, then the rate), and each one loads the seat map, asks for 1–6
+// seats — best available for most, named seats for some, aimed at the best free seats
+// — retries a bounded number of times when refused, "pays" for a think time, then
+// confirms (most; some confirmations retried as if the response was lost), releases
+// (some) or abandons the hold to expire (the rest). Both designs run the same buyers on
+// the same PostgreSQL.
+
+// onsaleDesign is one way to run the on-sale.
+type onsaleDesign interface {
+	// seatMap loads the seat map and returns the free seats, best first (at most
+	// limit; the map itself is read whole).
+	seatMap(ctx context.Context, limit int) ([]int, error)
+	holdBest(ctx context.Context, buyer string, n int) (any, error)
+	holdNamed(ctx context.Context, buyer string, seats []int) (any, error)
+	confirm(ctx context.Context, buyer string, h any, key string) (int, error) // seats booked
+	release(ctx context.Context, h any) error
+	sold(ctx context.Context) (int, error)
+	doubleBooked(ctx context.Context) (int, error)
+}
+
+// onsale sizes a sale.
+type onsaleParams struct {
+	seats      int
+	rate       float64       // buyers per second after the ramp
+	ramp       bool          // a 2 s ramp, then the spike for 2 s, then the rate; else the rate throughout
+	spike      float64       // times the rate during the spike
+	think      time.Duration // the longest think time (the shortest is a sixth of it)
+	holdTTL    time.Duration
+	timeout    time.Duration
+	maxBuyers  int // buyers in flight at most (arrivals past it are turned away)
+	noConfirms bool
+}
+
+// onsaleResult is one design's sale.
+type onsaleResult struct {
+	arrived, turnedAway   int64
+	holdAttempts, refused int64
+	bookings, seatsSold   int64
+	soldOutAfter          time.Duration // 0: not sold out
+	elapsed               time.Duration
+	timeline              []timePoint // seats sold, every 250 ms
+	mapLat, holdLat       []time.Duration
+	confLat               []time.Duration
+	errors                int64
+	firstErr              atomic.Value
+}
+
+var errOnsaleRefused = errors.New("refused")
+
+// timePoint is the seats sold at a time into a sale.
+type timePoint struct {
+	at   time.Duration
+	sold int64
+}
+
+// runOnsale runs one open-loop sale on d until every seat is sold or p.timeout.
+func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64) *onsaleResult {
+	res := &onsaleResult{}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var inFlight, booked atomic.Int64
+	soldOut := make(chan struct{})
+	var once sync.Once
+	start := time.Now()
+	record := func(l *[]time.Duration, d time.Duration) {
+		mu.Lock()
+		*l = append(*l, d)
+		mu.Unlock()
+	}
+	fail := func(err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if atomic.AddInt64(&res.errors, 1) == 1 {
+			res.firstErr.Store(err)
+		}
+	}
+	buyer := func(id int64) {
+		defer inFlight.Add(-1)
+		rng := rand.New(rand.NewPCG(seed, uint64(id)))
+		name := "b" + strconv.FormatUint(seed, 36) + "-" + strconv.FormatInt(id, 36) // unique across runs on a show
+		t := time.Now()
+		free, err := d.seatMap(ctx, 64)
+		record(&res.mapLat, time.Since(t))
+		if err != nil {
+			fail(err)
+			return
+		}
+		if len(free) == 0 {
+			return // sold out, or every seat held: a real buyer would wait; this one leaves
+		}
+		n := []int{1, 2, 2, 2, 3, 4, 4, 5, 6}[rng.IntN(9)]
+		var h any
+		for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
+			t = time.Now()
+			if rng.IntN(100) < 80 {
+				h, err = d.holdBest(ctx, name, n)
+			} else {
+				pick := slices.Clone(free)
+				rng.Shuffle(len(pick), func(i, j int) { pick[i], pick[j] = pick[j], pick[i] })
+				h, err = d.holdNamed(ctx, name, pick[:min(n, len(pick))])
+			}
+			record(&res.holdLat, time.Since(t))
+			atomic.AddInt64(&res.holdAttempts, 1)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, errOnsaleRefused) {
+				fail(err)
+				return
+			}
+			atomic.AddInt64(&res.refused, 1)
+			h = nil
+			if free, err = d.seatMap(ctx, 64); err != nil || len(free) == 0 {
+				return
+			}
+		}
+		if h == nil {
+			return
+		}
+		think := p.think/6 + time.Duration(rng.Int64N(int64(p.think)*5/6+1))
+		select {
+		case <-time.After(think):
+		case <-ctx.Done():
+			return
+		}
+		r := rng.IntN(100)
+		if p.noConfirms {
+			r = 85 // release, so that the inventory lasts
+		}
+		switch {
+		case r < 80:
+			key := uuid.NewString()
+			t = time.Now()
+			seats, err := d.confirm(ctx, name, h, key)
+			record(&res.confLat, time.Since(t))
+			if err == nil && rng.IntN(100) < 10 { // the response was lost: the client retries
+				_, err = d.confirm(ctx, name, h, key)
+			}
+			switch {
+			case err == nil:
+				atomic.AddInt64(&res.bookings, 1)
+				if booked.Add(int64(seats)) >= int64(p.seats) {
+					once.Do(func() { res.soldOutAfter = time.Since(start); close(soldOut) })
+				}
+			case !errors.Is(err, errOnsaleRefused):
+				fail(err)
+			}
+		case r < 90:
+			if err := d.release(ctx, h); err != nil && !errors.Is(err, errOnsaleRefused) {
+				fail(err)
+			}
+		}
+		// else: abandoned; the hold expires by itself
+	}
+	// Arrivals: a ramp to the rate over 2 s, a spike for 2 s, then the rate.
+	rateAt := func(t time.Duration) float64 {
+		switch {
+		case !p.ramp:
+			return p.rate
+		case t < 2*time.Second:
+			return p.rate * t.Seconds() / 2
+		case t < 4*time.Second:
+			return p.rate * p.spike
+		}
+		return p.rate
+	}
+	sample := time.NewTicker(250 * time.Millisecond)
+	defer sample.Stop()
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-sample.C:
+				mu.Lock()
+				res.timeline = append(res.timeline, timePoint{now.Sub(start), booked.Load()})
+				mu.Unlock()
+			}
+		}
+	})
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var owed float64
+	last := start
+arrivals:
+	for {
+		select {
+		case <-ctx.Done():
+			break arrivals
+		case <-soldOut:
+			break arrivals
+		case now := <-tick.C:
+			owed += rateAt(now.Sub(start)) * now.Sub(last).Seconds()
+			last = now
+			for ; owed >= 1; owed-- {
+				id := res.arrived + 1
+				res.arrived++
+				if inFlight.Load() >= int64(p.maxBuyers) {
+					res.turnedAway++
+					continue
+				}
+				inFlight.Add(1)
+				wg.Go(func() { buyer(id) })
+			}
+		}
+	}
+	if res.soldOutAfter == 0 {
+		// Arrivals stop; buyers in flight finish (the last seats may sell now).
+		select {
+		case <-soldOut:
+		case <-ctx.Done():
+		}
+	}
+	cancel()
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.seatsSold = booked.Load()
+	for _, l := range [][]time.Duration{res.mapLat, res.holdLat, res.confLat} {
+		slices.Sort(l)
+	}
+	return res
+}
+
+// resources are what a design's sale cost the machine.
+type resources struct {
+	xacts, walBytes, pgCPU, redisCalls float64
+}
+
+// measure reads the counters: PostgreSQL's transactions (its backends publish them when
+// they exit: the pool's connections are closed first), its WAL bytes, the CPU seconds
+// of every postgres process, and Redis's commands.
+func (e *env) measure(ctx context.Context) (resources, error) {
+	var r resources
+	e.pool.Reset()
+	time.Sleep(300 * time.Millisecond)
+	err := e.pool.QueryRow(ctx, `SELECT (SELECT (xact_commit + xact_rollback)::float8 FROM pg_stat_database WHERE datname = current_database()),
+		(SELECT wal_bytes::float8 FROM pg_stat_wal)`).Scan(&r.xacts, &r.walBytes)
+	if err != nil {
+		return r, err
+	}
+	r.xacts-- // this query's own transaction
+	r.pgCPU = processCPU("postgres")
+	r.redisCalls, err = e.redisCalls(ctx)
+	return r, err
+}
+
+// processCPU is the CPU seconds (user and system) of every process named comm and of
+// its exited children.
+func processCPU(comm string) float64 {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks float64
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != comm {
+			continue
+		}
+		fields := strings.Fields(s[end+1:])
+		if len(fields) < 15 {
+			continue
+		}
+		// utime, stime, and the same of its children that have exited (the postmaster's
+		// backends closed by the pool's Reset count there).
+		for _, f := range fields[11:15] {
+			v, _ := strconv.ParseFloat(f, 64)
+			ticks += v
+		}
+	}
+	return ticks / 100 // USER_HZ
+}
+
+// onsaleWorkload runs the open-loop on-sale on both designs, then finds each design's
+// knee.
+func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
+	p := onsaleParams{seats: e.o.SaleSeats, rate: float64(e.o.SaleBuyers) / 4, ramp: true, spike: 3, think: 3 * time.Second,
+		holdTTL: 8 * time.Second, timeout: e.o.SaleTimeout, maxBuyers: 4000}
+	if e.o.Quick {
+		p.think, p.holdTTL = 600*time.Millisecond, 2*time.Second
+	}
+	venue := demo.Venue(p.seats)
+	designs, err := e.onsaleDesigns(ctx, "onsale", venue, p.holdTTL)
+	if err != nil {
+		return err
+	}
+	var sellOut [2]time.Duration
+	var perSeat [2]float64
+	for i, d := range designs {
+		e.progress("   %s: %.0f buyers/s (x%.0f spike), %d seats, think up to %v", d.name, p.rate, p.spike, p.seats, p.think)
+		before, err := e.measure(ctx)
+		if err != nil {
+			return err
+		}
+		dp := p
+		if i == 1 && sellOut[0] > 0 {
+			// Past three times holdfast's sell-out the goal is decided: stop there.
+			dp.timeout = min(p.timeout, 3*sellOut[0]+time.Second)
+		}
+		res := runOnsale(ctx, d.d, dp, uint64(i+1))
+		after, err := e.measure(ctx)
+		if err != nil {
+			return err
+		}
+		sold, err := d.d.sold(ctx)
+		if err != nil {
+			return err
+		}
+		double, err := d.d.doubleBooked(ctx)
+		if err != nil {
+			return err
+		}
+		if double != 0 {
+			return fmt.Errorf("%s booked %d seats twice", d.name, double)
+		}
+		if res.errors > 0 {
+			return fmt.Errorf("%s: %d errors, the first: %v", d.name, res.errors, res.firstErr.Load())
+		}
+		seats := max(1, float64(sold))
+		xPerSeat := (after.xacts - before.xacts) / seats
+		perSeat[i] = xPerSeat
+		note := fmt.Sprintf("sold %d/%d", sold, p.seats)
+		if res.soldOutAfter > 0 {
+			note += fmt.Sprintf(" in %.1fs", res.soldOutAfter.Seconds())
+			sellOut[i] = res.soldOutAfter
+		} else {
+			note += fmt.Sprintf(" (NOT sold out in %.0fs)", res.elapsed.Seconds())
+		}
+		note += fmt.Sprintf("; %d buyers (%d turned away), %.2f refusals/booking; per sold seat: %.2f PG transactions, %.0f WAL bytes, %.2f ms PG CPU, %.1f Redis commands; double bookings %d",
+			res.arrived, res.turnedAway, float64(res.refused)/max(1, float64(res.bookings)),
+			xPerSeat, (after.walBytes-before.walBytes)/seats, 1000*(after.pgCPU-before.pgCPU)/seats, (after.redisCalls-before.redisCalls)/seats, double)
+		rate := float64(res.holdAttempts) / res.elapsed.Seconds()
+		r.Rows = append(r.Rows,
+			Row{Workload: "on-sale: seat map", Variant: d.name, Clients: int(res.arrived), OpsPerS: float64(len(res.mapLat)) / res.elapsed.Seconds(), P50ms: p50(res.mapLat), P99ms: p99(res.mapLat)},
+			Row{Workload: "on-sale: hold", Variant: d.name, Clients: int(res.arrived), OpsPerS: rate, P50ms: p50(res.holdLat), P99ms: p99(res.holdLat), Note: note},
+			Row{Workload: "on-sale: confirm", Variant: d.name, Clients: int(res.arrived), OpsPerS: float64(len(res.confLat)) / res.elapsed.Seconds(), P50ms: p50(res.confLat), P99ms: p99(res.confLat)})
+		e.progress("   %s", note)
+		e.progress("   seat map p50 %.1f / p99 %.1f ms, hold %.1f / %.1f ms, confirm %.1f / %.1f ms",
+			p50(res.mapLat), p99(res.mapLat), p50(res.holdLat), p99(res.holdLat), p50(res.confLat), p99(res.confLat))
+	}
+	switch {
+	case sellOut[0] == 0:
+		r.goal("on-sale time to sell out, holdfast / database-only", "<= 0.33", 0, false)
+	case sellOut[1] == 0: // the database-only sale stopped unsold at 3x holdfast's time
+		r.goal("on-sale time to sell out, holdfast / database-only (not sold out: at most)", "<= 0.33", 1.0/3, true)
+	default:
+		ratio := sellOut[0].Seconds() / sellOut[1].Seconds()
+		r.goal("on-sale time to sell out, holdfast / database-only", "<= 0.33", ratio, ratio <= 1.0/3)
+	}
+	r.goal("on-sale PostgreSQL transactions per sold seat, holdfast", "<= 1.10", perSeat[0], perSeat[0] <= 1.1)
+	if e.o.Quick {
+		return nil
+	}
+	return e.onsaleKnee(ctx, r, venue)
+}
+
+// onsaleKnee steps the arrival rate (buyers who load the map, hold and release, so
+// that the inventory lasts) and reports the highest rate at which hold p99 stays within
+// 100 ms, for each design.
+func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) error {
+	designs, err := e.onsaleDesigns(ctx, "knee", venue, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	var knees [2]float64
+	for i, d := range designs {
+		for rate := 25.0; rate <= 25_600; rate *= 2 {
+			p := onsaleParams{seats: len(venue), rate: rate, think: 60 * time.Millisecond, holdTTL: 5 * time.Second,
+				timeout: 3 * time.Second, maxBuyers: 4000, noConfirms: true}
+			res := runOnsale(ctx, d.d, p, uint64(rate))
+			hp99 := p99(res.holdLat)
+			ok := hp99 <= 100 && res.turnedAway == 0 && res.errors == 0
+			e.progress("   %s at %.0f buyers/s: hold p99 %.1f ms, seat map p99 %.1f ms, %d turned away, %d errors %v",
+				d.name, rate, hp99, p99(res.mapLat), res.turnedAway, res.errors, res.firstErr.Load())
+			if !ok {
+				break
+			}
+			knees[i] = rate
+		}
+		r.Rows = append(r.Rows, Row{Workload: "on-sale: knee (hold p99 <= 100 ms)", Variant: d.name, OpsPerS: knees[i],
+			Note: "buyers/s arriving (seat map, hold, release), stepped x2 from 25"})
+	}
+	ratio := knees[0] / max(knees[1], 12.5) // below the first step: at most half of it
+	r.goal("on-sale knee, holdfast / database-only", ">= 5.00", ratio, ratio >= 5)
+	return nil
+}
+
+type namedDesign struct {
+	name string
+	d    onsaleDesign
+}
+
+// onsaleDesigns sets up a show of the venue on both designs.
+func (e *env) onsaleDesigns(ctx context.Context, show string, venue []engine.Seat, ttl time.Duration) ([]namedDesign, error) {
+	eng, err := e.engine(engine.Config{MaxSeatsPerHold: 6, MaxSeatsPerHolder: 6})
+	if err != nil {
+		return nil, err
+	}
+	if err := eng.CreateShowLayout(ctx, show, venue); err != nil {
+		return nil, err
+	}
+	hf := &onsaleHoldfast{e: eng, env: e, show: show, ttl: ttl}
+	m, err := eng.SeatMap(ctx, show)
+	if err != nil {
+		return nil, err
+	}
+	hf.byRank = rankOrder(m.Layout)
+	hf.ids = make([]string, len(m.Layout))
+	for i, s := range m.Layout {
+		hf.ids[i] = s.ID
+	}
+	dbo, err := newOnsaleDB(ctx, e, show, m.Layout, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return []namedDesign{{"holdfast", hf}, {"database-only", dbo}}, nil
+}
+
+// rankOrder is the layout's indices, best rank first.
+func rankOrder(layout []engine.Seat) []int {
+	idx := make([]int, len(layout))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return layout[a].Rank - layout[b].Rank })
+	return idx
+}
+
+// onsaleHoldfast sells through the engine: the seat map from its in-memory view,
+// best-available and named holds in Redis, group-committed confirmations.
+type onsaleHoldfast struct {
+	e      *engine.Engine
+	env    *env
+	show   string
+	ttl    time.Duration
+	byRank []int
+	ids    []string
+}
+
+func (h *onsaleHoldfast) seatMap(ctx context.Context, limit int) ([]int, error) {
+	m, err := h.e.SeatMap(ctx, h.show)
+	if err != nil {
+		return nil, err
+	}
+	var free []int
+	for _, i := range h.byRank {
+		if m.States[i] == engine.SeatFree {
+			if free = append(free, i); len(free) == limit {
+				break
+			}
+		}
+	}
+	return free, nil
+}
+
+func (h *onsaleHoldfast) refusal(err error) error {
+	if errors.Is(err, engine.ErrSeatsUnavailable) {
+		return errOnsaleRefused
+	}
+	return err
+}
+
+func (h *onsaleHoldfast) holdBest(ctx context.Context, buyer string, n int) (any, error) {
+	hold, err := h.e.HoldBest(ctx, engine.BestRequest{ShowID: h.show, Count: n, TTL: h.ttl, HolderID: buyer})
+	return hold, h.refusal(err)
+}
+
+func (h *onsaleHoldfast) holdNamed(ctx context.Context, buyer string, seats []int) (any, error) {
+	ids := make([]string, len(seats))
+	for i, s := range seats {
+		ids[i] = h.ids[s]
+	}
+	hold, err := h.e.Hold(ctx, engine.HoldRequest{ShowID: h.show, SeatIDs: ids, TTL: h.ttl, HolderID: buyer})
+	return hold, h.refusal(err)
+}
+
+func (h *onsaleHoldfast) confirm(ctx context.Context, _ string, v any, key string) (int, error) {
+	b, err := h.e.Confirm(ctx, v.(engine.Hold), engine.ConfirmOptions{IdempotencyKey: key})
+	if errors.Is(err, engine.ErrHoldLost) || errors.Is(err, engine.ErrStaleGeneration) || errors.Is(err, engine.ErrSeatsUnavailable) {
+		return 0, errOnsaleRefused
+	}
+	return len(b.SeatIDs), err
+}
+
+func (h *onsaleHoldfast) release(ctx context.Context, v any) error {
+	err := h.e.Release(ctx, v.(engine.Hold))
+	if errors.Is(err, engine.ErrHoldLost) {
+		return errOnsaleRefused
+	}
+	return err
+}
+
+func (h *onsaleHoldfast) sold(ctx context.Context) (n int, err error) {
+	err = h.env.pool.QueryRow(ctx, "SELECT count(*) FROM seat_claims WHERE show_id = $1", h.show).Scan(&n)
+	return
+}
+
+func (h *onsaleHoldfast) doubleBooked(ctx context.Context) (n int, err error) {
+	err = h.env.pool.QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT bs.seat_id FROM booking_seats bs JOIN bookings b USING (show_id, booking_id)
+		WHERE bs.show_id = $1 AND b.status = 'confirmed'
+		GROUP BY bs.seat_id HAVING count(*) > 1) d`, h.show).Scan(&n)
+	return
+}
+
+// onsaleDB is the database-only design at its fair best: a row per seat with its rank,
+// held_by and held_until; the seat map is a read of the show's rows; a hold is one
+// UPDATE (best available: the best free rows, locked with SKIP LOCKED); a confirmation
+// marks the rows and inserts the booking in one transaction, idempotent by the hold's
+// token; expiry is by time, nothing to clean up.
+type onsaleDB struct {
+	env  *env
+	show string
+	ttl  time.Duration
+}
+
+func newOnsaleDB(ctx context.Context, e *env, show string, layout []engine.Seat, ttl time.Duration) (*onsaleDB, error) {
+	_, err := e.pool.Exec(ctx, `
+CREATE TABLE IF NOT EXISTS onsale_seats (
+    show_id    text NOT NULL,
+    idx        int NOT NULL,
+    rank       int NOT NULL,
+    held_by    text,
+    held_until timestamptz,
+    booking_id uuid,
+    PRIMARY KEY (show_id, idx)
+);
+CREATE INDEX IF NOT EXISTS onsale_seats_free ON onsale_seats (show_id, rank, idx) WHERE booking_id IS NULL;
+CREATE TABLE IF NOT EXISTS onsale_bookings (
+    booking_id uuid PRIMARY KEY,
+    show_id    text NOT NULL,
+    seats      int[] NOT NULL,
+    holder     text NOT NULL,
+    token      text NOT NULL UNIQUE,
+    created_at timestamptz NOT NULL DEFAULT now()
+)`)
+	if err != nil {
+		return nil, err
+	}
+	idx, ranks := make([]int32, len(layout)), make([]int32, len(layout))
+	for i, s := range layout {
+		idx[i], ranks[i] = int32(i), int32(s.Rank)
+	}
+	_, err = e.pool.Exec(ctx, `INSERT INTO onsale_seats (show_id, idx, rank)
+		SELECT $1, i, r FROM unnest($2::int[], $3::int[]) AS t (i, r)`, show, idx, ranks)
+	if err != nil {
+		return nil, err
+	}
+	_, err = e.pool.Exec(ctx, "ANALYZE onsale_seats")
+	return &onsaleDB{env: e, show: show, ttl: ttl}, err
+}
+
+func (d *onsaleDB) seatMap(ctx context.Context, limit int) ([]int, error) {
+	rows, err := d.env.pool.Query(ctx, `SELECT idx, rank, booking_id IS NULL AND (held_until IS NULL OR held_until < now())
+		FROM onsale_seats WHERE show_id = $1`, d.show)
+	if err != nil {
+		return nil, err
+	}
+	type seat struct{ idx, rank int }
+	var free []seat
+	for rows.Next() {
+		var s seat
+		var isFree bool
+		if err := rows.Scan(&s.idx, &s.rank, &isFree); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if isFree {
+			free = append(free, s)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(free, func(a, b seat) int { return a.rank - b.rank })
+	out := make([]int, 0, limit)
+	for _, s := range free[:min(limit, len(free))] {
+		out = append(out, s.idx)
+	}
+	return out, nil
+}
+
+func (d *onsaleDB) holdBest(ctx context.Context, _ string, n int) (any, error) {
+	token := uuid.NewString()
+	err := pgx.BeginFunc(ctx, d.env.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE onsale_seats SET held_by = $3, held_until = now() + $4 * interval '1 millisecond'
+			WHERE show_id = $1 AND idx IN (
+				SELECT idx FROM onsale_seats
+				WHERE show_id = $1 AND booking_id IS NULL AND (held_until IS NULL OR held_until < now())
+				ORDER BY rank, idx LIMIT $2 FOR UPDATE SKIP LOCKED)`, d.show, n, token, d.ttl.Milliseconds())
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != int64(n) {
+			return errOnsaleRefused // all or nothing
+		}
+		return nil
+	})
+	return token, err
+}
+
+func (d *onsaleDB) holdNamed(ctx context.Context, _ string, seats []int) (any, error) {
+	token := uuid.NewString()
+	err := pgx.BeginFunc(ctx, d.env.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE onsale_seats SET held_by = $3, held_until = now() + $4 * interval '1 millisecond'
+			WHERE show_id = $1 AND idx = ANY($2) AND booking_id IS NULL AND (held_until IS NULL OR held_until < now())`,
+			d.show, seats, token, d.ttl.Milliseconds())
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != int64(len(seats)) {
+			return errOnsaleRefused
+		}
+		return nil
+	})
+	return token, err
+}
+
+func (d *onsaleDB) confirm(ctx context.Context, buyer string, v any, _ string) (int, error) {
+	token := v.(string)
+	var seats []int32
+	err := pgx.BeginFunc(ctx, d.env.pool, func(tx pgx.Tx) error {
+		id := uuid.New()
+		rows, err := tx.Query(ctx, `UPDATE onsale_seats SET booking_id = $2
+			WHERE show_id = $1 AND held_by = $3 AND held_until > now() AND booking_id IS NULL RETURNING idx`, d.show, id, token)
+		if err != nil {
+			return err
+		}
+		seats, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return err
+		}
+		if len(seats) == 0 {
+			return errOnsaleRefused
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO onsale_bookings (booking_id, show_id, seats, holder, token) VALUES ($1, $2, $3, $4, $5)",
+			id, d.show, seats, buyer, token)
+		return err
+	})
+	if errors.Is(err, errOnsaleRefused) {
+		// A retry of a confirmation that committed: the booking is there.
+		var n int
+		if qerr := d.env.pool.QueryRow(ctx, "SELECT cardinality(seats) FROM onsale_bookings WHERE token = $1", token).Scan(&n); qerr == nil {
+			return n, nil
+		}
+	}
+	return len(seats), err
+}
+
+func (d *onsaleDB) release(ctx context.Context, v any) error {
+	_, err := d.env.pool.Exec(ctx, "UPDATE onsale_seats SET held_by = NULL, held_until = NULL WHERE show_id = $1 AND held_by = $2 AND booking_id IS NULL",
+		d.show, v.(string))
+	return err
+}
+
+func (d *onsaleDB) sold(ctx context.Context) (n int, err error) {
+	err = d.env.pool.QueryRow(ctx, "SELECT count(*) FROM onsale_seats WHERE show_id = $1 AND booking_id IS NOT NULL", d.show).Scan(&n)
+	return
+}
+
+func (d *onsaleDB) doubleBooked(ctx context.Context) (n int, err error) {
+	err = d.env.pool.QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT s FROM onsale_bookings, unnest(seats) s WHERE show_id = $1 GROUP BY s HAVING count(*) > 1) d`, d.show).Scan(&n)
+	return
+}
