@@ -39,6 +39,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		only     = fs.String("only", "", "comma-separated workloads to run: seatmap, feed, best, hold, shape, memory, confirm, onsale (default all)")
 		quick    = fs.Bool("quick", false, "a smoke run for CI: the on-sale only, 2,000 seats, short think times; fails on a double booking")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+		svgDir   = fs.String("svg", "", "also draw the charts (seats sold over time, hold p99 by arrival rate, batch sizes) as SVG files in this directory")
 	)
 	backends.register(fs, getenv)
 	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
@@ -92,6 +93,15 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		defer f.Close()
 		if err := rep.WriteJSON(f); err != nil {
 			return err
+		}
+	}
+	if *svgDir != "" {
+		files, err := rep.WriteCharts(*svgDir)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintln(stdout, "chart:", f)
 		}
 	}
 	return nil

@@ -67,6 +67,25 @@ type Report struct {
 	Rows    []Row     `json:"rows"`
 	Goals   []Goal    `json:"goals"`
 	Memory  Memory    `json:"memory"`
+	Series  Series    `json:"series"`
+}
+
+// Series are what the charts draw (see WriteCharts).
+type Series struct {
+	// SoldOverTime is each design's seats sold by time into the on-sale (seconds).
+	SoldOverTime map[string][]Point `json:"sold_over_time,omitempty"`
+	// HoldP99ByRate is each design's hold p99 (ms) by arrival rate (buyers/s), from the
+	// knee's steps.
+	HoldP99ByRate map[string][]Point `json:"hold_p99_by_rate,omitempty"`
+	// BatchSizes is how many group-committed batches of each size (the bucket's upper
+	// bound) the on-sale's confirmations made.
+	BatchSizes []Point `json:"batch_sizes,omitempty"`
+}
+
+// Point is one point of a series.
+type Point struct {
+	X float64 `json:"x"`
+	Y float64 `json:"y"`
 }
 
 // Memory is what one hold, one sold seat, one Hold call and one Confirm call cost.

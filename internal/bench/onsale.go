@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -364,8 +366,17 @@ func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 			Row{Workload: "on-sale: hold", Variant: d.name, Clients: int(res.arrived), OpsPerS: rate, P50ms: p50(res.holdLat), P99ms: p99(res.holdLat), Note: note},
 			Row{Workload: "on-sale: confirm", Variant: d.name, Clients: int(res.arrived), OpsPerS: float64(len(res.confLat)) / res.elapsed.Seconds(), P50ms: p50(res.confLat), P99ms: p99(res.confLat)})
 		e.progress("   %s", note)
+		if r.Series.SoldOverTime == nil {
+			r.Series.SoldOverTime = map[string][]Point{}
+		}
+		for _, tp := range res.timeline {
+			r.Series.SoldOverTime[d.name] = append(r.Series.SoldOverTime[d.name], Point{tp.at.Seconds(), float64(tp.sold)})
+		}
 		e.progress("   seat map p50 %.1f / p99 %.1f ms, hold %.1f / %.1f ms, confirm %.1f / %.1f ms",
 			p50(res.mapLat), p99(res.mapLat), p50(res.holdLat), p99(res.holdLat), p50(res.confLat), p99(res.confLat))
+	}
+	if sizes, err := batchSizes(designs[0].reg); err == nil {
+		r.Series.BatchSizes = sizes
 	}
 	switch {
 	case sellOut[0] == 0:
@@ -398,6 +409,10 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 				timeout: 3 * time.Second, maxBuyers: 4000, noConfirms: true}
 			res := runOnsale(ctx, d.d, p, uint64(rate))
 			hp99 := p99(res.holdLat)
+			if r.Series.HoldP99ByRate == nil {
+				r.Series.HoldP99ByRate = map[string][]Point{}
+			}
+			r.Series.HoldP99ByRate[d.name] = append(r.Series.HoldP99ByRate[d.name], Point{rate, hp99})
 			ok := hp99 <= 100 && res.turnedAway == 0 && res.errors == 0
 			e.progress("   %s at %.0f buyers/s: hold p99 %.1f ms, seat map p99 %.1f ms, %d turned away, %d errors %v",
 				d.name, rate, hp99, p99(res.mapLat), res.turnedAway, res.errors, res.firstErr.Load())
@@ -417,11 +432,37 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 type namedDesign struct {
 	name string
 	d    onsaleDesign
+	reg  *prometheus.Registry // holdfast's engine's metrics
+}
+
+// batchSizes reads the engine's batch size histogram: batches per size bucket.
+func batchSizes(reg *prometheus.Registry) ([]Point, error) {
+	if reg == nil {
+		return nil, errors.New("no registry")
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range fams {
+		if f.GetName() != "holdfast_confirm_batch_size" || len(f.GetMetric()) == 0 {
+			continue
+		}
+		var out []Point
+		prev := uint64(0)
+		for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+			out = append(out, Point{b.GetUpperBound(), float64(b.GetCumulativeCount() - prev)})
+			prev = b.GetCumulativeCount()
+		}
+		return out, nil
+	}
+	return nil, errors.New("no batch size histogram")
 }
 
 // onsaleDesigns sets up a show of the venue on both designs.
 func (e *env) onsaleDesigns(ctx context.Context, show string, venue []engine.Seat, ttl time.Duration) ([]namedDesign, error) {
-	eng, err := e.engine(engine.Config{MaxSeatsPerHold: 6, MaxSeatsPerHolder: 6})
+	reg := prometheus.NewRegistry()
+	eng, err := e.engine(engine.Config{MaxSeatsPerHold: 6, MaxSeatsPerHolder: 6, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -442,7 +483,7 @@ func (e *env) onsaleDesigns(ctx context.Context, show string, venue []engine.Sea
 	if err != nil {
 		return nil, err
 	}
-	return []namedDesign{{"holdfast", hf}, {"database-only", dbo}}, nil
+	return []namedDesign{{"holdfast", hf, reg}, {"database-only", dbo, nil}}, nil
 }
 
 // rankOrder is the layout's indices, best rank first.
