@@ -17,7 +17,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: help services services-down generate verify test test-cluster fuzz build run demo bench chaos
+.PHONY: help services services-down generate verify test test-cluster fuzz build run demo bench bench-quick chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,8 +71,11 @@ build: ## Build bin/holdfast
 run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are set), migrate, serve the demo show on LISTEN_ADDR (127.0.0.1:8080)
 	@$(with-services) $(with-operator-token) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo
 
-bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL, flash sale vs a database-only design (BENCH_FLAGS=…)
-	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --json bench.json $(BENCH_FLAGS)
+bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL, the on-sale vs a database-only design; charts in docs/bench (BENCH_FLAGS=…)
+	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --json bench.json --svg docs/bench $(BENCH_FLAGS)
+
+bench-quick: build ## A short on-sale (2,000 seats) for CI: it runs, and no seat is booked twice
+	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --quick
 
 demo: build ## Simulate a sale opening against `make run`'s server (200 buyers, 500 seats)
 	@$(with-services) $(with-operator-token) ./$(BIN) demo --url "http://$${LISTEN_ADDR:-127.0.0.1:8080}"
