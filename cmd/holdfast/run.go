@@ -167,6 +167,10 @@ type engineFlags struct {
 	maxSeatsPerHold   int
 	maxSeatsPerHolder int
 	maxConfirmQueue   int
+	confirmBatch      int
+	confirmBatchWait  time.Duration
+	confirmConns      int
+	noAutoPipeline    bool
 	otlpEndpoint      string
 }
 
@@ -177,7 +181,11 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&f.maxHoldAge, "max-hold-age", 0, "longest total life of a hold with its extensions (default 30m)")
 	fs.IntVar(&f.maxSeatsPerHold, "max-seats-per-hold", 0, "most seats in one hold (default 10)")
 	fs.IntVar(&f.maxSeatsPerHolder, "max-seats-per-holder", 0, "most seats one holder holds at once per show (default 10)")
-	fs.IntVar(&f.maxConfirmQueue, "max-confirm-queue", 0, "most confirmations waiting for a database connection; past it they are shed with 503 (default 4 x --pg-max-conns)")
+	fs.IntVar(&f.maxConfirmQueue, "max-confirm-queue", 0, "most confirmations waiting for a batch; past it they are shed with 503 (default 4 x --pg-max-conns)")
+	fs.IntVar(&f.confirmBatch, "confirm-batch", 0, "most confirmations group-committed in one transaction; 1: a transaction each (default 32)")
+	fs.DurationVar(&f.confirmBatchWait, "confirm-batch-wait", 0, "how long a batch waits for more confirmations after its first (default 0: the batch size follows the load)")
+	fs.IntVar(&f.confirmConns, "confirm-conns", 0, "batches in flight at once, each on a connection: about the database server's cores (default 2)")
+	fs.BoolVar(&f.noAutoPipeline, "no-auto-pipeline", false, "send every hold script on its own instead of sharing round trips between concurrent calls")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", getenv("OTEL_EXPORTER_OTLP_ENDPOINT"),
 		"export traces by OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 (/v1/traces is added to a bare URL; env OTEL_EXPORTER_OTLP_ENDPOINT); empty: no tracing")
 }
@@ -185,7 +193,8 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 func (f *engineFlags) config() engine.Config {
 	return engine.Config{KeyPrefix: f.keyPrefix, DefaultHoldTTL: f.defaultHoldTTL, MaxHoldTTL: f.maxHoldTTL,
 		MaxHoldAge: f.maxHoldAge, MaxSeatsPerHold: f.maxSeatsPerHold, MaxSeatsPerHolder: f.maxSeatsPerHolder,
-		MaxConfirmQueue: f.maxConfirmQueue}
+		MaxConfirmQueue: f.maxConfirmQueue, ConfirmBatch: f.confirmBatch, ConfirmBatchWait: f.confirmBatchWait,
+		ConfirmConns: f.confirmConns, NoAutoPipeline: f.noAutoPipeline}
 }
 
 // parseFlags parses a command's flags wherever they stand among its arguments (as in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/progress"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -60,6 +63,7 @@ type onsaleParams struct {
 // onsaleResult is one design's sale.
 type onsaleResult struct {
 	arrived, turnedAway   int64
+	arrivedN              int64 // arrived, for the progress display (atomic)
 	holdAttempts, refused int64
 	bookings, seatsSold   int64
 	soldOutAfter          time.Duration // 0: not sold out
@@ -79,8 +83,9 @@ type timePoint struct {
 	sold int64
 }
 
-// runOnsale runs one open-loop sale on d until every seat is sold or p.timeout.
-func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64) *onsaleResult {
+// runOnsale runs one open-loop sale on d until every seat is sold or p.timeout,
+// showing its progress on w (nil: none).
+func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64, w io.Writer) *onsaleResult {
 	res := &onsaleResult{}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
@@ -193,6 +198,16 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64)
 		}
 		return p.rate
 	}
+	if w != nil {
+		stopShow := make(chan struct{})
+		var shown sync.WaitGroup
+		shown.Go(func() {
+			progress.Show(w, stopShow, "seats sold", p.seats, func() int { return int(booked.Load()) }, func() string {
+				return fmt.Sprintf("buyers %d, in flight %d, hold attempts %d", atomic.LoadInt64(&res.arrivedN), inFlight.Load(), atomic.LoadInt64(&res.holdAttempts))
+			})
+		})
+		defer func() { close(stopShow); shown.Wait() }()
+	}
 	sample := time.NewTicker(250 * time.Millisecond)
 	defer sample.Stop()
 	wg.Go(func() {
@@ -224,6 +239,7 @@ arrivals:
 			for ; owed >= 1; owed-- {
 				id := res.arrived + 1
 				res.arrived++
+				atomic.StoreInt64(&res.arrivedN, res.arrived)
 				if inFlight.Load() >= int64(p.maxBuyers) {
 					res.turnedAway++
 					continue
@@ -328,7 +344,7 @@ func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 			// Past three times holdfast's sell-out the goal is decided: stop there.
 			dp.timeout = min(p.timeout, 3*sellOut[0]+time.Second)
 		}
-		res := runOnsale(ctx, d.d, dp, uint64(i+1))
+		res := runOnsale(ctx, d.d, dp, uint64(i+1), e.o.Progress)
 		after, err := e.measure(ctx)
 		if err != nil {
 			return err
@@ -407,7 +423,7 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 		for rate := 25.0; rate <= 25_600; rate *= 2 {
 			p := onsaleParams{seats: len(venue), rate: rate, think: 60 * time.Millisecond, holdTTL: 5 * time.Second,
 				timeout: 3 * time.Second, maxBuyers: 4000, noConfirms: true}
-			res := runOnsale(ctx, d.d, p, uint64(rate))
+			res := runOnsale(ctx, d.d, p, uint64(rate), nil)
 			hp99 := p99(res.holdLat)
 			if r.Series.HoldP99ByRate == nil {
 				r.Series.HoldP99ByRate = map[string][]Point{}

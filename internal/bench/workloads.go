@@ -43,6 +43,23 @@ func (e *env) inventory(ctx context.Context) (*inventory, error) {
 	if inv != nil {
 		return inv, nil
 	}
+	iv, err := e.newInventory(ctx, "inv")
+	if err != nil {
+		return nil, err
+	}
+	q := db.New(e.pool)
+	if _, err := q.ShowInsert(ctx, "hot"); err != nil {
+		return nil, err
+	}
+	if err := q.SeatsInsert(ctx, db.SeatsInsertParams{ShowID: "hot", SeatIds: iv.hot}); err != nil {
+		return nil, err
+	}
+	inv = iv
+	return iv, nil
+}
+
+// newInventory creates invShows shows named prefix000… of invPerShow seats each.
+func (e *env) newInventory(ctx context.Context, prefix string) (*inventory, error) {
 	iv := &inventory{}
 	for i := range invPerShow {
 		iv.seats = append(iv.seats, fmt.Sprintf("S%04d", i))
@@ -52,7 +69,7 @@ func (e *env) inventory(ctx context.Context) (*inventory, error) {
 	}
 	q := db.New(e.pool)
 	for i := range invShows {
-		show := fmt.Sprintf("inv%03d", i)
+		show := fmt.Sprintf("%s%03d", prefix, i)
 		iv.shows = append(iv.shows, show)
 		if _, err := q.ShowInsert(ctx, show); err != nil {
 			return nil, err
@@ -61,13 +78,6 @@ func (e *env) inventory(ctx context.Context) (*inventory, error) {
 			return nil, err
 		}
 	}
-	if _, err := q.ShowInsert(ctx, "hot"); err != nil {
-		return nil, err
-	}
-	if err := q.SeatsInsert(ctx, db.SeatsInsertParams{ShowID: "hot", SeatIds: iv.hot}); err != nil {
-		return nil, err
-	}
-	inv = iv
 	return iv, nil
 }
 
@@ -220,7 +230,7 @@ func refusals(s stats) string {
 // tables every connection would cache sequential-scan plans for its foreign-key checks,
 // which then slow as the tables grow) and on fresh connections.
 func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
-	iv, err := e.inventory(ctx)
+	iv, err := e.newInventory(ctx, "cnf") // shows of its own: the other workloads booked seats of the shared one
 	if err != nil {
 		return err
 	}

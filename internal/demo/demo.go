@@ -12,16 +12,15 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast/holdfast/internal/progress"
+
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 )
 
 // Options describe one simulated sale.
@@ -210,7 +209,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	stopProgress := make(chan struct{})
 	var progressDone sync.WaitGroup
 	if o.Progress != nil {
-		progressDone.Go(func() { progress(o.Progress, stopProgress, start, o.Seats, view, rec) })
+		progressDone.Go(func() { showProgress(o.Progress, stopProgress, start, o.Seats, view, rec) })
 	}
 
 	var wg sync.WaitGroup
@@ -504,40 +503,12 @@ func (s Summary) OK() bool {
 	return s.DoubleBookings == 0 && s.MissingAcked == 0 && s.ReplayMismatch == 0
 }
 
-// progress shows the sale as it goes until stop is closed: a progress bar of seats sold
+// showProgress shows the sale as it goes until stop is closed: a progress bar of seats sold
 // on a terminal, a plain line every two seconds elsewhere (a log, CI).
-func progress(w io.Writer, stop <-chan struct{}, start time.Time, seats int, view *seatView, rec *recorder) {
-	status := func() string {
+func showProgress(w io.Writer, stop <-chan struct{}, start time.Time, seats int, view *seatView, rec *recorder) {
+	progress.Show(w, stop, "seats sold", seats, view.soldCount, func() string {
 		el := time.Since(start).Seconds()
 		return fmt.Sprintf("holds %d, bookings %d, requests %d (%.0f/s)", rec.holdsOK.Load(), rec.booked.Load(),
 			rec.requests.Load(), float64(rec.requests.Load())/el)
-	}
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar := progressbar.NewOptions(seats, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("seats sold"),
-			progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true), progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionShowDescriptionAtLineEnd())
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			_ = bar.Set(view.soldCount())
-			bar.Describe("seats sold — " + status())
-			select {
-			case <-stop:
-				_ = bar.Set(view.soldCount())
-				fmt.Fprintln(w)
-				return
-			case <-t.C:
-			}
-		}
-	}
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			fmt.Fprintf(w, "[%5.1fs] seats sold %d/%d, %s\n", time.Since(start).Seconds(), view.soldCount(), seats, status())
-		}
-	}
+	})
 }
