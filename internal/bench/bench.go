@@ -175,7 +175,14 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 			continue
 		}
 		e.progress("== %s", s.name)
-		if err := s.fn(ctx, r); err != nil {
+		err := s.fn(ctx, r)
+		// A workload's engines end with it: their seat-map followers and repair loops
+		// would otherwise run on under the next workload's measurements.
+		for _, eng := range e.opened {
+			eng.Close()
+		}
+		e.opened = nil
+		if err != nil {
 			return r, fmt.Errorf("%s: %w", s.name, err)
 		}
 	}

@@ -65,6 +65,7 @@ type onsaleResult struct {
 	arrived, turnedAway   int64
 	arrivedN              int64 // arrived, for the progress display (atomic)
 	holdAttempts, refused int64
+	shed                  int64 // confirmations shed (ErrOverloaded) and tried again
 	bookings, seatsSold   int64
 	soldOutAfter          time.Duration // 0: not sold out
 	elapsed               time.Duration
@@ -75,7 +76,10 @@ type onsaleResult struct {
 	firstErr              atomic.Value
 }
 
-var errOnsaleRefused = errors.New("refused")
+var (
+	errOnsaleRefused = errors.New("refused")
+	errOnsaleShed    = errors.New("shed: overloaded, try again")
+)
 
 // timePoint is the seats sold at a time into a sale.
 type timePoint struct {
@@ -166,6 +170,13 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64,
 			key := uuid.NewString()
 			t = time.Now()
 			seats, err := d.confirm(ctx, name, h, key)
+			for errors.Is(err, errOnsaleShed) && ctx.Err() == nil {
+				// Shed before the database (503 with Retry-After over HTTP): try again
+				// shortly, as a client would, while the hold lives.
+				atomic.AddInt64(&res.shed, 1)
+				time.Sleep(100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond))))
+				seats, err = d.confirm(ctx, name, h, key)
+			}
 			record(&res.confLat, time.Since(t))
 			if err == nil && rng.IntN(100) < 10 { // the response was lost: the client retries
 				_, err = d.confirm(ctx, name, h, key)
@@ -373,6 +384,9 @@ func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 		} else {
 			note += fmt.Sprintf(" (NOT sold out in %.0fs)", res.elapsed.Seconds())
 		}
+		if res.shed > 0 {
+			note += fmt.Sprintf("; %d confirmations shed (overloaded) and tried again", res.shed)
+		}
 		note += fmt.Sprintf("; %d buyers (%d turned away), %.2f refusals/booking; per sold seat: %.2f PG transactions, %.0f WAL bytes, %.2f ms PG CPU, %.1f Redis commands; double bookings %d",
 			res.arrived, res.turnedAway, float64(res.refused)/max(1, float64(res.bookings)),
 			xPerSeat, (after.walBytes-before.walBytes)/seats, 1000*(after.pgCPU-before.pgCPU)/seats, (after.redisCalls-before.redisCalls)/seats, double)
@@ -422,7 +436,7 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 	for i, d := range designs {
 		for rate := 25.0; rate <= 25_600; rate *= 2 {
 			p := onsaleParams{seats: len(venue), rate: rate, think: 60 * time.Millisecond, holdTTL: 5 * time.Second,
-				timeout: 3 * time.Second, maxBuyers: 4000, noConfirms: true}
+				timeout: 2 * time.Second, maxBuyers: 4000, noConfirms: true}
 			res := runOnsale(ctx, d.d, p, uint64(rate), nil)
 			hp99 := p99(res.holdLat)
 			if r.Series.HoldP99ByRate == nil {
@@ -562,6 +576,9 @@ func (h *onsaleHoldfast) holdNamed(ctx context.Context, buyer string, seats []in
 
 func (h *onsaleHoldfast) confirm(ctx context.Context, _ string, v any, key string) (int, error) {
 	b, err := h.e.Confirm(ctx, v.(engine.Hold), engine.ConfirmOptions{IdempotencyKey: key})
+	if errors.Is(err, engine.ErrOverloaded) {
+		return 0, errOnsaleShed
+	}
 	if errors.Is(err, engine.ErrHoldLost) || errors.Is(err, engine.ErrStaleGeneration) || errors.Is(err, engine.ErrSeatsUnavailable) {
 		return 0, errOnsaleRefused
 	}
