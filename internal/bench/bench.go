@@ -112,6 +112,8 @@ type env struct {
 	prefixes []string
 	runID    string
 	opened   []*engine.Engine // closed when the run ends
+	// xactProbes counts pgXacts's own queries.
+	xactProbes int
 }
 
 func randHex(n int) string {
@@ -362,9 +364,10 @@ func (r *Report) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%-30s %-28s %7d %11.0f %9.2f %9.2f %7s  %s\n", row.Workload, row.Variant, row.Clients, row.OpsPerS, row.P50ms, row.P99ms, ratio, row.Note)
 	}
-	m := r.Memory
-	fmt.Fprintf(w, "\nmemory: Redis %.0f bytes per live hold (+%.0f while its feed entry lasts; a show's feed at its bound: %.0f KB), %.0f bytes per sold seat, %.0f bytes per seat for the best-available index; engine %.0f B and %.1f allocs per Hold, %.0f B and %.1f allocs per Confirm\n",
-		m.RedisBytesPerHold, m.RedisFeedBytesPerHold, m.RedisFeedBytesPerShow/1024, m.RedisBytesPerSoldSeat, m.RedisIndexBytesPerSeat, m.HoldBytesPerOp, m.HoldAllocsPerOp, m.ConfirmBytesPerOp, m.ConfirmAllocsPerOp)
+	if m := r.Memory; m != (Memory{}) { // the memory workload ran
+		fmt.Fprintf(w, "\nmemory: Redis %.0f bytes per live hold (+%.0f while its feed entry lasts; a show's feed at its bound: %.0f KB), %.0f bytes per sold seat, %.0f bytes per seat for the best-available index; engine %.0f B and %.1f allocs per Hold, %.0f B and %.1f allocs per Confirm\n",
+			m.RedisBytesPerHold, m.RedisFeedBytesPerHold, m.RedisFeedBytesPerShow/1024, m.RedisBytesPerSoldSeat, m.RedisIndexBytesPerSeat, m.HoldBytesPerOp, m.HoldAllocsPerOp, m.ConfirmBytesPerOp, m.ConfirmAllocsPerOp)
+	}
 	fmt.Fprintln(w, "\ngoals:")
 	for _, g := range r.Goals {
 		verdict := "MET"

@@ -282,19 +282,18 @@ type resources struct {
 	xacts, walBytes, pgCPU, redisCalls float64
 }
 
-// measure reads the counters: PostgreSQL's transactions (its backends publish them when
-// they exit: the pool's connections are closed first), its WAL bytes, the CPU seconds
+// measure reads the counters: PostgreSQL's transactions (pgXacts), its WAL bytes, the CPU seconds
 // of every postgres process, and Redis's commands.
 func (e *env) measure(ctx context.Context) (resources, error) {
 	var r resources
-	e.pool.Reset()
-	time.Sleep(300 * time.Millisecond)
-	err := e.pool.QueryRow(ctx, `SELECT (SELECT (xact_commit + xact_rollback)::float8 FROM pg_stat_database WHERE datname = current_database()),
-		(SELECT wal_bytes::float8 FROM pg_stat_wal)`).Scan(&r.xacts, &r.walBytes)
-	if err != nil {
+	var err error
+	if r.xacts, err = e.pgXacts(ctx); err != nil {
 		return r, err
 	}
-	r.xacts-- // this query's own transaction
+	if err := e.pool.QueryRow(ctx, "SELECT wal_bytes::float8 FROM pg_stat_wal").Scan(&r.walBytes); err != nil {
+		return r, err
+	}
+	e.xactProbes++ // that query's own transaction too
 	r.pgCPU = processCPU("postgres")
 	r.redisCalls, err = e.redisCalls(ctx)
 	return r, err
@@ -333,7 +332,7 @@ func processCPU(comm string) float64 {
 // knee.
 func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 	p := onsaleParams{seats: e.o.SaleSeats, rate: float64(e.o.SaleBuyers) / 4, ramp: true, spike: 3, think: 3 * time.Second,
-		holdTTL: 8 * time.Second, timeout: e.o.SaleTimeout, maxBuyers: 4000}
+		holdTTL: 5 * time.Second, timeout: e.o.SaleTimeout, maxBuyers: 4000}
 	if e.o.Quick {
 		p.think, p.holdTTL = 600*time.Millisecond, 2*time.Second
 	}

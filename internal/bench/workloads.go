@@ -283,8 +283,8 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 			return err
 		})
 	}
-	e.progress("   seeding %d bookings of history", min(part, 20_000))
-	if err := parallel(ctx, 50, int(min(part, 20_000)), func(ctx context.Context, i int) error { return raw(ctx, int64(i)) }); err != nil {
+	e.progress("   seeding %d bookings of history", min(part, 5_000))
+	if err := parallel(ctx, 50, int(min(part, 5_000)), func(ctx context.Context, i int) error { return raw(ctx, int64(i)) }); err != nil {
 		return err
 	}
 	if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
