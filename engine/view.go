@@ -397,6 +397,15 @@ func (v *view) publish() {
 	v.adv = make(chan struct{})
 }
 
+// floorMillis is d in whole milliseconds, rounded down (towards the past).
+func floorMillis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d < 0 && d%time.Millisecond != 0 {
+		ms--
+	}
+	return ms
+}
+
 // localTime is a Redis-clock time (ms) as a time.Time: expiries are reported by
 // Redis's clock, as Hold.ExpiresAt is. The offset only times the view's own work.
 func localTime(ms int64) time.Time { return time.UnixMilli(ms) }
@@ -439,13 +448,15 @@ func (v *view) rebuild(ctx context.Context) error {
 	if err != nil {
 		return v.e.pgErr(err)
 	}
-	t0 := time.Now()
 	rt, err := rdb.Time(ctx).Result()
 	if err != nil {
 		return v.e.redisErr(err)
 	}
-	rtt := time.Since(t0)
-	offset := rt.Sub(t0.Add(rtt / 2)).Round(time.Millisecond).Milliseconds()
+	// Redis read its clock somewhere between the call and its reply: the offset taken
+	// at the reply, rounded down, is the smallest it can be, so the view's idea of
+	// Redis's time is never ahead of Redis's, and an expiry is never shown early (late
+	// by up to this call's round trip instead).
+	offset := floorMillis(rt.Sub(time.Now()))
 	pipe := rdb.Pipeline()
 	tm := pipe.Time(ctx)
 	ttls := make([]*redis.DurationCmd, len(sh.layout))
