@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -270,16 +272,21 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 // and, when current, how long it has left to live.
 func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64, time.Duration, error) {
 	ctx, span := e.step(ctx, "holdfast.confirm.verify")
-	res, err := lua.Verify.Run(ctx, e.scripts, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...).Int64Slice()
+	cur, ttl, err := e.verifyReply(lua.Verify.Run(ctx, e.scripts, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...))
+	endStep(span, err)
+	return cur, ttl, err
+}
+
+// verifyReply reads verify.lua's reply: the hold's generation now (see verify) and how
+// long it has left.
+func (e *Engine) verifyReply(cmd *redis.Cmd) (int64, time.Duration, error) {
+	res, err := cmd.Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("%w: unexpected verify script reply %v", ErrUnavailable, res)
 	}
 	if err != nil {
-		err = e.redisErr(err)
-		endStep(span, err)
-		return 0, 0, err
+		return 0, 0, e.redisErr(err)
 	}
-	endStep(span, nil)
 	return res[0], time.Duration(res[1]) * time.Millisecond, nil
 }
 

@@ -55,6 +55,7 @@ type confirmReq struct {
 	gen      int64
 	id       uuid.UUID
 	queued   time.Time
+	expires  time.Time    // its hold's expiry
 	deadline time.Time    // taken later than this, its hold would expire before a commit
 	state    atomic.Int32 // reqQueued, then reqTaken or reqAbandoned
 	done     chan struct{}
@@ -109,17 +110,21 @@ func (g *committer) needs() time.Duration {
 	return max(2*time.Millisecond, time.Duration(g.onConn.Load()))
 }
 
-// wakeCommitter starts a committer unless Config.ConfirmConns run already.
-func (e *Engine) wakeCommitter() {
+// wakeCommitter starts a committer unless Config.ConfirmConns run already. It reports
+// false when the engine is closed (no committer will take what is queued).
+func (e *Engine) wakeCommitter() bool {
 	g := e.gc
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed || g.running >= e.cfg.ConfirmConns {
-		return
+	if g.closed {
+		return false
 	}
-	g.running++
-	g.wg.Add(1)
-	go e.commitLoop()
+	if g.running < e.cfg.ConfirmConns {
+		g.running++
+		g.wg.Add(1)
+		go e.commitLoop()
+	}
+	return true
 }
 
 // commitLoop is one committer: it takes a batch from the queue and confirms it, until
@@ -160,7 +165,7 @@ func (e *Engine) stopCommitters() {
 		select {
 		case r := <-g.queue:
 			if r.state.CompareAndSwap(reqQueued, reqTaken) {
-				r.answer(fmt.Errorf("%w: the engine is closed", ErrUnavailable))
+				r.answer(errClosed)
 			}
 		default:
 			return
@@ -173,14 +178,8 @@ func (e *Engine) stopCommitters() {
 // with ErrHoldLost when no batch takes it while its hold could still be confirmed. A
 // refusal changes nothing.
 func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid.UUID, expires time.Time) (*confirmReq, error) {
-	e.gc.mu.Lock()
-	closed := e.gc.closed
-	e.gc.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("%w: the engine is closed", ErrUnavailable)
-	}
 	now := time.Now()
-	r := &confirmReq{ctx: context.WithoutCancel(ctx), c: c, gen: gen, id: id, queued: now, done: make(chan struct{})}
+	r := &confirmReq{ctx: context.WithoutCancel(ctx), c: c, gen: gen, id: id, queued: now, expires: expires, done: make(chan struct{})}
 	// A batch that takes it later than its expiry less a batch's time could only roll
 	// it back at the Redis check; one whose hold has less than that left may still try.
 	r.deadline = expires.Add(-e.gc.needs())
@@ -193,7 +192,9 @@ func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid
 		e.m.admissionRefusals.WithLabelValues("queue_full").Inc()
 		return nil, fmt.Errorf("%w: %d confirmations wait for the database already (Config.MaxConfirmQueue)", ErrOverloaded, len(e.gc.queue))
 	}
-	e.wakeCommitter()
+	if !e.wakeCommitter() && r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+		return nil, errClosed
+	}
 	timer := time.NewTimer(time.Until(r.deadline))
 	defer timer.Stop()
 	select {
@@ -201,8 +202,7 @@ func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid
 		return r, nil
 	case <-timer.C:
 		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
-			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
-			return nil, e.tooLate(r, expires)
+			return nil, e.tooLate(r)
 		}
 	case <-ctx.Done():
 		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
@@ -213,10 +213,15 @@ func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid
 	return r, nil
 }
 
-// tooLate is the refusal of a confirmation whose hold would expire before its batch.
-func (e *Engine) tooLate(r *confirmReq, expires time.Time) error {
+// errClosed refuses confirmations once the engine is closed.
+var errClosed = fmt.Errorf("%w: the engine is closed", ErrUnavailable)
+
+// tooLate counts and returns the refusal of a confirmation whose hold would expire
+// before its batch could commit it.
+func (e *Engine) tooLate(r *confirmReq) error {
+	e.m.admissionRefusals.WithLabelValues("too_late").Inc()
 	return fmt.Errorf("%w: its confirmation waited %v for the database and the hold expires in %v, before a confirmation (about %v) could finish",
-		ErrHoldLost, time.Since(r.queued).Round(time.Millisecond), max(0, time.Until(expires)).Round(time.Millisecond), e.gc.needs().Round(time.Millisecond))
+		ErrHoldLost, time.Since(r.queued).Round(time.Millisecond), max(0, time.Until(r.expires)).Round(time.Millisecond), e.gc.needs().Round(time.Millisecond))
 }
 
 // gather takes first and what else waits in the queue, up to Config.ConfirmBatch,
@@ -231,8 +236,7 @@ func (e *Engine) gather(first *confirmReq) []*confirmReq {
 		now := time.Now()
 		e.m.confirmQueueWait.Observe(now.Sub(r.queued).Seconds())
 		if now.After(r.deadline) {
-			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
-			r.answer(e.tooLate(r, r.deadline.Add(e.gc.needs())))
+			r.answer(e.tooLate(r))
 			return
 		}
 		batch = append(batch, r)
@@ -252,17 +256,13 @@ func (e *Engine) gather(first *confirmReq) []*confirmReq {
 		default:
 		}
 		if wait == nil {
-			break
+			return batch
 		}
 		select {
 		case r := <-e.gc.queue:
 			take(r)
-			continue
 		case <-wait:
-			wait = nil
-		}
-		if wait == nil {
-			break
+			return batch
 		}
 	}
 	return batch
@@ -292,8 +292,7 @@ func (e *Engine) commitBatch(batch []*confirmReq) {
 	if err != nil {
 		for _, r := range batch {
 			if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
-				e.m.admissionRefusals.WithLabelValues("too_late").Inc()
-				r.answer(e.tooLate(r, r.deadline.Add(e.gc.needs())))
+				r.answer(e.tooLate(r))
 			} else {
 				r.answer(unavailable("postgres", err))
 			}
@@ -305,8 +304,7 @@ func (e *Engine) commitBatch(batch []*confirmReq) {
 	pending := batch[:0:0]
 	for _, r := range batch {
 		if acquired.After(r.deadline) {
-			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
-			r.answer(e.tooLate(r, r.deadline.Add(e.gc.needs())))
+			r.answer(e.tooLate(r))
 			continue
 		}
 		pending = append(pending, r)
@@ -332,14 +330,13 @@ type memberErr struct {
 
 func (m *memberErr) Error() string { return m.err.Error() }
 
-// runBatch runs the batch's transaction, again without a confirmation whose write
-// failed, and again whole on a serialization failure or deadlock. It sets every
+// runBatch runs the batch's transaction, again whole on a serialization failure or
+// deadlock (retryTx), and again without a confirmation whose write failed. It sets every
 // confirmation's outcome (r.err, r.res) and reports whether a COMMIT happened.
 func (e *Engine) runBatch(ctx context.Context, conn *pgxpool.Conn, batch []*confirmReq) bool {
 	pending := slices.Clone(batch)
-	attempt := 1
 	for len(pending) > 0 {
-		ok, err := e.batchOnce(ctx, conn, pending)
+		ok, err := retryTx(ctx, func() (bool, error) { return e.batchOnce(ctx, conn, pending) })
 		var me *memberErr
 		switch {
 		case err == nil:
@@ -347,14 +344,6 @@ func (e *Engine) runBatch(ctx context.Context, conn *pgxpool.Conn, batch []*conf
 		case errors.As(err, &me):
 			me.r.err = me.err
 			pending = slices.DeleteFunc(pending, func(r *confirmReq) bool { return r == me.r })
-		case retryable(err) && attempt < maxTxAttempts:
-			attempt++
-			if sleepJitter(ctx, attempt) != nil {
-				err = ctx.Err()
-			} else {
-				continue
-			}
-			fallthrough
 		default:
 			if !errors.Is(err, ErrUnavailable) {
 				err = unavailable("postgres", err)
@@ -536,14 +525,11 @@ func (e *Engine) verifyBatch(ctx context.Context, batch []*confirmReq) {
 		calls[i] = scriptCall{lua.Verify, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen}, r.c.seats)}
 	}
 	for i, cmd := range e.runScripts(ctx, calls) {
-		res, err := cmd.Int64Slice()
-		if err == nil && len(res) != 2 {
-			err = fmt.Errorf("%w: unexpected verify script reply %v", ErrUnavailable, res)
-		}
+		cur, _, err := e.verifyReply(cmd)
 		switch {
 		case err != nil:
-			batch[i].err = e.redisErr(err)
-		case res[0] != batch[i].gen:
+			batch[i].err = err
+		case cur != batch[i].gen:
 			batch[i].err = errLostBeforeCommit
 		}
 		endStep(spans[i], batch[i].err)
@@ -587,18 +573,13 @@ func (e *Engine) markBatch(ctx context.Context, batch []*confirmReq) {
 	mctx, cancel := context.WithTimeout(ctx, markSoldTimeout)
 	defer cancel()
 	for i, cmd := range e.runScripts(mctx, calls) {
-		res, err := cmd.Slice()
-		if err == nil && len(res) != 4 {
-			err = fmt.Errorf("%w: unexpected mark script reply %v", ErrUnavailable, res)
-		}
-		endStep(spans[i], err)
-		if err != nil {
-			continue
-		}
 		r := owners[i]
-		e.wrote(r.c.sh, res[3])
-		e.outbox.applied(r.c.sh.id, r.res.seq)
-		r.marked = true
+		_, _, err := e.markReply(r.c.sh, cmd)
+		endStep(spans[i], err)
+		if err == nil {
+			e.outbox.applied(r.c.sh.id, r.res.seq)
+			r.marked = true
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/holdfast/holdfast/db"
 	"github.com/holdfast/holdfast/internal/lua"
 )
@@ -46,7 +48,13 @@ func (e *Engine) writeMarkers(ctx context.Context, sh *show, seats, marks []stri
 	if err != nil {
 		return 0, false, err
 	}
-	res, err := lua.Mark.Run(ctx, e.rdb, ks, markArgs(floor, seats, marks)...).Slice()
+	return e.markReply(sh, lua.Mark.Run(ctx, e.rdb, ks, markArgs(floor, seats, marks)...))
+}
+
+// markReply reads mark.lua's reply (markers dropped, counter repaired, the feed entry)
+// and records the feed entry as this engine's write to sh.
+func (e *Engine) markReply(sh *show, cmd *redis.Cmd) (dropped int64, repaired bool, err error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return 0, false, e.redisErr(err)
 	}

@@ -56,7 +56,8 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 		if err := lines(p, r.Series.HoldP99ByRate); err != nil {
 			return written, err
 		}
-		limit, err := plotter.NewLine(plotter.XYs{{X: r.minX(), Y: 100}, {X: r.maxX(), Y: 100}})
+		lo, hi := r.rates()
+		limit, err := plotter.NewLine(plotter.XYs{{X: lo, Y: 100}, {X: hi, Y: 100}})
 		if err != nil {
 			return written, err
 		}
@@ -118,18 +119,13 @@ func lines(p *plot.Plot, series map[string][]Point) error {
 	return nil
 }
 
-// minX and maxX bound the knee chart's rates.
-func (r *Report) minX() float64 { return r.boundX(func(a, b float64) bool { return a < b }) }
-func (r *Report) maxX() float64 { return r.boundX(func(a, b float64) bool { return a > b }) }
-
-func (r *Report) boundX(better func(a, b float64) bool) float64 {
-	first, v := true, 0.0
+// rates is the lowest and highest arrival rate of the knee chart.
+func (r *Report) rates() (lo, hi float64) {
+	var all []float64
 	for _, pts := range r.Series.HoldP99ByRate {
 		for _, pt := range pts {
-			if first || better(pt.X, v) {
-				first, v = false, pt.X
-			}
+			all = append(all, pt.X)
 		}
 	}
-	return v
+	return slices.Min(all), slices.Max(all)
 }

@@ -62,8 +62,7 @@ type onsaleParams struct {
 
 // onsaleResult is one design's sale.
 type onsaleResult struct {
-	arrived, turnedAway   int64
-	arrivedN              int64 // arrived, for the progress display (atomic)
+	arrived, turnedAway   int64 // arrived is read by the progress display meanwhile (atomic)
 	holdAttempts, refused int64
 	shed                  int64 // confirmations shed (ErrOverloaded) and tried again
 	bookings, seatsSold   int64
@@ -214,7 +213,7 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64,
 		var shown sync.WaitGroup
 		shown.Go(func() {
 			progress.Show(w, stopShow, "seats sold", p.seats, func() int { return int(booked.Load()) }, func() string {
-				return fmt.Sprintf("buyers %d, in flight %d, hold attempts %d", atomic.LoadInt64(&res.arrivedN), inFlight.Load(), atomic.LoadInt64(&res.holdAttempts))
+				return fmt.Sprintf("buyers %d, in flight %d, hold attempts %d", atomic.LoadInt64(&res.arrived), inFlight.Load(), atomic.LoadInt64(&res.holdAttempts))
 			})
 		})
 		defer func() { close(stopShow); shown.Wait() }()
@@ -248,9 +247,7 @@ arrivals:
 			owed += rateAt(now.Sub(start)) * now.Sub(last).Seconds()
 			last = now
 			for ; owed >= 1; owed-- {
-				id := res.arrived + 1
-				res.arrived++
-				atomic.StoreInt64(&res.arrivedN, res.arrived)
+				id := atomic.AddInt64(&res.arrived, 1)
 				if inFlight.Load() >= int64(p.maxBuyers) {
 					res.turnedAway++
 					continue
