@@ -84,6 +84,15 @@ type Config struct {
 	// At most 100 ms.
 	ConfirmBatchWait time.Duration
 
+	// ConfirmSavepoints isolates each confirmation of a batch with a savepoint instead
+	// of deciding it from the batch's reads: after the batch's ordered lock, each runs
+	// the statements of a lone confirmation (the fence, then the booking) in a savepoint
+	// of its own, and a refusal rolls back to it. Same outcomes, but a round trip per
+	// statement and a subtransaction per confirmation, so by default it is off (the two
+	// are compared in docs/BENCHMARKS.md). With it ConfirmBatch is at most 64, the
+	// subtransactions PostgreSQL caches per transaction.
+	ConfirmSavepoints bool
+
 	// NoAutoPipeline turns off the sharing of Redis round trips between concurrent
 	// calls. By default the hold, best-available, extend, release and check scripts go
 	// through go-redis's autopipeliner (per node on a Cluster): calls made at the same
@@ -141,6 +150,7 @@ const (
 	defaultConfirmBatch      = 32
 	defaultConfirmConns      = 2 // at most half the pool's MaxConns
 	maxConfirmBatch          = 256
+	maxSavepointBatch        = 64 // PGPROC_MAX_CACHED_SUBXIDS
 	maxConfirmBatchWait      = 100 * time.Millisecond
 
 	// minHoldTTL is the shortest hold Redis can keep: PX takes whole milliseconds.
@@ -213,6 +223,9 @@ func (cfg *Config) withDefaults() (Config, error) {
 		if *n.v < 1 || *n.v > n.max {
 			return c, invalid(n.name, "%d is out of range [1, %d]", *n.v, n.max)
 		}
+	}
+	if c.ConfirmSavepoints && c.ConfirmBatch > maxSavepointBatch {
+		return c, invalid("Config.ConfirmBatch", "%d is more than %d, the most savepoints a transaction keeps cheaply (Config.ConfirmSavepoints)", c.ConfirmBatch, maxSavepointBatch)
 	}
 	if c.ConfirmBatchWait < 0 || c.ConfirmBatchWait > maxConfirmBatchWait {
 		return c, invalid("Config.ConfirmBatchWait", "%v is out of range [0, %v]", c.ConfirmBatchWait, maxConfirmBatchWait)

@@ -89,6 +89,11 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		}
 		return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
 	}
+	// With the queue full it would be shed after its check: shed it before, so that
+	// under overload a refusal costs Redis nothing either.
+	if e.queueFull() {
+		return Booking{}, e.shed()
+	}
 	// The hold's generation now: the one presented, or the one Redis re-issued it when
 	// an earlier confirmation of it found the counter behind the database.
 	gen, ttl, err := e.verify(ctx, c, h.Generation)

@@ -51,7 +51,8 @@ type Engine struct {
 type hooks struct {
 	// beforeWrite runs after the first Redis check, before the transaction begins.
 	beforeWrite func(ctx context.Context)
-	// beforeCommit runs after the transaction's writes, before the second Redis check.
+	// beforeCommit runs in a batch's transaction once its fences are locked (and its
+	// claims read), before the Redis check of its holds.
 	beforeCommit func(ctx context.Context)
 	// afterCommit runs after a confirmation or cancellation committed, before its
 	// marker write; returning false skips that write, as a process dying there would.

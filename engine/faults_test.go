@@ -302,6 +302,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if _, err := New(v.pool, v.rdb, &Config{MaxSeatsPerHold: -1}); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("New with a negative MaxSeatsPerHold: %v", err)
 	}
+	for _, c := range []Config{{ConfirmBatch: maxConfirmBatch + 1}, {ConfirmSavepoints: true, ConfirmBatch: maxSavepointBatch + 1}, {ConfirmBatchWait: -time.Millisecond}} {
+		if _, err := New(v.pool, v.rdb, &c); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("New with %+v: %v, want ErrInvalidArgument", c, err)
+		}
+	}
 	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer plain.Close()
 	if _, err := New(v.pool, plain, nil); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {

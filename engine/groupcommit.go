@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
@@ -47,6 +48,11 @@ import (
 // the sold markers of every booking go to Redis in one pipeline, and each caller gets
 // its answer. A caller's context ends its wait only while its confirmation is still
 // queued; once taken, the batch answers it within the batch's own bounds.
+//
+// With Config.ConfirmSavepoints, step 1 reads no claims and steps 3 and 4 are instead,
+// for each confirmation, the statements of a lone confirmation in a savepoint of its own
+// (writeInSavepoints): the database decides, a refusal rolls back to the savepoint, and
+// it costs a round trip per statement.
 
 // confirmReq is one confirmation, queued or in a batch.
 type confirmReq struct {
@@ -189,8 +195,7 @@ func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid
 	select {
 	case e.gc.queue <- r:
 	default:
-		e.m.admissionRefusals.WithLabelValues("queue_full").Inc()
-		return nil, fmt.Errorf("%w: %d confirmations wait for the database already (Config.MaxConfirmQueue)", ErrOverloaded, len(e.gc.queue))
+		return nil, e.shed()
 	}
 	if !e.wakeCommitter() && r.state.CompareAndSwap(reqQueued, reqAbandoned) {
 		return nil, errClosed
@@ -211,6 +216,16 @@ func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid
 	}
 	<-r.done // taken: its batch answers within its own bounds
 	return r, nil
+}
+
+// queueFull reports whether Config.MaxConfirmQueue confirmations wait already: a
+// confirmation now would be shed.
+func (e *Engine) queueFull() bool { return len(e.gc.queue) >= cap(e.gc.queue) }
+
+// shed counts and returns the refusal of a confirmation the full queue has no room for.
+func (e *Engine) shed() error {
+	e.m.admissionRefusals.WithLabelValues("queue_full").Inc()
+	return fmt.Errorf("%w: %d confirmations wait for the database already (Config.MaxConfirmQueue)", ErrOverloaded, len(e.gc.queue))
 }
 
 // errClosed refuses confirmations once the engine is closed.
@@ -399,13 +414,11 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 	for _, f := range locked {
 		fence[seatKey{f.ShowID, f.SeatID}] = f.Generation
 	}
-	claims, err := q.SeatClaimsFind(ctx, db.SeatClaimsFindParams{ShowIds: shows, SeatIds: seats})
-	if err != nil {
-		return false, e.txErr(err)
-	}
-	claimed := make(map[seatKey]bool, len(claims))
-	for _, c := range claims {
-		claimed[seatKey{c.ShowID, c.SeatID}] = true
+	var claimed map[seatKey]bool
+	if !e.cfg.ConfirmSavepoints {
+		if claimed, err = readClaims(ctx, q, shows, seats); err != nil {
+			return false, e.txErr(err)
+		}
 	}
 	if e.hooks.beforeCommit != nil {
 		e.hooks.beforeCommit(ctx)
@@ -413,6 +426,55 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 
 	// 2. Which holds are still current, in one pipeline.
 	e.verifyBatch(ctx, batch)
+
+	// 3–4. Decide and write, or each in a savepoint.
+	var accepted []*confirmReq
+	if e.cfg.ConfirmSavepoints {
+		accepted, err = e.writeInSavepoints(ctx, tx, batch)
+	} else {
+		accepted, err = e.decideAndWrite(ctx, q, batch, fence, claimed)
+	}
+	if err != nil || len(accepted) == 0 {
+		return false, err
+	}
+
+	// 5. COMMIT.
+	pid := tx.Conn().PgConn().PID()
+	if err := tx.Commit(ctx); err != nil {
+		if pgCode(err) != "" {
+			return false, e.txErr(err) // the server answered: nothing committed
+		}
+		// The reply is lost: settle the outcome, once for the whole batch.
+		at, err := e.resolveCommit(ctx, pid, accepted[0].id, err)
+		for _, r := range accepted {
+			if err != nil {
+				r.err = err
+			} else {
+				r.res.at = at
+			}
+		}
+		return err == nil, nil
+	}
+	return true, nil
+}
+
+// readClaims reads which of the (show, seat) pairs are claimed.
+func readClaims(ctx context.Context, q *db.Queries, shows, seats []string) (map[seatKey]bool, error) {
+	claims, err := q.SeatClaimsFind(ctx, db.SeatClaimsFindParams{ShowIds: shows, SeatIds: seats})
+	if err != nil {
+		return nil, err
+	}
+	claimed := make(map[seatKey]bool, len(claims))
+	for _, c := range claims {
+		claimed[seatKey{c.ShowID, c.SeatID}] = true
+	}
+	return claimed, nil
+}
+
+// decideAndWrite is steps 3 and 4 of the batch: it decides each confirmation in queue
+// order from the batch's locked fences and claims, and writes the accepted ones, which
+// it returns.
+func (e *Engine) decideAndWrite(ctx context.Context, q *db.Queries, batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool) ([]*confirmReq, error) {
 
 	// 3. Decide, in queue order.
 	type idemKey struct{ show, holder, key string }
@@ -450,7 +512,7 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 		accepted = append(accepted, r)
 	}
 	if len(accepted) == 0 {
-		return false, nil
+		return nil, nil
 	}
 
 	// 4. Write what was decided: the fences in one statement, the bookings pipelined.
@@ -461,19 +523,15 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 		for _, s := range r.c.seats {
 			fShows, fSeats, fGens = append(fShows, r.c.sh.id), append(fSeats, s), append(fGens, r.gen)
 		}
-		params[i] = db.BookingCreateParams{ShowID: r.c.sh.id, BookingID: r.id, Generation: r.gen, HolderID: r.c.h.HolderID,
-			Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.seats}
-		if r.c.key != "" {
-			params[i].IdempotencyKey.String, params[i].IdempotencyKey.Valid = r.c.key, true
-		}
+		params[i] = r.booking()
 	}
 	n, err := q.SeatFencesAdvanceMany(ctx, db.SeatFencesAdvanceManyParams{ShowIds: fShows, SeatIds: fSeats, Generations: fGens})
 	if err != nil {
-		return false, e.txErr(err)
+		return nil, e.txErr(err)
 	}
 	if n != int64(len(fSeats)) {
 		// Cannot happen under the locks; if it does, nothing of the batch commits.
-		return false, fmt.Errorf("%w: %d of %d fences advanced under their locks", ErrUnavailable, n, len(fSeats))
+		return nil, fmt.Errorf("%w: %d of %d fences advanced under their locks", ErrUnavailable, n, len(fSeats))
 	}
 	var failed *memberErr
 	var firstErr error
@@ -489,30 +547,84 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 		}
 	})
 	if failed != nil {
-		return false, failed
+		return nil, failed
 	}
 	if firstErr != nil {
-		return false, e.txErr(firstErr)
+		return nil, e.txErr(firstErr)
 	}
+	return accepted, nil
+}
 
-	// 5. COMMIT.
-	pid := tx.Conn().PgConn().PID()
-	if err := tx.Commit(ctx); err != nil {
-		if pgCode(err) != "" {
-			return false, e.txErr(err) // the server answered: nothing committed
+// writeInSavepoints is steps 3 and 4 of the batch with savepoints
+// (Config.ConfirmSavepoints): each confirmation, in queue order, runs the statements of
+// a lone confirmation — the fence, then the booking — in a savepoint of its own, and a
+// refusal rolls back to it. The batch's ordered lock came first: without it, batches
+// deadlock on each other's claims. It returns the confirmations that wrote.
+func (e *Engine) writeInSavepoints(ctx context.Context, tx pgx.Tx, batch []*confirmReq) ([]*confirmReq, error) {
+	var accepted []*confirmReq
+	for _, r := range batch {
+		if r.err != nil {
+			continue
 		}
-		// The reply is lost: settle the outcome, once for the whole batch.
-		at, err := e.resolveCommit(ctx, pid, accepted[0].id, err)
-		for _, r := range accepted {
-			if err != nil {
-				r.err = err
-			} else {
-				r.res.at = at
-			}
+		ok, err := e.inSavepoint(ctx, tx, r)
+		if err != nil {
+			return nil, err
 		}
-		return err == nil, nil
+		if ok {
+			accepted = append(accepted, r)
+		}
 	}
+	return accepted, nil
+}
+
+// inSavepoint writes r's confirmation in a savepoint of tx, or rolls back to it and
+// sets r's refusal. An error is the batch's.
+func (e *Engine) inSavepoint(ctx context.Context, tx pgx.Tx, r *confirmReq) (bool, error) {
+	sp, err := tx.Begin(ctx) // SAVEPOINT
+	if err != nil {
+		return false, e.txErr(err)
+	}
+	refuse := func(refusal error) (bool, error) {
+		if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
+			return false, e.txErr(err)
+		}
+		r.err = refusal
+		return false, nil
+	}
+	q := db.New(sp)
+	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: r.c.sh.id, SeatIds: r.c.seats, Generation: r.gen})
+	if err != nil {
+		return false, e.txErr(err)
+	}
+	if len(adv) != len(r.c.seats) {
+		return refuse(errStale)
+	}
+	var res committed
+	var cerr error
+	q.BookingCreate(ctx, []db.BookingCreateParams{r.booking()}).QueryRow(func(_ int, row db.BookingCreateRow, err error) {
+		res, cerr = committed{at: row.ConfirmedAt, seq: row.MarkerSeq}, err
+	})
+	if cerr != nil {
+		if refusal := claimErr(cerr); refusal != nil {
+			return refuse(refusal)
+		}
+		return false, e.txErr(cerr)
+	}
+	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+		return false, e.txErr(err)
+	}
+	r.res = res
 	return true, nil
+}
+
+// booking is the row r's confirmation writes.
+func (r *confirmReq) booking() db.BookingCreateParams {
+	p := db.BookingCreateParams{ShowID: r.c.sh.id, BookingID: r.id, Generation: r.gen, HolderID: r.c.h.HolderID,
+		Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.seats}
+	if r.c.key != "" {
+		p.IdempotencyKey.String, p.IdempotencyKey.Valid = r.c.key, true
+	}
+	return p
 }
 
 // verifyBatch asks Redis, in one pipeline, whether each confirmation's hold is still

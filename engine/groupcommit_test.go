@@ -13,10 +13,26 @@ import (
 // one whose fence has seen its generation (re-issued and confirmed in a later batch),
 // one whose seat is claimed, one whose hold is gone by the batch's Redis check, two with
 // the same idempotency key, and one whose caller gives up while the batch runs. Each
-// gets the answer it would get alone, and only the right ones are written.
+// gets the answer it would get alone, and only the right ones are written — whether
+// the batch decides its confirmations from its reads or isolates each in a savepoint.
 func TestGroupCommitIsolatesEachConfirmation(t *testing.T) {
 	t.Parallel()
-	v := newEnv(t, func(c *Config) { c.ConfirmConns = 1 })
+	forEachIsolation(t, testGroupCommitIsolatesEachConfirmation)
+}
+
+// forEachIsolation runs test as parallel subtests, once for each way a batch isolates
+// its confirmations (Config.ConfirmSavepoints off and on).
+func forEachIsolation(t *testing.T, test func(t *testing.T, savepoints bool)) {
+	for _, sp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "decided", true: "savepoints"}[sp], func(t *testing.T) {
+			t.Parallel()
+			test(t, sp)
+		})
+	}
+}
+
+func testGroupCommitIsolatesEachConfirmation(t *testing.T, savepoints bool) {
+	v := newEnv(t, func(c *Config) { c.ConfirmConns, c.ConfirmSavepoints = 1, savepoints })
 	v.show("g", seatNames(12)...)
 	ctx := t.Context()
 
@@ -134,7 +150,11 @@ func TestGroupCommitIsolatesEachConfirmation(t *testing.T) {
 // hold, and every caller gets that booking.
 func TestGroupCommitUnderContention(t *testing.T) {
 	t.Parallel()
-	v := newEnv(t)
+	forEachIsolation(t, testGroupCommitUnderContention)
+}
+
+func testGroupCommitUnderContention(t *testing.T, savepoints bool) {
+	v := newEnv(t, func(c *Config) { c.ConfirmSavepoints = savepoints })
 	engines := []*Engine{v.e, v.twin()}
 	const holds = 40
 	names := seatNames(3 * holds)

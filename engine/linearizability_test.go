@@ -190,10 +190,15 @@ func short(s string) string {
 
 // TestLinearizableUnderFaults records a history of concurrent holds, releases,
 // confirmations and cancellations on a few seats while Redis loses its script cache and
-// freezes now and then (calls time out: outcomes unknown), and checks it with porcupine.
+// freezes now and then (calls time out: outcomes unknown), and checks it with porcupine;
+// with batches deciding their confirmations and with savepoints.
 func TestLinearizableUnderFaults(t *testing.T) {
 	t.Parallel()
-	v, srv := privateEnv(t)
+	forEachIsolation(t, testLinearizableUnderFaults)
+}
+
+func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
+	v, srv := privateEnv(t, func(c *Config) { c.ConfirmSavepoints = savepoints })
 	seats := []string{"L1", "L2", "L3", "L4"}
 	v.show("lin", seats...)
 	workers, perWorker := 8, 300

@@ -33,10 +33,11 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		duration = fs.Duration("duration", 4*time.Second, "measured time of each timed workload")
 		warmup   = fs.Duration("warmup", time.Second, "warm-up before each timed workload")
 		seats    = fs.Int("sale-seats", 20_000, "sales: seats of the venue")
-		buyers   = fs.Int("sale-buyers", 2_000, "sales: concurrent buyers (best-available sale); a quarter of it is the on-sale's arrivals per second")
+		buyers   = fs.Int("sale-buyers", 2_000, "best-available sale: concurrent buyers")
+		rate     = fs.Float64("sale-rate", 500, "on-sale: buyers arriving per second after the ramp (three times that in the spike)")
 		timeout  = fs.Duration("sale-timeout", 3*time.Minute, "sales: give up after")
 		jsonPath = fs.String("json", "", "also write the report as JSON to this file")
-		only     = fs.String("only", "", "comma-separated workloads to run: seatmap, feed, best, hold, shape, memory, confirm, onsale (default all)")
+		only     = fs.String("only", "", "comma-separated workloads to run: seatmap, feed, best, hold, shape, memory, confirm, onsale, overload (default all)")
 		quick    = fs.Bool("quick", false, "a smoke run for CI: the on-sale only, 2,000 seats, short think times; fails on a double booking")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 		svgDir   = fs.String("svg", "", "also draw the charts (seats sold over time, hold p99 by arrival rate, batch sizes) as SVG files in this directory")
@@ -45,8 +46,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
 		return err
 	}
-	if *duration <= 0 || *warmup < 0 || *seats < 10 || *buyers < 1 {
-		return usageErr("--duration must be positive, --sale-seats at least 10, --sale-buyers at least 1")
+	if *duration <= 0 || *warmup < 0 || *seats < 10 || *buyers < 1 || *rate <= 0 {
+		return usageErr("--duration and --sale-rate must be positive, --sale-seats at least 10, --sale-buyers at least 1")
 	}
 	if *quick {
 		*only = "onsale"
@@ -78,7 +79,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	fmt.Fprintf(stdout, "holdfast bench: %s, %s warm-up + %s per timed workload\n", time.Now().UTC().Format(time.RFC3339), *warmup, *duration)
 	rep, err := bench.Run(ctx, bench.Options{DatabaseURL: backends.databaseURL, Redis: rdb, Warmup: *warmup, Duration: *duration,
-		SaleSeats: *seats, SaleBuyers: *buyers, SaleTimeout: *timeout, PoolSize: backends.pgMaxConns, Progress: stderr,
+		SaleSeats: *seats, SaleBuyers: *buyers, SaleRate: *rate, SaleTimeout: *timeout, PoolSize: backends.pgMaxConns, Progress: stderr,
 		Only: splitList(*only), Quick: *quick})
 	if err != nil {
 		return err

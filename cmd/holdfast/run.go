@@ -171,6 +171,7 @@ type engineFlags struct {
 	confirmBatchWait  time.Duration
 	confirmConns      int
 	noAutoPipeline    bool
+	confirmSavepoints bool
 	otlpEndpoint      string
 }
 
@@ -185,6 +186,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.IntVar(&f.confirmBatch, "confirm-batch", 0, "most confirmations group-committed in one transaction; 1: a transaction each (default 32)")
 	fs.DurationVar(&f.confirmBatchWait, "confirm-batch-wait", 0, "how long a batch waits for more confirmations after its first (default 0: the batch size follows the load)")
 	fs.IntVar(&f.confirmConns, "confirm-conns", 0, "batches in flight at once, each on a connection: about the database server's cores (default 2)")
+	fs.BoolVar(&f.confirmSavepoints, "confirm-savepoints", false, "isolate each confirmation of a batch in a savepoint instead of deciding it from the batch's reads (slower; batch at most 64)")
 	fs.BoolVar(&f.noAutoPipeline, "no-auto-pipeline", false, "send every hold script on its own instead of sharing round trips between concurrent calls")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", getenv("OTEL_EXPORTER_OTLP_ENDPOINT"),
 		"export traces by OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 (/v1/traces is added to a bare URL; env OTEL_EXPORTER_OTLP_ENDPOINT); empty: no tracing")
@@ -194,7 +196,7 @@ func (f *engineFlags) config() engine.Config {
 	return engine.Config{KeyPrefix: f.keyPrefix, DefaultHoldTTL: f.defaultHoldTTL, MaxHoldTTL: f.maxHoldTTL,
 		MaxHoldAge: f.maxHoldAge, MaxSeatsPerHold: f.maxSeatsPerHold, MaxSeatsPerHolder: f.maxSeatsPerHolder,
 		MaxConfirmQueue: f.maxConfirmQueue, ConfirmBatch: f.confirmBatch, ConfirmBatchWait: f.confirmBatchWait,
-		ConfirmConns: f.confirmConns, NoAutoPipeline: f.noAutoPipeline}
+		ConfirmConns: f.confirmConns, NoAutoPipeline: f.noAutoPipeline, ConfirmSavepoints: f.confirmSavepoints}
 }
 
 // parseFlags parses a command's flags wherever they stand among its arguments (as in
