@@ -33,11 +33,12 @@ type Options struct {
 	Warmup      time.Duration         // per timed workload
 	Duration    time.Duration         // per timed workload
 	SaleSeats   int                   // flash sale: seats of the stadium
-	SaleBuyers  int                   // flash sale: concurrent buyers
+	SaleBuyers  int                   // best-available sale: concurrent buyers
+	SaleRate    float64               // on-sale: buyers arriving per second after the ramp
 	SaleTimeout time.Duration         // flash sale: give up after
 	PoolSize    int                   // PostgreSQL connections, for both designs
 	Progress    io.Writer             // a line as each workload starts, or nil
-	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, onsale); all when empty
+	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, onsale, overload); all when empty
 	Quick       bool                  // a smoke run: the on-sale only, small and short
 }
 
@@ -136,6 +137,9 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	if o.SaleBuyers == 0 {
 		o.SaleBuyers = 2_000
 	}
+	if o.SaleRate == 0 {
+		o.SaleRate = 500
+	}
 	if o.SaleTimeout == 0 {
 		o.SaleTimeout = 3 * time.Minute
 	}
@@ -148,9 +152,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		return nil, err
 	}
 	defer func() {
-		for _, eng := range e.opened {
-			eng.Close()
-		}
+		closeAll(e.opened)
 		e.cleanRedis(context.WithoutCancel(ctx))
 		if derr := drop(); derr != nil && err == nil {
 			err = derr
@@ -171,18 +173,19 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		{"memory", "memory", e.memoryWorkload},
 		{"confirm", "confirm: engine vs raw SQL", e.confirmWorkload},
 		{"onsale", "on-sale: open-loop arrivals, holdfast vs database-only", e.onsaleWorkload},
+		{"overload", "on-sale twice too big: twice the arrivals, holdfast", e.overloadWorkload},
 	}
 	for _, s := range steps {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, s.key) {
 			continue
 		}
 		e.progress("== %s", s.name)
+		began := time.Now()
 		err := s.fn(ctx, r)
+		e.progress("   (%s: %v)", s.key, time.Since(began).Round(100*time.Millisecond))
 		// A workload's engines end with it: their seat-map followers and repair loops
 		// would otherwise run on under the next workload's measurements.
-		for _, eng := range e.opened {
-			eng.Close()
-		}
+		closeAll(e.opened)
 		e.opened = nil
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", s.name, err)
@@ -279,8 +282,16 @@ func (e *env) engine(cfg engine.Config) (*engine.Engine, error) {
 // stats are one timed run's operations and latencies.
 type stats struct {
 	ops, errs int64
+	issued    int64 // sequence numbers handed out, warm-up included
 	elapsed   time.Duration
 	lat       []time.Duration
+}
+
+// merge is s and t as one measurement.
+func (s stats) merge(t stats) stats {
+	lat := append(slices.Clone(s.lat), t.lat...)
+	slices.Sort(lat)
+	return stats{ops: s.ops + t.ops, errs: s.errs + t.errs, issued: s.issued + t.issued, elapsed: s.elapsed + t.elapsed, lat: lat}
 }
 
 func (s stats) rate() float64 { return float64(s.ops) / s.elapsed.Seconds() }
@@ -344,7 +355,7 @@ func drive(ctx context.Context, clients int, warmup, duration time.Duration, op 
 		all = append(all, l...)
 	}
 	slices.Sort(all)
-	return stats{ops: ops.Load(), errs: errs.Load(), elapsed: elapsed, lat: all}
+	return stats{ops: ops.Load(), errs: errs.Load(), issued: seq.Load(), elapsed: elapsed, lat: all}
 }
 
 // WriteJSON writes the report as JSON.

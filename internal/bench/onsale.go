@@ -56,7 +56,8 @@ type onsaleParams struct {
 	think      time.Duration // the longest think time (the shortest is a sixth of it)
 	holdTTL    time.Duration
 	timeout    time.Duration
-	maxBuyers  int // buyers in flight at most (arrivals past it are turned away)
+	maxBuyers  int           // buyers in flight at most (arrivals past it are turned away)
+	arrivals   time.Duration // >0: arrivals stop after it, and the sale ends when its buyers are done
 	noConfirms bool
 }
 
@@ -65,12 +66,14 @@ type onsaleResult struct {
 	arrived, turnedAway   int64 // arrived is read by the progress display meanwhile (atomic)
 	holdAttempts, refused int64
 	shed                  int64 // confirmations shed (ErrOverloaded) and tried again
+	confRefused           int64 // confirmations refused (the hold lost, expired while queued)
 	bookings, seatsSold   int64
 	soldOutAfter          time.Duration // 0: not sold out
 	elapsed               time.Duration
 	timeline              []timePoint // seats sold, every 250 ms
 	mapLat, holdLat       []time.Duration
 	confLat               []time.Duration
+	shedLat               []time.Duration // how long a shed confirmation took to be told
 	errors                int64
 	firstErr              atomic.Value
 }
@@ -93,7 +96,7 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64,
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	var mu sync.Mutex
-	var wg sync.WaitGroup
+	var wg, buyers sync.WaitGroup
 	var inFlight, booked atomic.Int64
 	soldOut := make(chan struct{})
 	var once sync.Once
@@ -167,18 +170,25 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64,
 		switch {
 		case r < 80:
 			key := uuid.NewString()
-			t = time.Now()
-			seats, err := d.confirm(ctx, name, h, key)
-			for errors.Is(err, errOnsaleShed) && ctx.Err() == nil {
-				// Shed before the database (503 with Retry-After over HTTP): try again
-				// shortly, as a client would, while the hold lives.
-				atomic.AddInt64(&res.shed, 1)
-				time.Sleep(100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond))))
-				seats, err = d.confirm(ctx, name, h, key)
+			confirm := func() (int, error) {
+				for {
+					attempt := time.Now()
+					seats, err := d.confirm(ctx, name, h, key)
+					if !errors.Is(err, errOnsaleShed) || ctx.Err() != nil {
+						return seats, err
+					}
+					// Shed before the database (503 with Retry-After over HTTP): try
+					// again shortly, as a client would, while the hold lives.
+					record(&res.shedLat, time.Since(attempt))
+					atomic.AddInt64(&res.shed, 1)
+					time.Sleep(100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond))))
+				}
 			}
+			t = time.Now()
+			seats, err := confirm()
 			record(&res.confLat, time.Since(t))
 			if err == nil && rng.IntN(100) < 10 { // the response was lost: the client retries
-				_, err = d.confirm(ctx, name, h, key)
+				_, err = confirm()
 			}
 			switch {
 			case err == nil:
@@ -186,7 +196,9 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64,
 				if booked.Add(int64(seats)) >= int64(p.seats) {
 					once.Do(func() { res.soldOutAfter = time.Since(start); close(soldOut) })
 				}
-			case !errors.Is(err, errOnsaleRefused):
+			case errors.Is(err, errOnsaleRefused):
+				atomic.AddInt64(&res.confRefused, 1)
+			default:
 				fail(err)
 			}
 		case r < 90:
@@ -244,6 +256,9 @@ arrivals:
 		case <-soldOut:
 			break arrivals
 		case now := <-tick.C:
+			if p.arrivals > 0 && now.Sub(start) >= p.arrivals {
+				break arrivals
+			}
 			owed += rateAt(now.Sub(start)) * now.Sub(last).Seconds()
 			last = now
 			for ; owed >= 1; owed-- {
@@ -253,22 +268,26 @@ arrivals:
 					continue
 				}
 				inFlight.Add(1)
-				wg.Go(func() { buyer(id) })
+				buyers.Go(func() { buyer(id) })
 			}
 		}
 	}
 	if res.soldOutAfter == 0 {
 		// Arrivals stop; buyers in flight finish (the last seats may sell now).
+		done := make(chan struct{})
+		go func() { buyers.Wait(); close(done) }()
 		select {
 		case <-soldOut:
 		case <-ctx.Done():
+		case <-done:
 		}
 	}
 	cancel()
+	buyers.Wait()
 	wg.Wait()
 	res.elapsed = time.Since(start)
 	res.seatsSold = booked.Load()
-	for _, l := range [][]time.Duration{res.mapLat, res.holdLat, res.confLat} {
+	for _, l := range [][]time.Duration{res.mapLat, res.holdLat, res.confLat, res.shedLat} {
 		slices.Sort(l)
 	}
 	return res
@@ -328,11 +347,7 @@ func processCPU(comm string) float64 {
 // onsaleWorkload runs the open-loop on-sale on both designs, then finds each design's
 // knee.
 func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
-	p := onsaleParams{seats: e.o.SaleSeats, rate: float64(e.o.SaleBuyers) / 4, ramp: true, spike: 3, think: 3 * time.Second,
-		holdTTL: 5 * time.Second, timeout: e.o.SaleTimeout, maxBuyers: 4000}
-	if e.o.Quick {
-		p.think, p.holdTTL = 600*time.Millisecond, 2*time.Second
-	}
+	p := e.saleParams()
 	venue := demo.Venue(p.seats)
 	designs, err := e.onsaleDesigns(ctx, "onsale", venue, p.holdTTL)
 	if err != nil {
@@ -455,6 +470,79 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 	return nil
 }
 
+// saleParams is the on-sale's shape (the quick run's is smaller and shorter).
+func (e *env) saleParams() onsaleParams {
+	p := onsaleParams{seats: e.o.SaleSeats, rate: e.o.SaleRate, ramp: true, spike: 3, think: 3 * time.Second,
+		holdTTL: 5 * time.Second, timeout: e.o.SaleTimeout, maxBuyers: 8000}
+	if e.o.Quick {
+		p.think, p.holdTTL = 600*time.Millisecond, 2*time.Second
+	}
+	return p
+}
+
+// overloadWorkload runs holdfast's on-sale twice too big: the same sale with twice the
+// arrivals (the ramp, the spike and the rate after it), so that confirmations arrive
+// faster than PostgreSQL commits them. The engine must shed the excess with typed
+// refusals before the database (ErrOverloaded at once, tried again by its buyer; or
+// ErrHoldLost when the hold would expire first), keep its latency bounded, lose
+// nothing it acknowledged and book no seat twice; and it must still sell out.
+func (e *env) overloadWorkload(ctx context.Context, r *Report) error {
+	p := e.saleParams()
+	p.rate, p.maxBuyers = 2*p.rate, 2*p.maxBuyers
+	eng, err := e.engine(engine.Config{MaxSeatsPerHold: 6, MaxSeatsPerHolder: 6})
+	if err != nil {
+		return err
+	}
+	const show = "twice"
+	venue := demo.Venue(p.seats)
+	if err := eng.CreateShowLayout(ctx, show, venue); err != nil {
+		return err
+	}
+	hf, err := newOnsaleHoldfast(ctx, e, eng, show, p.holdTTL)
+	if err != nil {
+		return err
+	}
+	e.progress("   holdfast: %.0f buyers/s (x%.0f spike), %d seats, think up to %v", p.rate, p.spike, p.seats, p.think)
+	res := runOnsale(ctx, hf, p, 99, e.o.Progress)
+	if res.errors > 0 {
+		return fmt.Errorf("%d errors, the first: %v", res.errors, res.firstErr.Load())
+	}
+	inPG, err := hf.sold(ctx)
+	if err != nil {
+		return err
+	}
+	double, err := hf.doubleBooked(ctx)
+	if err != nil {
+		return err
+	}
+	if double != 0 || int64(inPG) < res.seatsSold {
+		return fmt.Errorf("%d seats booked twice; %d seats acknowledged, %d in PostgreSQL", double, res.seatsSold, inPG)
+	}
+	note := fmt.Sprintf("sold %d/%d", inPG, p.seats)
+	if res.soldOutAfter > 0 {
+		note += fmt.Sprintf(" in %.1fs", res.soldOutAfter.Seconds())
+	} else {
+		note += fmt.Sprintf(" (NOT sold out in %.0fs)", res.elapsed.Seconds())
+	}
+	note += fmt.Sprintf(" (%d seats acknowledged, all in PostgreSQL); %d buyers (%d turned away); confirmations shed %d times (told in p50 %.2f / p99 %.2f ms) and tried again, %d refused (hold lost, or would expire while queued); %.2f refusals/booking; double bookings %d",
+		res.seatsSold, res.arrived, res.turnedAway, res.shed, p50(res.shedLat), p99(res.shedLat), res.confRefused, float64(res.refused)/max(1, float64(res.bookings)), double)
+	r.Rows = append(r.Rows,
+		Row{Workload: "on-sale twice too big: seat map", Variant: "holdfast", Clients: int(res.arrived), OpsPerS: float64(len(res.mapLat)) / res.elapsed.Seconds(), P50ms: p50(res.mapLat), P99ms: p99(res.mapLat)},
+		Row{Workload: "on-sale twice too big: hold", Variant: "holdfast", Clients: int(res.arrived), OpsPerS: float64(res.holdAttempts) / res.elapsed.Seconds(), P50ms: p50(res.holdLat), P99ms: p99(res.holdLat), Note: note},
+		Row{Workload: "on-sale twice too big: confirm", Variant: "holdfast", Clients: int(res.arrived), OpsPerS: float64(len(res.confLat)) / res.elapsed.Seconds(), P50ms: p50(res.confLat), P99ms: p99(res.confLat)})
+	e.progress("   %s", note)
+	e.progress("   seat map p50 %.1f / p99 %.1f ms, hold %.1f / %.1f ms, confirm %.1f / %.1f ms",
+		p50(res.mapLat), p99(res.mapLat), p50(res.holdLat), p99(res.holdLat), p50(res.confLat), p99(res.confLat))
+	if r.Series.SoldOverTime == nil {
+		r.Series.SoldOverTime = map[string][]Point{}
+	}
+	for _, tp := range res.timeline {
+		r.Series.SoldOverTime["holdfast, twice too big"] = append(r.Series.SoldOverTime["holdfast, twice too big"], Point{tp.at.Seconds(), float64(tp.sold)})
+	}
+	r.goal("on-sale twice too big: sold out, shedding (0 errors, 0 double bookings, nothing acknowledged lost)", "sold out", float64(inPG)/float64(p.seats), res.soldOutAfter > 0)
+	return nil
+}
+
 type namedDesign struct {
 	name string
 	d    onsaleDesign
@@ -495,17 +583,11 @@ func (e *env) onsaleDesigns(ctx context.Context, show string, venue []engine.Sea
 	if err := eng.CreateShowLayout(ctx, show, venue); err != nil {
 		return nil, err
 	}
-	hf := &onsaleHoldfast{e: eng, env: e, show: show, ttl: ttl}
-	m, err := eng.SeatMap(ctx, show)
+	hf, err := newOnsaleHoldfast(ctx, e, eng, show, ttl)
 	if err != nil {
 		return nil, err
 	}
-	hf.byRank = rankOrder(m.Layout)
-	hf.ids = make([]string, len(m.Layout))
-	for i, s := range m.Layout {
-		hf.ids[i] = s.ID
-	}
-	dbo, err := newOnsaleDB(ctx, e, show, m.Layout, ttl)
+	dbo, err := newOnsaleDB(ctx, e, show, hf.layout, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -529,14 +611,35 @@ type onsaleHoldfast struct {
 	env    *env
 	show   string
 	ttl    time.Duration
+	layout []engine.Seat
 	byRank []int
 	ids    []string
+	free   atomic.Pointer[freeSeats]
+}
+
+// newOnsaleHoldfast sells show, created on eng, with holds of ttl.
+func newOnsaleHoldfast(ctx context.Context, e *env, eng *engine.Engine, show string, ttl time.Duration) (*onsaleHoldfast, error) {
+	m, err := eng.SeatMap(ctx, show)
+	if err != nil {
+		return nil, err
+	}
+	hf := &onsaleHoldfast{e: eng, env: e, show: show, ttl: ttl, layout: m.Layout, byRank: rankOrder(m.Layout), ids: make([]string, len(m.Layout))}
+	for i, s := range m.Layout {
+		hf.ids[i] = s.ID
+	}
+	return hf, nil
 }
 
 func (h *onsaleHoldfast) seatMap(ctx context.Context, limit int) ([]int, error) {
 	m, err := h.e.SeatMap(ctx, h.show)
 	if err != nil {
 		return nil, err
+	}
+	// Finding the best free seats is the buyer's page's work, not the server's: buyers
+	// who read the same snapshot share it, so that the load generator does not scan the
+	// venue for every buyer.
+	if f := h.free.Load(); f != nil && f.version == m.Version && f.limit == limit {
+		return f.seats, nil
 	}
 	var free []int
 	for _, i := range h.byRank {
@@ -546,7 +649,15 @@ func (h *onsaleHoldfast) seatMap(ctx context.Context, limit int) ([]int, error) 
 			}
 		}
 	}
+	h.free.Store(&freeSeats{m.Version, limit, free})
 	return free, nil
+}
+
+// freeSeats is the best free seats of one seat-map snapshot.
+type freeSeats struct {
+	version uint64
+	limit   int
+	seats   []int // shared: read only
 }
 
 func (h *onsaleHoldfast) refusal(err error) error {

@@ -147,11 +147,6 @@ func (e *env) seatMapWorkload(ctx context.Context, r *Report) error {
 	if _, err := eng.SeatMap(ctx, show); err != nil { // the view's first build, before timing
 		return err
 	}
-	// Vacuum and analyze what the sale wrote now, so that autovacuum's transactions do
-	// not land in the measured windows.
-	if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
-		return err
-	}
 	prefix := e.prefixes[len(e.prefixes)-1]
 	q := db.New(e.pool)
 	variants := []struct {

@@ -24,7 +24,7 @@ const (
 	invPerShow  = 3000
 	hotSeats    = 100_000
 	holdTTL     = 10 * time.Minute
-	confirmPrep = 60_000
+	confirmPrep = 30_000 // holds prepared for group commit: 6,000/s for 5 s, twice its best so far
 )
 
 var errExhausted = errors.New("prepared work exhausted")
@@ -98,17 +98,16 @@ func (iv *inventory) seatAt(seq int64) (show, seat string, index int) {
 // inventory is loaded and its Redis counter started, so that timed runs measure holds
 // and not the first-use rebuild.
 func warm(ctx context.Context, eng *engine.Engine, shows ...string) error {
-	for _, s := range shows {
-		if err := eng.Resync(ctx, s); err != nil {
-			return err
-		}
-	}
-	return nil
+	return parallel(ctx, 8, len(shows), func(ctx context.Context, i int) error { return eng.Resync(ctx, shows[i]) })
 }
 
 // epochs is how many fresh Redis prefixes a timed run gets: when a run has used every
 // seat of the inventory, it moves to the next prefix, where every seat is free again.
-const epochs = 6
+// Two hold 600,000 seats: the hold workload's three levels of its fastest variant (raw,
+// no index: ~25,000/s for 5 s each) take about half; each costs a Resync of every show,
+// the most of a workload's preparation. A run past them has its holds refused, which
+// its row reports.
+const epochs = 2
 
 // engines returns epochs warmed engines, each with a prefix of its own.
 func (e *env) engines(ctx context.Context, shows ...string) ([]*engine.Engine, error) {
@@ -124,6 +123,13 @@ func (e *env) engines(ctx context.Context, shows ...string) ([]*engine.Engine, e
 		out[i] = eng
 	}
 	return out, nil
+}
+
+// closeAll closes engines before their workload ends (closing again is harmless).
+func closeAll(engs []*engine.Engine) {
+	for _, eng := range engs {
+		eng.Close()
+	}
 }
 
 func epochOf(seq, space int64) int { return int(min(seq/space, epochs-1)) }
@@ -145,64 +151,86 @@ func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 	}
 	var ratio200, p99ratio200, p50ratio1 float64
 	space := int64(invShows * invPerShow)
-	for _, clients := range []int{1, 50, 200} {
-		engs, err := e.engines(ctx, iv.shows...)
-		if err != nil {
-			return err
-		}
-		es := drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
-			show, seat := iv.seatOf(seq)
-			_, err := engs[epochOf(seq, space)].Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
-			return err
-		})
-		// The raw limit: the same script, keys and arguments, EVALSHA straight from go-redis,
-		// on shows prepared as the engine's are (counter and best-available index); and
-		// once more on shows without the index, to show what keeping it costs a hold.
-		rawDrive := func(indexed bool) (stats, error) {
-			raws := make([]string, epochs)
-			for i := range raws {
-				raws[i] = e.prefix()
-				if indexed {
-					eng, err := engine.New(e.pool, e.rdb, &engine.Config{KeyPrefix: raws[i]})
-					if err != nil {
-						return stats{}, err
-					}
-					err = warm(ctx, eng, iv.shows...)
-					eng.Close()
-					if err != nil {
-						return stats{}, err
-					}
-					continue
+	// One set of prefixes per variant serves every level: each level starts where the
+	// previous one stopped (from), on seats nothing has held.
+	engs, err := e.engines(ctx, iv.shows...)
+	if err != nil {
+		return err
+	}
+	defer closeAll(engs)
+	// The raw limit: the same script, keys and arguments, EVALSHA straight from go-redis,
+	// on shows prepared as the engine's are (counter and best-available index); and once
+	// more on shows without the index, to show what keeping it costs a hold.
+	rawPrefixes := func(indexed bool) ([]string, error) {
+		raws := make([]string, epochs)
+		for i := range raws {
+			raws[i] = e.prefix()
+			if indexed {
+				eng, err := engine.New(e.pool, e.rdb, &engine.Config{KeyPrefix: raws[i]})
+				if err != nil {
+					return nil, err
 				}
-				for _, s := range iv.shows {
-					e.rdb.Set(ctx, rawGen(raws[i], s), 0, 0)
+				err = warm(ctx, eng, iv.shows...)
+				eng.Close()
+				if err != nil {
+					return nil, err
 				}
+				continue
 			}
-			ttl := strconv.FormatInt(holdTTL.Milliseconds(), 10)
-			return drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+			for _, s := range iv.shows {
+				e.rdb.Set(ctx, rawGen(raws[i], s), 0, 0)
+			}
+		}
+		return raws, nil
+	}
+	indexed, err := rawPrefixes(true)
+	if err != nil {
+		return err
+	}
+	bare, err := rawPrefixes(false)
+	if err != nil {
+		return err
+	}
+	ttl := strconv.FormatInt(holdTTL.Milliseconds(), 10)
+	var from [3]int64 // next sequence number: engine, raw, raw not indexed
+	for _, clients := range []int{1, 50, 200} {
+		// Each drive starts where the variant's last one stopped.
+		engDrive := func(d time.Duration) stats {
+			s := drive(ctx, clients, e.o.Warmup, d, func(ctx context.Context, seq int64) error {
+				seq += from[0]
+				show, seat := iv.seatOf(seq)
+				_, err := engs[epochOf(seq, space)].Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
+				return err
+			})
+			from[0] += s.issued
+			return s
+		}
+		rawDrive := func(raws []string, v int, d time.Duration) stats {
+			s := drive(ctx, clients, e.o.Warmup, d, func(ctx context.Context, seq int64) error {
+				seq += from[v]
 				show, seat, index := iv.seatAt(seq)
 				res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat, index), "", fmt.Sprintf("%032x", seq), ttl, 0, seat).Slice()
 				if err == nil && res[0] != "OK" {
 					err = errors.New("refused")
 				}
 				return err
-			}), nil
+			})
+			from[v] += s.issued
+			return s
 		}
-		rs, err := rawDrive(true)
-		if err != nil {
-			return err
-		}
-		bare, err := rawDrive(false)
-		if err != nil {
-			return err
-		}
+		// The engine and the raw script in halves, engine-raw-raw-engine, so that a
+		// drift of the shared machine during the level weighs on both alike.
+		half := e.o.Duration / 2
+		es1, rs1 := engDrive(half), rawDrive(indexed, 1, half)
+		rs, es := rs1.merge(rawDrive(indexed, 1, half)), es1.merge(engDrive(half))
+		bs := rawDrive(bare, 2, e.o.Duration)
 		ratio := es.rate() / rs.rate()
 		r.Rows = append(r.Rows,
 			Row{Workload: "hold, uncontended", Variant: "engine.Hold", Clients: clients, OpsPerS: es.rate(), P50ms: es.pct(.5), P99ms: es.pct(.99), Ratio: ratio, Note: refusals(es)},
 			Row{Workload: "hold, uncontended", Variant: "raw EVALSHA hold.lua", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs)},
-			Row{Workload: "hold, uncontended", Variant: "raw, show not indexed", Clients: clients, OpsPerS: bare.rate(), P50ms: bare.pct(.5), P99ms: bare.pct(.99),
-				Ratio: bare.rate() / rs.rate(), Note: "what the best-available index costs a hold" + refusals(bare)})
-		e.progress("   %d clients: engine %.0f/s, raw %.0f/s, raw without the index %.0f/s", clients, es.rate(), rs.rate(), bare.rate())
+			Row{Workload: "hold, uncontended", Variant: "raw, show not indexed", Clients: clients, OpsPerS: bs.rate(), P50ms: bs.pct(.5), P99ms: bs.pct(.99),
+				Ratio: bs.rate() / rs.rate(), Note: "what the best-available index costs a hold" + refusals(bs)})
+		e.progress("   %d clients: engine %.0f/s, raw %.0f/s, raw without the index %.0f/s", clients, es.rate(), rs.rate(), bs.rate())
 		switch clients {
 		case 1:
 			p50ratio1 = es.pct(.5) / rs.pct(.5)
@@ -235,32 +263,28 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 		return err
 	}
 	const clients = 200
-	group, err := e.engine(engine.Config{})
-	if err != nil {
-		return err
+	variants := []struct {
+		name, note string
+		cfg        engine.Config
+		prep       int // holds made for it: more than it confirms in a measurement
+		eng        *engine.Engine
+		holds      []engine.Hold
+		s          stats
+	}{
+		{name: "engine.Confirm, group commit", cfg: engine.Config{}, prep: confirmPrep},
+		{name: "engine.Confirm, group commit with savepoints", note: "Config.ConfirmSavepoints", cfg: engine.Config{ConfirmSavepoints: true}, prep: confirmPrep / 2},
+		{name: "engine.Confirm, a transaction each", note: "Config.ConfirmBatch 1", cfg: engine.Config{ConfirmBatch: 1}, prep: confirmPrep / 3},
 	}
-	single, err := e.engine(engine.Config{ConfirmBatch: 1})
-	if err != nil {
-		return err
-	}
-	if err := warm(ctx, group, iv.shows...); err != nil {
-		return err
-	}
-	if err := warm(ctx, single, iv.shows...); err != nil {
-		return err
-	}
-	// The inventory in four parts: history, the two engines' holds, the raw SQL.
-	part := int64(invShows * invPerShow / 4)
-	prep := int(min(part, confirmPrep))
-	hold := func(eng *engine.Engine, from int64) ([]engine.Hold, error) {
-		holds := make([]engine.Hold, prep)
-		err := parallel(ctx, 50, prep, func(ctx context.Context, i int) error {
-			show, seat := iv.seatOf(from + int64(i))
-			h, err := eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
-			holds[i] = h
+	// The inventory in parts: history, each engine's holds, the raw SQL.
+	part := int64(invShows * invPerShow / (len(variants) + 2))
+	for i := range variants {
+		v := &variants[i]
+		if v.eng, err = e.engine(v.cfg); err != nil {
 			return err
-		})
-		return holds, err
+		}
+		if err := warm(ctx, v.eng, iv.shows...); err != nil {
+			return err
+		}
 	}
 	q := db.New(e.pool)
 	txo := pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '2000ms'; SET LOCAL statement_timeout = '5000ms'"}
@@ -287,43 +311,57 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 	if err := parallel(ctx, 50, int(min(part, 5_000)), func(ctx context.Context, i int) error { return raw(ctx, int64(i)) }); err != nil {
 		return err
 	}
-	if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
+	// VACUUM as well: otherwise autovacuum, woken by the seeded rows, runs during the
+	// first variant's measurement.
+	if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
 		return err
 	}
-	groupHolds, err := hold(group, part)
-	if err != nil {
-		return err
-	}
-	singleHolds, err := hold(single, 2*part)
-	if err != nil {
-		return err
-	}
-	e.pool.Reset() // fresh connections: plans made on the seeded tables
-	confirm := func(eng *engine.Engine, holds []engine.Hold) func(context.Context, int64) error {
-		return func(ctx context.Context, seq int64) error {
-			if seq >= int64(len(holds)) {
-				return errExhausted
-			}
-			_, err := eng.Confirm(ctx, holds[seq], engine.ConfirmOptions{})
+	for i := range variants {
+		v := &variants[i]
+		v.prep = int(min(int64(v.prep), part))
+		v.holds = make([]engine.Hold, v.prep)
+		from := int64(i+1) * part
+		err := parallel(ctx, 50, v.prep, func(ctx context.Context, j int) error {
+			show, seat := iv.seatOf(from + int64(j))
+			h, err := v.eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
+			v.holds[j] = h
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}
-	gs := drive(ctx, clients, e.o.Warmup, e.o.Duration, confirm(group, groupHolds))
-	ss := drive(ctx, clients, e.o.Warmup, e.o.Duration, confirm(single, singleHolds))
+	e.pool.Reset() // fresh connections: plans made on the seeded tables
+	for i := range variants {
+		v := &variants[i]
+		v.s = drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+			if seq >= int64(len(v.holds)) {
+				return errExhausted
+			}
+			_, err := v.eng.Confirm(ctx, v.holds[seq], engine.ConfirmOptions{})
+			return err
+		})
+	}
+	rawFrom, rawPrep := int64(len(variants)+1)*part, int64(min(part, confirmPrep/3))
 	rs := drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
-		if seq >= int64(prep) {
+		if seq >= rawPrep {
 			return errExhausted
 		}
-		return raw(ctx, 3*part+seq)
+		return raw(ctx, rawFrom+seq)
 	})
-	ratio, singleRatio := gs.rate()/rs.rate(), ss.rate()/rs.rate()
-	r.Rows = append(r.Rows,
-		Row{Workload: "confirm", Variant: "engine.Confirm, group commit", Clients: clients, OpsPerS: gs.rate(), P50ms: gs.pct(.5), P99ms: gs.pct(.99), Ratio: ratio, Note: refusals(gs)},
-		Row{Workload: "confirm", Variant: "engine.Confirm, a transaction each", Clients: clients, OpsPerS: ss.rate(), P50ms: ss.pct(.5), P99ms: ss.pct(.99), Ratio: singleRatio,
-			Note: "Config.ConfirmBatch 1" + refusals(ss)},
-		Row{Workload: "confirm", Variant: "raw SQL transaction (pgx)", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs)})
-	e.progress("   group commit %.0f/s (p99 %.1f ms), a transaction each %.0f/s, raw SQL %.0f/s (p99 %.1f ms)",
-		gs.rate(), gs.pct(.99), ss.rate(), rs.rate(), rs.pct(.99))
+	for _, v := range variants {
+		note := v.note
+		if rf := refusals(v.s); rf != "" {
+			note = strings.TrimPrefix(note+"; "+rf, "; ")
+		}
+		r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: v.name, Clients: clients, OpsPerS: v.s.rate(), P50ms: v.s.pct(.5), P99ms: v.s.pct(.99),
+			Ratio: v.s.rate() / rs.rate(), Note: note})
+		e.progress("   %s: %.0f/s (p99 %.1f ms)", v.name, v.s.rate(), v.s.pct(.99))
+	}
+	r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: "raw SQL transaction (pgx)", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs)})
+	e.progress("   raw SQL: %.0f/s (p99 %.1f ms)", rs.rate(), rs.pct(.99))
+	gs := variants[0].s
+	ratio := gs.rate() / rs.rate()
 	r.goal("confirm throughput, group commit / raw SQL transaction, 200 confirmers", ">= 3.00", ratio, ratio >= 3)
 	p99 := gs.pct(.99) / rs.pct(.99)
 	r.goal("confirm p99, group commit / raw SQL transaction", "<= 1.00", p99, p99 <= 1)
@@ -389,6 +427,7 @@ func (e *env) shapeWorkload(ctx context.Context, r *Report) error {
 			row.Ratio = s.rate() / one
 		}
 		r.Rows = append(r.Rows, row)
+		closeAll(engs)
 	}
 	engs, err := e.engines(ctx, "hot")
 	if err != nil {
