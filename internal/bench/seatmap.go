@@ -131,6 +131,24 @@ func (e *env) redisCalls(ctx context.Context) (float64, error) {
 	return n, nil
 }
 
+// redisCPU reads the CPU seconds (user and system) the Redis server has used.
+func (e *env) redisCPU(ctx context.Context) (float64, error) {
+	info, err := e.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var sec float64
+	for _, line := range strings.Split(info, "\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				sec += f
+			}
+		}
+	}
+	return sec, nil
+}
+
 func (e *env) seatMapWorkload(ctx context.Context, r *Report) error {
 	// The reading engine does no background PostgreSQL work while measured (its marker
 	// repair loop would add 4 transactions a second that are not reads).
