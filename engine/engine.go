@@ -151,37 +151,34 @@ type adaptiveScripter struct {
 	inflight      atomic.Int64
 }
 
-func (a *adaptiveScripter) pick() (redis.Scripter, func()) {
-	n := a.inflight.Add(1)
-	done := func() { a.inflight.Add(-1) }
-	if n > pipelineFrom {
-		return a.piped, done
+// pick counts a call in flight (the caller ends it with done) and chooses its way.
+func (a *adaptiveScripter) pick() redis.Scripter {
+	if a.inflight.Add(1) > pipelineFrom {
+		return a.piped
 	}
-	return a.direct, done
+	return a.direct
 }
 
+func (a *adaptiveScripter) done() { a.inflight.Add(-1) }
+
 func (a *adaptiveScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	s, done := a.pick()
-	defer done()
-	return s.Eval(ctx, script, keys, args...)
+	defer a.done()
+	return a.pick().Eval(ctx, script, keys, args...)
 }
 
 func (a *adaptiveScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	s, done := a.pick()
-	defer done()
-	return s.EvalSha(ctx, sha1, keys, args...)
+	defer a.done()
+	return a.pick().EvalSha(ctx, sha1, keys, args...)
 }
 
 func (a *adaptiveScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	s, done := a.pick()
-	defer done()
-	return s.EvalRO(ctx, script, keys, args...)
+	defer a.done()
+	return a.pick().EvalRO(ctx, script, keys, args...)
 }
 
 func (a *adaptiveScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	s, done := a.pick()
-	defer done()
-	return s.EvalShaRO(ctx, sha1, keys, args...)
+	defer a.done()
+	return a.pick().EvalShaRO(ctx, sha1, keys, args...)
 }
 
 func (a *adaptiveScripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {

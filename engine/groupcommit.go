@@ -295,18 +295,14 @@ func (e *Engine) commitBatch(batch []*confirmReq) {
 	defer cancel()
 
 	// Wait for a connection no longer than the last hold of the batch can use one.
-	latest := batch[0].deadline
-	for _, r := range batch[1:] {
-		if r.deadline.After(latest) {
-			latest = r.deadline
-		}
-	}
+	latest := slices.MaxFunc(batch, func(a, b *confirmReq) int { return a.deadline.Compare(b.deadline) }).deadline
 	actx, acancel := context.WithDeadline(ctx, latest)
 	conn, err := e.pool.Acquire(actx)
 	acancel()
 	if err != nil {
+		late := ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
 		for _, r := range batch {
-			if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
+			if late {
 				r.answer(e.tooLate(r))
 			} else {
 				r.answer(unavailable("postgres", err))
@@ -410,12 +406,15 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 	if err != nil {
 		return false, e.txErr(err)
 	}
-	fence := make(map[seatKey]int64, len(locked))
-	for _, f := range locked {
-		fence[seatKey{f.ShowID, f.SeatID}] = f.Generation
-	}
+	// Deciding in Go needs the fences the lock read and the claims; savepoints let the
+	// statements decide.
+	var fence map[seatKey]int64
 	var claimed map[seatKey]bool
 	if !e.cfg.ConfirmSavepoints {
+		fence = make(map[seatKey]int64, len(locked))
+		for _, f := range locked {
+			fence[seatKey{f.ShowID, f.SeatID}] = f.Generation
+		}
 		if claimed, err = readClaims(ctx, q, shows, seats); err != nil {
 			return false, e.txErr(err)
 		}
