@@ -271,7 +271,12 @@ func (e *env) cleanPrefixes(ctx context.Context, rdb redis.UniversalClient) {
 
 // engine returns an engine over the scratch database with a fresh Redis prefix.
 func (e *env) engine(cfg engine.Config) (*engine.Engine, error) {
-	cfg.KeyPrefix = e.prefix()
+	return e.engineAt(e.prefix(), cfg)
+}
+
+// engineAt is an engine on a key prefix of the run's, closed with its workload.
+func (e *env) engineAt(prefix string, cfg engine.Config) (*engine.Engine, error) {
+	cfg.KeyPrefix = prefix
 	eng, err := engine.New(e.pool, e.rdb, &cfg)
 	if err == nil {
 		e.opened = append(e.opened, eng)

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"image/color"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,12 +96,7 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 
 // lines adds one line per design, in name order.
 func lines(p *plot.Plot, series map[string][]Point) error {
-	names := make([]string, 0, len(series))
-	for n := range series {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(series)) {
 		xys := make(plotter.XYs, len(series[n]))
 		for i, pt := range series[n] {
 			xys[i].X, xys[i].Y = pt.X, max(pt.Y, 0.01) // log scales need positive values

@@ -371,50 +371,16 @@ func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 		if err != nil {
 			return err
 		}
-		sold, err := d.d.sold(ctx)
+		sold, err := checkSale(ctx, d.name, d.d, res)
 		if err != nil {
 			return err
-		}
-		double, err := d.d.doubleBooked(ctx)
-		if err != nil {
-			return err
-		}
-		if double != 0 {
-			return fmt.Errorf("%s booked %d seats twice", d.name, double)
-		}
-		if res.errors > 0 {
-			return fmt.Errorf("%s: %d errors, the first: %v", d.name, res.errors, res.firstErr.Load())
 		}
 		seats := max(1, float64(sold))
-		xPerSeat := (after.xacts - before.xacts) / seats
-		perSeat[i] = xPerSeat
-		note := fmt.Sprintf("sold %d/%d", sold, p.seats)
-		if res.soldOutAfter > 0 {
-			note += fmt.Sprintf(" in %.1fs", res.soldOutAfter.Seconds())
-			sellOut[i] = res.soldOutAfter
-		} else {
-			note += fmt.Sprintf(" (NOT sold out in %.0fs)", res.elapsed.Seconds())
-		}
-		if res.shed > 0 {
-			note += fmt.Sprintf("; %d confirmations shed (overloaded) and tried again", res.shed)
-		}
-		note += fmt.Sprintf("; %d buyers (%d turned away), %.2f refusals/booking; per sold seat: %.2f PG transactions, %.0f WAL bytes, %.2f ms PG CPU, %.1f Redis commands; double bookings %d",
-			res.arrived, res.turnedAway, float64(res.refused)/max(1, float64(res.bookings)),
-			xPerSeat, (after.walBytes-before.walBytes)/seats, 1000*(after.pgCPU-before.pgCPU)/seats, (after.redisCalls-before.redisCalls)/seats, double)
-		rate := float64(res.holdAttempts) / res.elapsed.Seconds()
-		r.Rows = append(r.Rows,
-			Row{Workload: "on-sale: seat map", Variant: d.name, Clients: int(res.arrived), OpsPerS: float64(len(res.mapLat)) / res.elapsed.Seconds(), P50ms: p50(res.mapLat), P99ms: p99(res.mapLat)},
-			Row{Workload: "on-sale: hold", Variant: d.name, Clients: int(res.arrived), OpsPerS: rate, P50ms: p50(res.holdLat), P99ms: p99(res.holdLat), Note: note},
-			Row{Workload: "on-sale: confirm", Variant: d.name, Clients: int(res.arrived), OpsPerS: float64(len(res.confLat)) / res.elapsed.Seconds(), P50ms: p50(res.confLat), P99ms: p99(res.confLat)})
-		e.progress("   %s", note)
-		if r.Series.SoldOverTime == nil {
-			r.Series.SoldOverTime = map[string][]Point{}
-		}
-		for _, tp := range res.timeline {
-			r.Series.SoldOverTime[d.name] = append(r.Series.SoldOverTime[d.name], Point{tp.at.Seconds(), float64(tp.sold)})
-		}
-		e.progress("   seat map p50 %.1f / p99 %.1f ms, hold %.1f / %.1f ms, confirm %.1f / %.1f ms",
-			p50(res.mapLat), p99(res.mapLat), p50(res.holdLat), p99(res.holdLat), p50(res.confLat), p99(res.confLat))
+		perSeat[i] = (after.xacts - before.xacts) / seats
+		sellOut[i] = res.soldOutAfter
+		note := saleNote(p, res, sold) + fmt.Sprintf("; per sold seat: %.2f PG transactions, %.0f WAL bytes, %.2f ms PG CPU, %.1f Redis commands",
+			perSeat[i], (after.walBytes-before.walBytes)/seats, 1000*(after.pgCPU-before.pgCPU)/seats, (after.redisCalls-before.redisCalls)/seats)
+		e.saleRows(r, "on-sale", d.name, d.name, res, note)
 	}
 	if sizes, err := batchSizes(designs[0].reg); err == nil {
 		r.Series.BatchSizes = sizes
@@ -470,6 +436,65 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 	return nil
 }
 
+// checkSale fails a sale that had errors, booked a seat twice or lost a seat it
+// acknowledged (checked in the design's own tables), and returns the seats it sold.
+func checkSale(ctx context.Context, name string, d onsaleDesign, res *onsaleResult) (int, error) {
+	if res.errors > 0 {
+		return 0, fmt.Errorf("%s: %d errors, the first: %v", name, res.errors, res.firstErr.Load())
+	}
+	sold, err := d.sold(ctx)
+	if err != nil {
+		return 0, err
+	}
+	double, err := d.doubleBooked(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if double != 0 || int64(sold) < res.seatsSold {
+		return 0, fmt.Errorf("%s: %d seats booked twice; %d seats acknowledged, %d sold in the database", name, double, res.seatsSold, sold)
+	}
+	return sold, nil
+}
+
+// saleNote says how a sale went: seats sold and when, buyers, refusals, shed
+// confirmations (none, none are said).
+func saleNote(p onsaleParams, res *onsaleResult, sold int) string {
+	note := fmt.Sprintf("sold %d/%d", sold, p.seats)
+	if res.soldOutAfter > 0 {
+		note += fmt.Sprintf(" in %.1fs", res.soldOutAfter.Seconds())
+	} else {
+		note += fmt.Sprintf(" (NOT sold out in %.0fs)", res.elapsed.Seconds())
+	}
+	note += fmt.Sprintf(" (%d seats acknowledged, all in the database); %d buyers (%d turned away), %.2f refusals/booking",
+		res.seatsSold, res.arrived, res.turnedAway, float64(res.refused)/max(1, float64(res.bookings)))
+	if res.shed > 0 {
+		note += fmt.Sprintf("; confirmations shed %d times (told in p50 %.2f / p99 %.2f ms) and tried again", res.shed, p50(res.shedLat), p99(res.shedLat))
+	}
+	if res.confRefused > 0 {
+		note += fmt.Sprintf("; %d confirmations refused (the hold lost, expired, or about to while queued)", res.confRefused)
+	}
+	return note + "; double bookings 0"
+}
+
+// saleRows reports a sale: its seat-map, hold and confirm rows (the note on the hold's),
+// its progress lines, and its seats sold over time as series.
+func (e *env) saleRows(r *Report, workload, variant, series string, res *onsaleResult, note string) {
+	secs := res.elapsed.Seconds()
+	r.Rows = append(r.Rows,
+		Row{Workload: workload + ": seat map", Variant: variant, Clients: int(res.arrived), OpsPerS: float64(len(res.mapLat)) / secs, P50ms: p50(res.mapLat), P99ms: p99(res.mapLat)},
+		Row{Workload: workload + ": hold", Variant: variant, Clients: int(res.arrived), OpsPerS: float64(res.holdAttempts) / secs, P50ms: p50(res.holdLat), P99ms: p99(res.holdLat), Note: note},
+		Row{Workload: workload + ": confirm", Variant: variant, Clients: int(res.arrived), OpsPerS: float64(len(res.confLat)) / secs, P50ms: p50(res.confLat), P99ms: p99(res.confLat)})
+	e.progress("   %s", note)
+	e.progress("   seat map p50 %.1f / p99 %.1f ms, hold %.1f / %.1f ms, confirm %.1f / %.1f ms",
+		p50(res.mapLat), p99(res.mapLat), p50(res.holdLat), p99(res.holdLat), p50(res.confLat), p99(res.confLat))
+	if r.Series.SoldOverTime == nil {
+		r.Series.SoldOverTime = map[string][]Point{}
+	}
+	for _, tp := range res.timeline {
+		r.Series.SoldOverTime[series] = append(r.Series.SoldOverTime[series], Point{tp.at.Seconds(), float64(tp.sold)})
+	}
+}
+
 // saleParams is the on-sale's shape (the quick run's is smaller and shorter).
 func (e *env) saleParams() onsaleParams {
 	p := onsaleParams{seats: e.o.SaleSeats, rate: e.o.SaleRate, ramp: true, spike: 3, think: 3 * time.Second,
@@ -504,42 +529,12 @@ func (e *env) overloadWorkload(ctx context.Context, r *Report) error {
 	}
 	e.progress("   holdfast: %.0f buyers/s (x%.0f spike), %d seats, think up to %v", p.rate, p.spike, p.seats, p.think)
 	res := runOnsale(ctx, hf, p, 99, e.o.Progress)
-	if res.errors > 0 {
-		return fmt.Errorf("%d errors, the first: %v", res.errors, res.firstErr.Load())
-	}
-	inPG, err := hf.sold(ctx)
+	sold, err := checkSale(ctx, "holdfast", hf, res)
 	if err != nil {
 		return err
 	}
-	double, err := hf.doubleBooked(ctx)
-	if err != nil {
-		return err
-	}
-	if double != 0 || int64(inPG) < res.seatsSold {
-		return fmt.Errorf("%d seats booked twice; %d seats acknowledged, %d in PostgreSQL", double, res.seatsSold, inPG)
-	}
-	note := fmt.Sprintf("sold %d/%d", inPG, p.seats)
-	if res.soldOutAfter > 0 {
-		note += fmt.Sprintf(" in %.1fs", res.soldOutAfter.Seconds())
-	} else {
-		note += fmt.Sprintf(" (NOT sold out in %.0fs)", res.elapsed.Seconds())
-	}
-	note += fmt.Sprintf(" (%d seats acknowledged, all in PostgreSQL); %d buyers (%d turned away); confirmations shed %d times (told in p50 %.2f / p99 %.2f ms) and tried again, %d refused (hold lost, or would expire while queued); %.2f refusals/booking; double bookings %d",
-		res.seatsSold, res.arrived, res.turnedAway, res.shed, p50(res.shedLat), p99(res.shedLat), res.confRefused, float64(res.refused)/max(1, float64(res.bookings)), double)
-	r.Rows = append(r.Rows,
-		Row{Workload: "on-sale twice too big: seat map", Variant: "holdfast", Clients: int(res.arrived), OpsPerS: float64(len(res.mapLat)) / res.elapsed.Seconds(), P50ms: p50(res.mapLat), P99ms: p99(res.mapLat)},
-		Row{Workload: "on-sale twice too big: hold", Variant: "holdfast", Clients: int(res.arrived), OpsPerS: float64(res.holdAttempts) / res.elapsed.Seconds(), P50ms: p50(res.holdLat), P99ms: p99(res.holdLat), Note: note},
-		Row{Workload: "on-sale twice too big: confirm", Variant: "holdfast", Clients: int(res.arrived), OpsPerS: float64(len(res.confLat)) / res.elapsed.Seconds(), P50ms: p50(res.confLat), P99ms: p99(res.confLat)})
-	e.progress("   %s", note)
-	e.progress("   seat map p50 %.1f / p99 %.1f ms, hold %.1f / %.1f ms, confirm %.1f / %.1f ms",
-		p50(res.mapLat), p99(res.mapLat), p50(res.holdLat), p99(res.holdLat), p50(res.confLat), p99(res.confLat))
-	if r.Series.SoldOverTime == nil {
-		r.Series.SoldOverTime = map[string][]Point{}
-	}
-	for _, tp := range res.timeline {
-		r.Series.SoldOverTime["holdfast, twice too big"] = append(r.Series.SoldOverTime["holdfast, twice too big"], Point{tp.at.Seconds(), float64(tp.sold)})
-	}
-	r.goal("on-sale twice too big: sold out, shedding (0 errors, 0 double bookings, nothing acknowledged lost)", "sold out", float64(inPG)/float64(p.seats), res.soldOutAfter > 0)
+	e.saleRows(r, "on-sale twice too big", "holdfast", "holdfast, twice too big", res, saleNote(p, res, sold))
+	r.goal("on-sale twice too big: sold out, shedding (0 errors, 0 double bookings, nothing acknowledged lost)", "sold out", float64(sold)/float64(p.seats), res.soldOutAfter > 0)
 	return nil
 }
 

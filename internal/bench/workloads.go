@@ -179,7 +179,9 @@ func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 				continue
 			}
 			for _, s := range iv.shows {
-				e.rdb.Set(ctx, rawGen(raws[i], s), 0, 0)
+				if err := e.rdb.Set(ctx, rawGen(raws[i], s), 0, 0).Err(); err != nil {
+					return nil, err
+				}
 			}
 		}
 		return raws, nil
@@ -200,10 +202,9 @@ func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 	}
 	bareEngs := make([]*engine.Engine, epochs)
 	for i, p := range bareEngPrefixes {
-		if bareEngs[i], err = engine.New(e.pool, e.rdb, &engine.Config{KeyPrefix: p}); err != nil {
+		if bareEngs[i], err = e.engineAt(p, engine.Config{}); err != nil {
 			return err
 		}
-		e.opened = append(e.opened, bareEngs[i])
 	}
 	defer closeAll(bareEngs)
 	ttl := strconv.FormatInt(holdTTL.Milliseconds(), 10)
