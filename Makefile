@@ -17,7 +17,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: help services services-down generate verify test test-cluster fuzz build run demo bench bench-quick chaos
+.PHONY: help services services-down generate verify test test-busy test-cluster fuzz build run demo bench bench-quick chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +42,10 @@ test: ## Start the services (and install Chromium for the page test when root), 
 	@$(with-services) eval "$$($(SERVICES) browser)"; export HOLDFAST_CHROMIUM; \
 	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}"; \
 	go test $(GOTEST_FLAGS) ./...
+
+test-busy: ## make test with two CPU-bound processes beside it (stress-ng --cpu 2): no test may depend on an idle machine
+	@$(SERVICES) stress 2 & pid=$$!; trap 'kill $$pid 2>/dev/null; pkill -P $$pid 2>/dev/null || true' EXIT; \
+	$(MAKE) --no-print-directory test GOTEST_FLAGS="$(GOTEST_FLAGS)"
 
 test-cluster: ## The engine, HTTP and command tests again, against a local three-master Redis Cluster
 	@$(with-services) eval "$$($(SERVICES) cluster)"; \

@@ -9,6 +9,57 @@ import (
 	"context"
 )
 
+const markerOutboxClaimDue = `-- name: MarkerOutboxClaimDue :many
+SELECT show_id, seq, generation, sold, seat_ids
+FROM marker_outbox
+WHERE created_at < now() - make_interval(secs => $1::float8)
+ORDER BY created_at
+LIMIT $2::int
+FOR UPDATE SKIP LOCKED
+`
+
+type MarkerOutboxClaimDueParams struct {
+	MinAgeSeconds float64
+	MaxRows       int32
+}
+
+type MarkerOutboxClaimDueRow struct {
+	ShowID     string
+	Seq        int64
+	Generation int64
+	Sold       bool
+	SeatIds    []string
+}
+
+// MarkerOutboxClaimDue takes the oldest rows that have waited at least @min_age_seconds
+// and that no other engine has taken: it locks them until the transaction ends, so that
+// engines repairing at once split the rows instead of all writing the same ones.
+func (q *Queries) MarkerOutboxClaimDue(ctx context.Context, arg MarkerOutboxClaimDueParams) ([]MarkerOutboxClaimDueRow, error) {
+	rows, err := q.db.Query(ctx, markerOutboxClaimDue, arg.MinAgeSeconds, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []MarkerOutboxClaimDueRow{}
+	for rows.Next() {
+		var i MarkerOutboxClaimDueRow
+		if err := rows.Scan(
+			&i.ShowID,
+			&i.Seq,
+			&i.Generation,
+			&i.Sold,
+			&i.SeatIds,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const markerOutboxDelete = `-- name: MarkerOutboxDelete :execrows
 DELETE FROM marker_outbox
 WHERE (show_id, seq) IN (SELECT unnest($1::text[]), unnest($2::bigint[]))
@@ -53,56 +104,6 @@ func (q *Queries) MarkerOutboxInsert(ctx context.Context, arg MarkerOutboxInsert
 	var seq int64
 	err := row.Scan(&seq)
 	return seq, err
-}
-
-const markerOutboxListDue = `-- name: MarkerOutboxListDue :many
-SELECT show_id, seq, generation, sold, seat_ids
-FROM marker_outbox
-WHERE created_at < now() - make_interval(secs => $1::float8)
-ORDER BY created_at
-LIMIT $2::int
-`
-
-type MarkerOutboxListDueParams struct {
-	MinAgeSeconds float64
-	MaxRows       int32
-}
-
-type MarkerOutboxListDueRow struct {
-	ShowID     string
-	Seq        int64
-	Generation int64
-	Sold       bool
-	SeatIds    []string
-}
-
-// MarkerOutboxListDue lists the oldest rows that have waited at least @min_age_seconds.
-// No lock: writing a marker twice is harmless, and no connection is held while Redis is
-// written.
-func (q *Queries) MarkerOutboxListDue(ctx context.Context, arg MarkerOutboxListDueParams) ([]MarkerOutboxListDueRow, error) {
-	rows, err := q.db.Query(ctx, markerOutboxListDue, arg.MinAgeSeconds, arg.MaxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []MarkerOutboxListDueRow{}
-	for rows.Next() {
-		var i MarkerOutboxListDueRow
-		if err := rows.Scan(
-			&i.ShowID,
-			&i.Seq,
-			&i.Generation,
-			&i.Sold,
-			&i.SeatIds,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const markerOutboxPending = `-- name: MarkerOutboxPending :one

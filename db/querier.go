@@ -33,15 +33,15 @@ type Querier interface {
 	BookingGetByHold(ctx context.Context, arg BookingGetByHoldParams) (BookingDetail, error)
 	BookingGetByIdempotencyKey(ctx context.Context, arg BookingGetByIdempotencyKeyParams) (BookingDetail, error)
 	BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) (BookingGetForUpdateRow, error)
+	// MarkerOutboxClaimDue takes the oldest rows that have waited at least @min_age_seconds
+	// and that no other engine has taken: it locks them until the transaction ends, so that
+	// engines repairing at once split the rows instead of all writing the same ones.
+	MarkerOutboxClaimDue(ctx context.Context, arg MarkerOutboxClaimDueParams) ([]MarkerOutboxClaimDueRow, error)
 	// MarkerOutboxDelete drops rows whose marker writes Redis has.
 	MarkerOutboxDelete(ctx context.Context, arg MarkerOutboxDeleteParams) (int64, error)
 	// MarkerOutboxInsert records, inside a cancellation's transaction, the marker write it
 	// owes Redis.
 	MarkerOutboxInsert(ctx context.Context, arg MarkerOutboxInsertParams) (int64, error)
-	// MarkerOutboxListDue lists the oldest rows that have waited at least @min_age_seconds.
-	// No lock: writing a marker twice is harmless, and no connection is held while Redis is
-	// written.
-	MarkerOutboxListDue(ctx context.Context, arg MarkerOutboxListDueParams) ([]MarkerOutboxListDueRow, error)
 	// MarkerOutboxPending counts the rows not yet applied, and the age of the oldest.
 	MarkerOutboxPending(ctx context.Context) (MarkerOutboxPendingRow, error)
 	SeatClaimListBySeats(ctx context.Context, arg SeatClaimListBySeatsParams) ([]SeatClaimListBySeatsRow, error)
@@ -65,6 +65,10 @@ type Querier interface {
 	// for each other in a cycle, and returns them. Read the claims of the same seats after
 	// it, in a statement of its own: this one's snapshot predates the lock waits.
 	SeatFencesLock(ctx context.Context, arg SeatFencesLockParams) ([]SeatFencesLockRow, error)
+	// SeatFencesLockSkip is SeatFencesLock that skips the fences another transaction has
+	// locked: it returns only those it locked, so that a batch can go on with the
+	// confirmations whose seats nobody else is writing and wait for the others alone.
+	SeatFencesLockSkip(ctx context.Context, arg SeatFencesLockSkipParams) ([]SeatFencesLockSkipRow, error)
 	// SeatLayoutListByShow is a show's seats with their layout, in seat id order.
 	SeatLayoutListByShow(ctx context.Context, showID string) ([]SeatLayoutListByShowRow, error)
 	// SeatMarkListByShow is what Redis's sold markers must say, for one page of a show's

@@ -145,6 +145,49 @@ func (q *Queries) SeatFencesLock(ctx context.Context, arg SeatFencesLockParams) 
 	return items, nil
 }
 
+const seatFencesLockSkip = `-- name: SeatFencesLockSkip :many
+SELECT f.show_id, f.seat_id, f.generation
+FROM seat_fences f
+JOIN (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id) AS k
+  ON f.show_id = k.show_id AND f.seat_id = k.seat_id
+ORDER BY f.show_id, f.seat_id
+FOR UPDATE OF f SKIP LOCKED
+`
+
+type SeatFencesLockSkipParams struct {
+	ShowIds []string
+	SeatIds []string
+}
+
+type SeatFencesLockSkipRow struct {
+	ShowID     string
+	SeatID     string
+	Generation int64
+}
+
+// SeatFencesLockSkip is SeatFencesLock that skips the fences another transaction has
+// locked: it returns only those it locked, so that a batch can go on with the
+// confirmations whose seats nobody else is writing and wait for the others alone.
+func (q *Queries) SeatFencesLockSkip(ctx context.Context, arg SeatFencesLockSkipParams) ([]SeatFencesLockSkipRow, error) {
+	rows, err := q.db.Query(ctx, seatFencesLockSkip, arg.ShowIds, arg.SeatIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SeatFencesLockSkipRow{}
+	for rows.Next() {
+		var i SeatFencesLockSkipRow
+		if err := rows.Scan(&i.ShowID, &i.SeatID, &i.Generation); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const seatMarkListByShow = `-- name: SeatMarkListByShow :many
 SELECT f.seat_id, f.generation, (c.seat_id IS NOT NULL)::bool AS claimed
 FROM seat_fences f

@@ -81,7 +81,7 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	token := newToken()
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
 	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " ")}
-	for attempt := 0; ; attempt++ {
+	for attempt, rounds := 0, 0; ; {
 		res, err := lua.Best.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
 			return Hold{}, e.redisErr(err)
@@ -106,19 +106,31 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 			return Hold{}, e.holderLimit(sh, res[1], req.Count)
 		case "LOST":
 			return Hold{}, fmt.Errorf("%w: the hold this call made is gone", ErrHoldLost)
+		case "AGAIN":
+			// The script gave back a bounded share of the expired holds and has more
+			// to give back before it may choose: every expired hold could beat its pick.
+			if rounds++; rounds > maxReapRounds {
+				return Hold{}, fmt.Errorf("%w: show %s has more expired holds to give back than %d calls could", ErrUnavailable, sh.id, maxReapRounds)
+			}
 		case "NOSTATE":
 			if err := e.rebuildShow(ctx, sh, attempt, e.resync); err != nil {
 				return Hold{}, err
 			}
+			attempt++
 		case "NOINDEX":
 			if err := e.rebuildShow(ctx, sh, attempt, e.buildIndex); err != nil {
 				return Hold{}, err
 			}
+			attempt++
 		default:
 			return Hold{}, fmt.Errorf("%w: unexpected best script reply %v", ErrUnavailable, res)
 		}
 	}
 }
+
+// maxReapRounds bounds the calls of one HoldBest that each give back best.lua's share
+// (2,000) of a show's expired holds: 100 rounds cover MaxSeatsPerShow's default.
+const maxReapRounds = 100
 
 // buildIndex indexes every seat of the show for best-available holds, a page of whole
 // rows at a time, and then marks the index complete. Pages indexed already are left

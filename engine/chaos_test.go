@@ -61,6 +61,11 @@ type chaosWorkload struct {
 	refusedKeys []string           // holder|key of confirmations definitely refused
 	mismatches  int                // idempotent retries that returned another booking
 	unexpected  []error
+	races       int      // confirmations raced by a release and another holder's hold
+	violations  []string // what those races must never show
+	// keysLost: the scenario destroys hold keys (a restart without persistence, a clock
+	// jump), so another holder may hold a seat whose booking is still committing.
+	keysLost bool
 }
 
 func newChaosWorkload(v *env, show string, seats int) *chaosWorkload {
@@ -143,15 +148,47 @@ func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, se
 		case r < 40: // pays late
 			time.Sleep(ttl + 20*time.Millisecond)
 			w.confirm(ctx, e, h, key, &mine)
+		case r < 50: // confirms and releases at once, while another holder tries the seats
+			w.raceConfirm(ctx, e, h, key, &mine)
 		default:
 			w.confirm(ctx, e, h, key, &mine)
 		}
 	}
 }
 
+// raceConfirm confirms h while releasing it and while another holder tries to hold its
+// seats, all at once: the confirmation and the release never both succeed, and, unless
+// the scenario destroys hold keys, no other hold is granted on the seats of a hold whose
+// confirmation succeeded.
+func (w *chaosWorkload) raceConfirm(ctx context.Context, e *Engine, h Hold, key string, mine *[]uuid.UUID) {
+	var confirmed bool
+	var relErr, otherErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { confirmed = w.confirm(ctx, e, h, key, mine) })
+	wg.Go(func() {
+		relErr = e.Release(ctx, h)
+		w.note(relErr)
+	})
+	wg.Go(func() {
+		_, otherErr = e.Hold(ctx, HoldRequest{ShowID: w.show, SeatIDs: h.SeatIDs, TTL: 200 * time.Millisecond, HolderID: h.HolderID + "-rival"})
+		w.note(otherErr)
+	})
+	wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.races++
+	if confirmed && relErr == nil {
+		w.violations = append(w.violations, fmt.Sprintf("hold %v: released and confirmed", h.SeatIDs))
+	}
+	if confirmed && otherErr == nil && !w.keysLost {
+		w.violations = append(w.violations, fmt.Sprintf("hold %v: confirmed while another holder was granted its seats", h.SeatIDs))
+	}
+}
+
 // confirm confirms with an idempotency key, retrying with the same key while the
 // answer is ErrUnavailable, and sometimes once more after a success (a lost response).
-func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key string, mine *[]uuid.UUID) {
+// It reports whether the hold was confirmed.
+func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key string, mine *[]uuid.UUID) bool {
 	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
 		b, err := e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: key})
 		w.note(err)
@@ -171,7 +208,7 @@ func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key stri
 					w.mu.Unlock()
 				}
 			}
-			return
+			return true
 		case errors.Is(err, ErrUnavailable), errors.Is(err, ErrOverloaded):
 			time.Sleep(time.Duration(20*(attempt+1)) * time.Millisecond)
 		default:
@@ -180,9 +217,10 @@ func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key stri
 				w.refusedKeys = append(w.refusedKeys, h.HolderID+"|"+key)
 				w.mu.Unlock()
 			}
-			return
+			return false
 		}
 	}
+	return false
 }
 
 // check asserts the invariants after the faults healed.
@@ -205,6 +243,10 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 		t.Errorf("%d confirmations accepted at or below the fence they met", n)
 	}
 	w.mu.Lock()
+	for _, s := range w.violations {
+		t.Errorf("race: %s", s)
+	}
+	races := w.races
 	acked := maps.Clone(w.acked)
 	refused := append([]string(nil), w.refusedKeys...)
 	mismatches := w.mismatches
@@ -236,8 +278,8 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 	if got, want := v.soldMarkers(w.show), v.claimMarks(w.show); !maps.Equal(got, want) {
 		t.Errorf("sold markers after Resync %v, claims %v", got, want)
 	}
-	t.Logf("ops %d, holds %d, confirms %d, refusals %d, unavailable %d, bookings %d, violations 0 if no error above",
-		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked))
+	t.Logf("ops %d, holds %d, confirms %d, refusals %d, unavailable %d, bookings %d, confirm/release/hold races %d, violations 0 if no error above",
+		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked), races)
 	if w.stats.confirms.Load() == 0 {
 		t.Error("the workload confirmed nothing: the scenario tested nothing")
 	}
@@ -262,11 +304,12 @@ func noLeak(t *testing.T, baseline int) {
 func TestChaos(t *testing.T) {
 	d := 1500 * time.Millisecond * chaosScale()
 	scenarios := []struct {
-		name  string
-		extra []string
-		fault func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{})
+		name     string
+		extra    []string
+		keysLost bool
+		fault    func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{})
 	}{
-		{name: "redis restarted without persistence", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+		{name: "redis restarted without persistence", keysLost: true, fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
 			sleepOr(stop, d/3)
 			srv.Restart()
 		}},
@@ -276,7 +319,7 @@ func TestChaos(t *testing.T) {
 			sleepOr(stop, 900*time.Millisecond) // holds live 200-600ms; calls time out at 500ms
 			srv.Resume()
 		}},
-		{name: "forward clock jump (every hold's PTTL cut)", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+		{name: "forward clock jump (every hold's PTTL cut)", keysLost: true, fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
 			for {
 				if sleepOr(stop, 30*time.Millisecond) {
 					return
@@ -339,6 +382,7 @@ func TestChaos(t *testing.T) {
 			defer rdb.Close()
 			v := newEnvWith(t, testsvc.Database(t), rdb, func(c *Config) { c.LockTimeout = 500 * time.Millisecond })
 			w := newChaosWorkload(v, "chaos", 30)
+			w.keysLost = sc.keysLost
 			baseline := runtime.NumGoroutine()
 			stop := make(chan struct{})
 			var fault sync.WaitGroup

@@ -65,10 +65,16 @@ type Config struct {
 	UnknownShowTTL time.Duration
 
 	// MaxConfirmQueue bounds the confirmations waiting for a batch (see ConfirmBatch);
-	// past it a confirmation is refused at once with ErrOverloaded (nothing changes). A
-	// confirmation is also refused (ErrHoldLost), before it costs the database anything,
-	// when its hold would expire before a batch could take and commit it. Defaults to
-	// four times the pool's MaxConns.
+	// past it a confirmation is refused at once with ErrOverloaded (nothing changes). It
+	// bounds memory, not waiting: what protects the holds is the other rule, by which a
+	// confirmation is refused (ErrHoldLost), before it costs the database anything, when
+	// its hold would expire before a batch could take and commit it. A refused
+	// confirmation with an idempotency key whose earlier call committed gets that
+	// booking instead of the refusal. Defaults to what the committers commit in 64
+	// rounds of full batches — 64 × ConfirmConns × ConfirmBatch, at least 1,024 (4,096
+	// with the other defaults) — a few seconds of work, which a hold outlives, so that
+	// callers who confirm at once from their request handlers (hundreds on a default
+	// pool) are queued, not refused.
 	MaxConfirmQueue int
 
 	// ConfirmBatch is the most confirmations one PostgreSQL transaction commits together
@@ -145,7 +151,8 @@ const (
 	defaultMaxCachedShows    = 10_000
 	defaultUnknownShowTTL    = 2 * time.Second
 	defaultMaxWatchedShows   = 32
-	defaultMaxConfirmQueue   = 128 // New uses four times the pool's MaxConns
+	defaultMaxConfirmQueue   = 1024 // at least; New sizes it from the batching (queueRounds)
+	queueRounds              = 64   // full batches of every committer the default queue holds
 	defaultSeatMapIdle       = time.Minute
 	defaultConfirmBatch      = 32
 	defaultConfirmConns      = 2 // at most half the pool's MaxConns

@@ -23,6 +23,19 @@ var (
 	errKeyConflict      = errors.New("idempotency key used already")
 	errSpent            = errors.New("the hold made a booking already")
 	errLostBeforeCommit = errors.New("hold lost before commit")
+	// errCommitting: another batch has the hold reserved (reserve.lua) and has not
+	// decided yet.
+	errCommitting = errors.New("the hold is being confirmed")
+	// errCommitUnknown: a COMMIT's reply was lost and its outcome could not be settled.
+	errCommitUnknown = errors.New("commit outcome unknown")
+)
+
+// holdCommitting is what verify.lua and reserve.lua answer for a hold that a batch has
+// reserved and not yet decided; holdBooked is verifyDecided's word for a reserved hold
+// whose booking the database has (its sold markers are owed).
+const (
+	holdCommitting = -2
+	holdBooked     = -3
 )
 
 // resolveTimeout bounds the look-up that settles a COMMIT whose reply was lost.
@@ -89,16 +102,39 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		}
 		return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
 	}
+	// spentHold answers for a hold that made a booking already.
+	spentHold := func() (Booking, error) {
+		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+			return b, err
+		}
+		if err := e.spent(ctx, c, ErrStaleGeneration); err != nil {
+			return Booking{}, err
+		}
+		return Booking{}, fmt.Errorf("%w: the hold made a booking already", ErrStaleGeneration)
+	}
+	// admission answers a refusal by admission (ErrOverloaded, ErrHoldLost too late):
+	// a retry of a request that committed gets its booking instead.
+	admission := func(refusal error) (Booking, error) {
+		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+			return b, err
+		}
+		return Booking{}, refusal
+	}
 	// With the queue full it would be shed after its check: shed it before, so that
 	// under overload a refusal costs Redis nothing either.
 	if e.queueFull() {
-		return Booking{}, e.shed()
+		return admission(e.shed())
 	}
 	// The hold's generation now: the one presented, or the one Redis re-issued it when
-	// an earlier confirmation of it found the counter behind the database.
-	gen, ttl, err := e.verify(ctx, c, h.Generation)
+	// an earlier confirmation of it found the counter behind the database. A hold that
+	// a batch is committing (a concurrent or retried confirmation of it) is asked about
+	// again once that batch has decided.
+	gen, ttl, err := e.verifyDecided(ctx, c, h.Generation)
 	if err != nil {
 		return Booking{}, err
+	}
+	if gen == holdBooked {
+		return spentHold()
 	}
 	if gen <= 0 {
 		return notCurrent(gen < 0)
@@ -115,6 +151,24 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		id := uuid.New()
 		r, marked, err := e.confirmTx(ctx, c, gen, id, expires)
 		switch {
+		case errors.Is(err, ErrOverloaded), errors.Is(err, errTooLate):
+			return admission(err)
+
+		case errors.Is(err, errCommitting):
+			// Another confirmation of this hold is in a batch: once it has decided, this
+			// one starts again from the Redis check (and finds the booking, or the hold).
+			if gen, ttl, err = e.verifyDecided(ctx, c, h.Generation); err != nil {
+				return Booking{}, err
+			}
+			if gen == holdBooked {
+				return spentHold()
+			}
+			if gen <= 0 {
+				return notCurrent(gen < 0)
+			}
+			expires = time.Now().Add(ttl)
+			continue
+
 		case err == nil:
 			if !marked { // the batch could not write its sold markers: try again, then leave them to the repair
 				_ = e.afterCommit(ctx, sh, c.seats, gen, true, r.seq, markSoldTimeout)
@@ -158,13 +212,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			return Booking{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
 
 		case errors.Is(err, errSpent):
-			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
-				return b, err
-			}
-			if err := e.spent(ctx, c, ErrStaleGeneration); err != nil {
-				return Booking{}, err
-			}
-			return Booking{}, fmt.Errorf("%w: the hold made a booking already", ErrStaleGeneration)
+			return spentHold()
 
 		case errors.Is(err, errKeyConflict):
 			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
@@ -240,7 +288,7 @@ func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, co
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
 	defer cancel()
 	unknown := func(err error) (time.Time, error) {
-		return time.Time{}, unavailable("postgres", fmt.Errorf("commit outcome unknown (%w): %w", commitErr, err))
+		return time.Time{}, unavailable("postgres", fmt.Errorf("%w (%w): %w", errCommitUnknown, commitErr, err))
 	}
 	if _, err := e.q.BackendTerminate(rctx, int32(pid)); err != nil {
 		return unknown(err)
@@ -280,6 +328,53 @@ func (e *Engine) verify(ctx context.Context, c *confirmation, gen int64) (int64,
 	cur, ttl, err := e.verifyReply(lua.Verify.Run(ctx, e.scripts, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen}, c.seats)...))
 	endStep(span, err)
 	return cur, ttl, err
+}
+
+// verifyDecided is verify, asked again while a batch is committing the hold
+// (holdCommitting) until it has decided, within ctx and the hold's reservation; a
+// reserved hold whose booking committed (its markers not yet written) is holdBooked.
+func (e *Engine) verifyDecided(ctx context.Context, c *confirmation, gen int64) (int64, time.Duration, error) {
+	var cur int64
+	var ttl time.Duration
+	err := e.awaitDecided(ctx, c.sh, c.h.Token, func() (bool, error) {
+		var err error
+		cur, ttl, err = e.verify(ctx, c, gen)
+		return cur == holdCommitting, err
+	})
+	if errors.Is(err, errHoldBooked) {
+		return holdBooked, 0, nil
+	}
+	return cur, ttl, err
+}
+
+// errHoldBooked: awaitDecided found the booking of the hold it waited for.
+var errHoldBooked = errors.New("the hold made a booking")
+
+// awaitDecided calls try until it reports the hold (of show sh and token) no longer
+// reserved by a batch (busy false) or fails, pausing a little longer each time. While
+// busy, it asks the database whether the hold has a booking — its batch committed and
+// its sold markers are owed — and then returns errHoldBooked. A batch decides within its
+// bound; its hold's reservation ends a little after (reserveLife). Past that, or when ctx
+// ends first, it is ErrUnavailable: the outcome of the batch is not known here.
+func (e *Engine) awaitDecided(ctx context.Context, sh *show, token string, try func() (busy bool, err error)) error {
+	wctx, cancel := context.WithTimeout(ctx, e.reserveLife())
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		busy, err := try()
+		if err != nil || !busy {
+			return err
+		}
+		_, err = e.q.BookingGetByHold(wctx, db.BookingGetByHoldParams{ShowID: sh.id, HoldHash: holdHash(sh.id, token)})
+		switch {
+		case err == nil:
+			return errHoldBooked
+		case !errors.Is(err, pgx.ErrNoRows):
+			return e.pgErr(err)
+		}
+		if err := sleepJitter(wctx, min(attempt, 10)); err != nil {
+			return unavailable("redis", fmt.Errorf("the hold is being confirmed and its batch has not decided: %w", err))
+		}
+	}
 }
 
 // verifyReply reads verify.lua's reply: the hold's generation now (see verify) and how

@@ -54,6 +54,9 @@ type hooks struct {
 	// beforeCommit runs in a batch's transaction once its fences are locked (and its
 	// claims read), before the Redis check of its holds.
 	beforeCommit func(ctx context.Context)
+	// afterReserve runs in a batch's transaction after the Redis check reserved its
+	// holds, before anything is written.
+	afterReserve func(ctx context.Context)
 	// afterCommit runs after a confirmation or cancellation committed, before its
 	// marker write; returning false skips that write, as a process dying there would.
 	afterCommit func(ctx context.Context) bool
@@ -85,16 +88,17 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if cfg != nil {
 		with = *cfg
 	}
-	// Defaults that follow the pool.
-	if with.MaxConfirmQueue == 0 {
-		with.MaxConfirmQueue = 4 * int(pool.Config().MaxConns)
-	}
+	// Defaults that follow the pool and the batching.
+	autoQueue := with.MaxConfirmQueue == 0
 	if with.ConfirmConns == 0 {
 		with.ConfirmConns = max(1, min(defaultConfirmConns, int(pool.Config().MaxConns)/2))
 	}
 	c, err := with.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if autoQueue {
+		c.MaxConfirmQueue = max(defaultMaxConfirmQueue, queueRounds*c.ConfirmConns*c.ConfirmBatch)
 	}
 	gc := &committer{queue: make(chan *confirmReq, c.MaxConfirmQueue)}
 	m, err := newMetrics(c.Registerer, func() float64 { return float64(len(gc.queue)) })

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -29,11 +30,16 @@ import (
 // so the batch size follows the load and one COMMIT (and its fsync) serves many.
 //
 // A batch's transaction, each step one round trip:
-//  1. lock the fences of every seat of the batch, in (show, seat) order — two batches
-//     never wait for each other in a cycle — then read which of those seats are
-//     claimed (a statement of its own, so that it sees what committed while it waited);
-//  2. ask Redis, in one pipeline, whether each confirmation's hold is still current:
-//     one that is not leaves the batch (ErrHoldLost) before anything of it is written;
+//  1. lock the fences of every seat of the batch, in (show, seat) order, skipping those
+//     another transaction has locked; then wait for those alone, in a savepoint: when
+//     one stays locked past Config.LockTimeout only the confirmations that touch it
+//     leave the batch (ErrUnavailable), the others go on. Then read which of the seats
+//     are claimed (a statement of its own, so that it sees what committed while it
+//     waited);
+//  2. ask Redis, in one pipeline, whether each confirmation's hold is still current, and
+//     reserve it for the batch (reserve.lua): one that is not leaves the batch
+//     (ErrHoldLost) before anything of it is written; one that is can no longer be
+//     released, extended or expire until the batch has decided;
 //  3. decide each remaining confirmation in Go, in queue order, as the single
 //     transactions would have one after the other: refused by a fence that has seen its
 //     generation, by a seat claimed (before, or by an earlier confirmation of the
@@ -45,8 +51,9 @@ import (
 // write that fails anyway — a unique violation the reads cannot see, such as an
 // idempotency key a concurrent batch is inserting — rolls the transaction back; the
 // confirmation it belongs to gets its refusal and the rest run again without it. Then
-// the sold markers of every booking go to Redis in one pipeline, and each caller gets
-// its answer. A caller's context ends its wait only while its confirmation is still
+// the sold markers of every booking go to Redis in one pipeline (they replace the
+// reserved hold keys), the holds of confirmations that did not commit are given back as
+// they were (unreserve.lua), and each caller gets its answer. A caller's context ends its wait only while its confirmation is still
 // queued; once taken, the batch answers it within the batch's own bounds.
 //
 // With Config.ConfirmSavepoints, step 1 reads no claims and steps 3 and 4 are instead,
@@ -67,9 +74,11 @@ type confirmReq struct {
 	done     chan struct{}
 
 	// The outcome, set before done is closed.
-	res    committed
-	err    error
-	marked bool // its sold markers are in Redis
+	res      committed
+	err      error
+	marked   bool // its sold markers are in Redis
+	reserved bool // its hold is reserved for its batch in Redis (reserve.lua)
+	unknown  bool // its COMMIT's outcome could not be settled
 }
 
 const (
@@ -228,6 +237,9 @@ func (e *Engine) shed() error {
 	return fmt.Errorf("%w: %d confirmations wait for the database already (Config.MaxConfirmQueue)", ErrOverloaded, len(e.gc.queue))
 }
 
+// errTooLate marks the refusal of a confirmation that its hold could not wait for.
+var errTooLate = errors.New("too late for its hold")
+
 // errClosed refuses confirmations once the engine is closed.
 var errClosed = fmt.Errorf("%w: the engine is closed", ErrUnavailable)
 
@@ -235,8 +247,8 @@ var errClosed = fmt.Errorf("%w: the engine is closed", ErrUnavailable)
 // before its batch could commit it.
 func (e *Engine) tooLate(r *confirmReq) error {
 	e.m.admissionRefusals.WithLabelValues("too_late").Inc()
-	return fmt.Errorf("%w: its confirmation waited %v for the database and the hold expires in %v, before a confirmation (about %v) could finish",
-		ErrHoldLost, time.Since(r.queued).Round(time.Millisecond), max(0, time.Until(r.expires)).Round(time.Millisecond), e.gc.needs().Round(time.Millisecond))
+	return fmt.Errorf("%w: %w: its confirmation waited %v for the database and the hold expires in %v, before a confirmation (about %v) could finish",
+		ErrHoldLost, errTooLate, time.Since(r.queued).Round(time.Millisecond), max(0, time.Until(r.expires)).Round(time.Millisecond), e.gc.needs().Round(time.Millisecond))
 }
 
 // gather takes first and what else waits in the queue, up to Config.ConfirmBatch,
@@ -327,6 +339,7 @@ func (e *Engine) commitBatch(batch []*confirmReq) {
 	if committedOK {
 		e.markBatch(ctx, pending)
 	}
+	e.unreserveBatch(pending, committedOK)
 	for _, r := range pending {
 		close(r.done)
 	}
@@ -402,9 +415,9 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 	for i, k := range keys {
 		shows[i], seats[i] = k.show, k.seat
 	}
-	locked, err := q.SeatFencesLock(ctx, db.SeatFencesLockParams{ShowIds: shows, SeatIds: seats})
+	locked, err := e.lockFences(ctx, tx, batch, keys)
 	if err != nil {
-		return false, e.txErr(err)
+		return false, err
 	}
 	// Deciding in Go needs the fences the lock read and the claims; savepoints let the
 	// statements decide.
@@ -423,8 +436,8 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 		e.hooks.beforeCommit(ctx)
 	}
 
-	// 2. Which holds are still current, in one pipeline.
-	e.verifyBatch(ctx, batch)
+	// 2. Which holds are still current, reserved for the batch, in one pipeline.
+	e.reserveBatch(ctx, batch)
 
 	// 3–4. Decide and write, or each in a savepoint.
 	var accepted []*confirmReq
@@ -447,7 +460,7 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 		at, err := e.resolveCommit(ctx, pid, accepted[0].id, err)
 		for _, r := range accepted {
 			if err != nil {
-				r.err = err
+				r.err, r.unknown = err, errors.Is(err, errCommitUnknown)
 			} else {
 				r.res.at = at
 			}
@@ -455,6 +468,67 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 		return err == nil, nil
 	}
 	return true, nil
+}
+
+// lockFences locks the fences of keys (sorted, distinct) for the batch and returns them.
+// It first locks those no other transaction has (SKIP LOCKED), then waits for the rest
+// in a savepoint, in the same order; if the wait fails (Config.LockTimeout, or the
+// statement timeout), it rolls back to the savepoint, and each confirmation touching a
+// seat it could not lock leaves the batch with ErrUnavailable. A deadlock (two batches
+// each holding what the other waits for) is returned, retryable: the whole batch runs
+// again.
+func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq, keys []seatKey) ([]db.SeatFencesLockRow, error) {
+	pairs := func(keys []seatKey) ([]string, []string) {
+		shows, seats := make([]string, len(keys)), make([]string, len(keys))
+		for i, k := range keys {
+			shows[i], seats[i] = k.show, k.seat
+		}
+		return shows, seats
+	}
+	shows, seats := pairs(keys)
+	got, err := db.New(tx).SeatFencesLockSkip(ctx, db.SeatFencesLockSkipParams{ShowIds: shows, SeatIds: seats})
+	if err != nil {
+		return nil, e.txErr(err)
+	}
+	locked := make([]db.SeatFencesLockRow, len(got))
+	have := make(map[seatKey]bool, len(got))
+	for i, f := range got {
+		locked[i] = db.SeatFencesLockRow(f)
+		have[seatKey{f.ShowID, f.SeatID}] = true
+	}
+	if len(got) == len(keys) {
+		return locked, nil
+	}
+	busy := slices.DeleteFunc(slices.Clone(keys), func(k seatKey) bool { return have[k] })
+	sp, err := tx.Begin(ctx) // SAVEPOINT
+	if err != nil {
+		return nil, e.txErr(err)
+	}
+	shows, seats = pairs(busy)
+	waited, err := db.New(sp).SeatFencesLock(ctx, db.SeatFencesLockParams{ShowIds: shows, SeatIds: seats})
+	if err == nil {
+		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+			return nil, e.txErr(err)
+		}
+		return append(locked, waited...), nil
+	}
+	if retryable(err) || (pgCode(err) != "55P03" && pgCode(err) != "57014") {
+		return nil, e.txErr(err)
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil { // ROLLBACK TO SAVEPOINT
+		return nil, e.txErr(rerr)
+	}
+	blocked := make(map[seatKey]bool, len(busy))
+	for _, k := range busy {
+		blocked[k] = true
+	}
+	refusal := unavailable("postgres", fmt.Errorf("a seat's fence stayed locked by another transaction: %w", e.pgErr(err)))
+	for _, r := range batch {
+		if slices.ContainsFunc(r.c.seats, func(s string) bool { return blocked[seatKey{r.c.sh.id, s}] }) {
+			r.err = refusal
+		}
+	}
+	return locked, nil
 }
 
 // readClaims reads which of the (show, seat) pairs are claimed.
@@ -626,24 +700,80 @@ func (r *confirmReq) booking() db.BookingCreateParams {
 	return p
 }
 
-// verifyBatch asks Redis, in one pipeline, whether each confirmation's hold is still
-// current; one that is not gets errLostBeforeCommit, one Redis could not answer its
-// error.
-func (e *Engine) verifyBatch(ctx context.Context, batch []*confirmReq) {
+// reserveBatch asks Redis, in one pipeline, whether each confirmation's hold is still
+// current, and reserves the current ones for the batch (reserve.lua): until the batch
+// has decided, they cannot be released, extended, reserved by another batch or expire.
+// One that is not current gets errLostBeforeCommit, one another batch has reserved
+// errCommitting, one Redis could not answer its error.
+func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
+	batch = slices.DeleteFunc(slices.Clone(batch), func(r *confirmReq) bool { return r.err != nil })
 	spans := e.steps(batch, "holdfast.confirm.verify")
+	life := e.reserveLife().Milliseconds()
 	calls := make([]scriptCall, len(batch))
 	for i, r := range batch {
-		calls[i] = scriptCall{lua.Verify, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen}, r.c.seats)}
+		calls[i] = scriptCall{lua.Reserve, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen, commitID(r.id), life}, r.c.seats)}
 	}
 	for i, cmd := range e.runScripts(ctx, calls) {
+		r := batch[i]
 		cur, _, err := e.verifyReply(cmd)
 		switch {
 		case err != nil:
-			batch[i].err = err
-		case cur != batch[i].gen:
-			batch[i].err = errLostBeforeCommit
+			r.err = err
+		case cur == holdCommitting:
+			r.err = errCommitting
+		case cur != r.gen:
+			r.err = errLostBeforeCommit
+		default:
+			r.reserved = true
 		}
-		endStep(spans[i], batch[i].err)
+		endStep(spans[i], r.err)
+	}
+	if e.hooks.afterReserve != nil {
+		e.hooks.afterReserve(ctx)
+	}
+}
+
+// reserveLife is how long a reserved hold lives at least: the batch's bound, then the
+// batch's marker write, then — should the process die after COMMIT — the marker repair
+// of another engine (markerRepairAge and two of its rounds). The sold markers replace
+// the hold's keys before they can expire, so no hold is granted on a seat whose booking
+// committed.
+func (e *Engine) reserveLife() time.Duration {
+	return e.batchTimeout() + markSoldTimeout + markerRepairAge + 2*e.cfg.MarkerRepairInterval
+}
+
+// commitID is a confirmation's id in its hold's reservation: its booking id's 32 hex digits.
+func commitID(id uuid.UUID) string { return hex.EncodeToString(id[:]) }
+
+// unreserveBatch gives back, as they were, the holds the batch reserved and did not
+// commit (refused, rolled back), in one pipeline, so that their owners may release,
+// extend or confirm them again. Holds whose COMMIT's outcome is unknown stay reserved:
+// their bookings may exist; they expire at the end of their reservation, and the marker
+// repair writes the sold markers of a booking that does.
+func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
+	var calls []scriptCall
+	var owners []*confirmReq
+	for _, r := range batch {
+		if !r.reserved || r.unknown || (committedOK && r.err == nil) {
+			continue
+		}
+		calls = append(calls, scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id)}, r.c.seats)})
+		owners = append(owners, r)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markSoldTimeout)
+	defer cancel()
+	for i, cmd := range e.runScripts(ctx, calls) {
+		res, err := cmd.Slice()
+		if err == nil && len(res) == 2 {
+			e.wrote(owners[i].c.sh, res[1])
+			continue
+		}
+		// The hold stays reserved until its reservation ends: Release and Extend wait
+		// for it (and answer ErrUnavailable when their context ends first).
+		e.log.Warn("give back a hold its batch did not commit", "show_id", owners[i].c.sh.id, "error", e.redisErr(err))
 	}
 }
 

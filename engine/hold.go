@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/internal/lua"
 )
@@ -147,6 +150,25 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 	return sh, seats, ks, tag, nil
 }
 
+// runDecided runs a script on a hold (release.lua, extend.lua), again while it answers
+// BUSY — a batch is committing the hold — until that batch has decided (awaitDecided). A
+// hold whose booking committed answers as a hold that is gone: {"LOST"}.
+func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script *redis.Script, ks []string, args []any) ([]any, error) {
+	var res []any
+	err := e.awaitDecided(ctx, sh, token, func() (bool, error) {
+		var err error
+		if res, err = script.Run(ctx, e.scripts, ks, args...).Slice(); err != nil {
+			return false, e.redisErr(err)
+		}
+		status, _ := res[0].(string)
+		return status == "BUSY", nil
+	})
+	if errors.Is(err, errHoldBooked) {
+		return []any{"LOST"}, nil
+	}
+	return res, err
+}
+
 // Extend gives a hold a new TTL from now. Only the owner can: a hold that expired, was
 // released or confirmed, or a token or generation that is not the owner's, is
 // ErrHoldLost and changes nothing. An expiry past the hold's maximum total age
@@ -167,9 +189,9 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 		return Hold{}, err
 	}
 	args := scriptArgs(tag, []any{h.Token, h.Generation, ttl.Milliseconds(), e.cfg.MaxHoldAge.Milliseconds()}, seats)
-	res, err := lua.Extend.Run(ctx, e.scripts, ks, args...).Slice()
+	res, err := e.runDecided(ctx, sh, h.Token, lua.Extend, ks, args)
 	if err != nil {
-		return Hold{}, e.redisErr(err)
+		return Hold{}, err
 	}
 	switch status, _ := res[0].(string); status {
 	case "OK":
@@ -189,7 +211,10 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 }
 
 // Release drops a hold at once. Only the owner can: otherwise ErrHoldLost, and nothing
-// changes.
+// changes. A Release and a Confirm of one hold never both succeed: while a confirmation
+// of the hold is being committed, Release waits for its outcome (the hold made a
+// booking: ErrHoldLost; it did not: the hold is released), and answers ErrUnavailable
+// if ctx ends first.
 func (e *Engine) Release(ctx context.Context, h Hold) error {
 	ctx, o := e.begin(ctx, "release", h.ShowID, len(h.SeatIDs))
 	err := e.release(ctx, h)
@@ -202,9 +227,9 @@ func (e *Engine) release(ctx context.Context, h Hold) error {
 	if err != nil {
 		return err
 	}
-	res, err := lua.Release.Run(ctx, e.scripts, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats)...).Slice()
+	res, err := e.runDecided(ctx, sh, h.Token, lua.Release, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats))
 	if err != nil {
-		return e.redisErr(err)
+		return err
 	}
 	if status, _ := res[0].(string); status != "OK" || len(res) != 2 {
 		return fmt.Errorf("%w: release: the hold is not current", ErrHoldLost)

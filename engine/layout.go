@@ -5,6 +5,8 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -126,10 +128,22 @@ func (e *Engine) EnsureShowLayout(ctx context.Context, showID string, seats []Se
 	return e.ensureShow(ctx, showID, layout)
 }
 
+// showInsertChunk is how many seats one statement of a show's creation inserts: a
+// statement stays well under a second whatever the show's size.
+const showInsertChunk = 10_000
+
+// showStatementTimeout bounds each statement of a show's creation. It is its own, not
+// Config.StatementTimeout (which bounds a confirmation's statements): a show of
+// MaxSeatsPerShow seats must be creatable on a busy machine.
+const showStatementTimeout = 30 * time.Second
+
 // ensureShow creates a show with its layout (sorted by seat id) unless it exists with
-// exactly that layout, then makes sure Redis has the show's counter.
+// exactly that layout, then makes sure Redis has the show's counter. The seats go in,
+// with their fences, showInsertChunk at a time, in one transaction.
 func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat) (created bool, err error) {
-	err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
+	opts := pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '" + strconv.FormatInt(e.cfg.LockTimeout.Milliseconds(), 10) +
+		"ms'; SET LOCAL statement_timeout = '" + strconv.FormatInt(showStatementTimeout.Milliseconds(), 10) + "ms'"}
+	err = pgx.BeginTxFunc(ctx, e.pool, opts, func(tx pgx.Tx) error {
 		q := e.q.WithTx(tx)
 		n, err := q.ShowInsert(ctx, showID)
 		if err != nil {
@@ -146,13 +160,18 @@ func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat) (
 			return nil
 		}
 		created = true
-		p := db.SeatsInsertLayoutParams{ShowID: showID}
-		for _, s := range layout {
-			p.SeatIds, p.Sections, p.RowLabels = append(p.SeatIds, s.ID), append(p.Sections, s.Section), append(p.RowLabels, s.Row)
-			p.Positions, p.Ranks = append(p.Positions, int32(s.Position)), append(p.Ranks, int32(s.Rank))
-			p.Xs, p.Ys = append(p.Xs, s.X), append(p.Ys, s.Y)
+		for chunk := range slices.Chunk(layout, showInsertChunk) {
+			p := db.SeatsInsertLayoutParams{ShowID: showID}
+			for _, s := range chunk {
+				p.SeatIds, p.Sections, p.RowLabels = append(p.SeatIds, s.ID), append(p.Sections, s.Section), append(p.RowLabels, s.Row)
+				p.Positions, p.Ranks = append(p.Positions, int32(s.Position)), append(p.Ranks, int32(s.Rank))
+				p.Xs, p.Ys = append(p.Xs, s.X), append(p.Ys, s.Y)
+			}
+			if err := q.SeatsInsertLayout(ctx, p); err != nil {
+				return err
+			}
 		}
-		return q.SeatsInsertLayout(ctx, p)
+		return nil
 	})
 	if err != nil {
 		return false, e.pgErr(err)

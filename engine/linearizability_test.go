@@ -191,7 +191,9 @@ func short(s string) string {
 // TestLinearizableUnderFaults records a history of concurrent holds, releases,
 // confirmations and cancellations on a few seats while Redis loses its script cache and
 // freezes now and then (calls time out: outcomes unknown), and checks it with porcupine;
-// with batches deciding their confirmations and with savepoints.
+// with batches deciding their confirmations and with savepoints. Now and then a worker
+// confirms and releases one hold at the same moment while someone else tries to hold
+// its seat: release-during-confirm and hold-during-confirm.
 func TestLinearizableUnderFaults(t *testing.T) {
 	t.Parallel()
 	forEachIsolation(t, testLinearizableUnderFaults)
@@ -262,14 +264,17 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			var mine []Hold      // holds this worker believes it has
 			var booked []Booking // bookings this worker made
-			call := func(in linInput, fn func(ctx context.Context) (linOutput, error)) {
+			// callAs records one call as client (each concurrent call of a worker
+			// has a client of its own).
+			callAs := func(client int, in linInput, fn func(ctx context.Context) (linOutput, error)) {
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
 				defer cancel()
 				start := time.Now()
 				out, err := fn(ctx)
 				out.ok, out.unknown = classify(err)
-				record(w, in, out, start)
+				record(client, in, out, start)
 			}
+			call := func(in linInput, fn func(ctx context.Context) (linOutput, error)) { callAs(w, in, fn) }
 			live := -1 // index in mine of the hold this worker still has, if any
 			for range perWorker {
 				seat := seats[rng.IntN(len(seats))]
@@ -306,6 +311,40 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 						}
 						return linOutput{token: h.Token, gen: h.Generation}, err
 					})
+				case live >= 0 && r >= 80 && r < 86:
+					// Confirm and release the live hold at once, while another
+					// client tries to hold its seat.
+					h := mine[live]
+					live = -1
+					var b Booking
+					var other Hold
+					var otherErr error
+					var race sync.WaitGroup
+					race.Go(func() {
+						callAs(workers+3*w, linInput{kind: opConfirm, seat: h.SeatIDs[0], token: h.Token, gen: h.Generation}, func(ctx context.Context) (linOutput, error) {
+							var err error
+							b, err = v.e.Confirm(ctx, h, ConfirmOptions{})
+							return linOutput{booking: b.ID.String(), gen: b.Generation}, err
+						})
+					})
+					race.Go(func() {
+						callAs(workers+3*w+1, linInput{kind: opRelease, seat: h.SeatIDs[0], token: h.Token, gen: h.Generation}, func(ctx context.Context) (linOutput, error) {
+							return linOutput{}, v.e.Release(ctx, h)
+						})
+					})
+					race.Go(func() {
+						callAs(workers+3*w+2, linInput{kind: opHold, seat: h.SeatIDs[0]}, func(ctx context.Context) (linOutput, error) {
+							other, otherErr = v.e.Hold(ctx, HoldRequest{ShowID: "lin", SeatIDs: h.SeatIDs, TTL: time.Minute})
+							return linOutput{token: other.Token, gen: other.Generation}, otherErr
+						})
+					})
+					race.Wait()
+					if b.ID != uuid.Nil {
+						booked = append(booked, b)
+					}
+					if otherErr == nil {
+						mine = append(mine, other)
+					}
 				default:
 					i := live
 					if i < 0 || r >= 90 {

@@ -29,8 +29,9 @@ const markSoldTimeout = 2 * time.Second
 // younger ones are still being written by the engine that committed them.
 const markerRepairAge = time.Second
 
-// markerRepairBatch bounds the rows one background round takes.
-const markerRepairBatch = 256
+// markerRepairBatch bounds the rows one background round takes (and writes in one Redis
+// pipeline); a pass runs rounds until none is due.
+const markerRepairBatch = 512
 
 // marker is a seat's marker value for the booking of generation gen.
 func marker(gen int64, sold bool) string {
@@ -172,38 +173,82 @@ func (e *Engine) deleteApplied(ctx context.Context) {
 	}
 }
 
-// repayOnce writes the markers of the outbox rows older than markerRepairAge and
-// deletes the rows Redis took. Rows are not locked and no PostgreSQL connection is held
-// while Redis is written: two engines may write the same row, which is harmless (marker
-// writes only move forward). It returns how many rows it wrote.
+// repayOnce writes the markers of every outbox row older than markerRepairAge, until
+// none is due: a round at a time, each in a transaction of its own that takes up to
+// markerRepairBatch rows no other engine has taken (FOR UPDATE SKIP LOCKED), writes
+// their markers in one Redis pipeline, deletes the rows Redis took and commits. Engines
+// repairing at once split the rows between them. A round that Redis failed ends the
+// pass (the rows stay for the next); every round has a deadline, so a dead connection
+// cannot stall the loop. It returns how many rows it wrote.
+//
+// The bound: once Redis takes writes again, a backlog of B rows is written within
+// MarkerRepairInterval plus ceil(B / (markerRepairBatch × engines)) rounds.
 func (e *Engine) repayOnce(ctx context.Context) (int, error) {
-	rows, err := e.q.MarkerOutboxListDue(ctx, db.MarkerOutboxListDueParams{
+	total := 0
+	for ctx.Err() == nil {
+		n, more, err := e.repayRound(ctx)
+		total += n
+		if err != nil || !more {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// repayRound is one round of repayOnce: it reports the rows written and whether a full
+// round was due (more may be).
+func (e *Engine) repayRound(ctx context.Context) (int, bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, markSoldTimeout+2*e.cfg.StatementTimeout)
+	defer cancel()
+	tx, err := e.pool.BeginTx(rctx, e.txOptions())
+	if err != nil {
+		return 0, false, e.pgErr(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(rctx)) }()
+	q := e.q.WithTx(tx)
+	rows, err := q.MarkerOutboxClaimDue(rctx, db.MarkerOutboxClaimDueParams{
 		MinAgeSeconds: markerRepairAge.Seconds(), MaxRows: markerRepairBatch})
 	if err != nil || len(rows) == 0 {
-		return 0, err
+		return 0, false, e.pgErr(err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, markSoldTimeout)
-	defer cancel()
-	var shows []string
-	var seqs []int64
+	var calls []scriptCall
+	var owners []*show
+	var taken []db.MarkerOutboxClaimDueRow
 	var failed error // a row Redis did not take: it stays for the next round
 	for _, r := range rows {
 		sh, err := e.show(rctx, r.ShowID)
+		var ks []string
 		if err == nil {
-			err = e.markBooking(rctx, sh, r.SeatIds, r.Generation, r.Sold)
+			ks, err = sh.scriptKeys("", r.SeatIds)
 		}
 		if err != nil {
 			failed = err
 			continue
 		}
-		shows, seqs = append(shows, r.ShowID), append(seqs, r.Seq)
+		marks := slices.Repeat([]string{marker(r.Generation, r.Sold)}, len(r.SeatIds))
+		calls = append(calls, scriptCall{lua.Mark, ks, markArgs("-", r.SeatIds, marks)})
+		owners, taken = append(owners, sh), append(taken, r)
 	}
+	mctx, mcancel := context.WithTimeout(rctx, markSoldTimeout)
+	var shows []string
+	var seqs []int64
+	for i, cmd := range e.runScripts(mctx, calls) {
+		if _, _, err := e.markReply(owners[i], cmd); err != nil {
+			failed = err
+			continue
+		}
+		shows, seqs = append(shows, taken[i].ShowID), append(seqs, taken[i].Seq)
+	}
+	mcancel()
 	if len(seqs) > 0 {
+		if _, err := q.MarkerOutboxDelete(rctx, db.MarkerOutboxDeleteParams{ShowIds: shows, Seqs: seqs}); err != nil {
+			return 0, false, e.pgErr(err)
+		}
+		if err := tx.Commit(rctx); err != nil {
+			return 0, false, e.pgErr(err)
+		}
 		e.m.markerRepairs.Add(float64(len(seqs)))
 		e.log.InfoContext(ctx, "sold markers repaired from the outbox", "rows", len(seqs))
-		if _, err := e.q.MarkerOutboxDelete(ctx, db.MarkerOutboxDeleteParams{ShowIds: shows, Seqs: seqs}); err != nil {
-			return len(seqs), err
-		}
 	}
-	return len(seqs), failed
+	return len(seqs), failed == nil && len(rows) == markerRepairBatch, failed
 }

@@ -430,11 +430,25 @@ drain:
 	w.ch <- SeatMapEvent{Version: v.version, Snapshot: v.snapshotLocked()}
 }
 
-// rebuild reads the show's state from scratch: the feed's position first, then the
-// claims in PostgreSQL and the holds in Redis, then the feed from that position until
-// it is caught up. Only then is the result published.
+// rebuild reads the show's state from scratch: Redis's clock and the feed's position
+// first, then the claims in PostgreSQL and the holds in Redis, then the feed from that
+// position until it is caught up. Only then is the result published.
 func (v *view) rebuild(ctx context.Context) error {
 	rdb, sh := v.e.rdb, v.sh
+	rt, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return v.e.redisErr(err)
+	}
+	// Redis read its clock somewhere between the call and its reply: the offset taken
+	// at the reply, rounded down, is the smallest it can be, so the view's idea of
+	// Redis's time is never ahead of Redis's (expiries are late by up to this call's
+	// round trip, never early).
+	offset := floorMillis(rt.Sub(time.Now()))
+	// Every feed entry numbered before that clock reading was written before the
+	// position below is read, so the rebuilt map holds it: this engine's own writes up
+	// to there count as applied even when the feed they went to is gone (FLUSHALL, a
+	// restart without persistence), and a read does not wait for them.
+	before := streamPos(uint64(max(rt.UnixMilli()-1, 0))<<22 | (1<<22 - 1))
 	last, err := rdb.XRevRangeN(ctx, sh.k.feed(), "+", "-", 1).Result()
 	if err != nil {
 		return v.e.redisErr(err)
@@ -448,34 +462,27 @@ func (v *view) rebuild(ctx context.Context) error {
 	if err != nil {
 		return v.e.pgErr(err)
 	}
-	rt, err := rdb.Time(ctx).Result()
-	if err != nil {
-		return v.e.redisErr(err)
-	}
-	// Redis read its clock somewhere between the call and its reply: the offset taken
-	// at the reply, rounded down, is the smallest it can be, so the view's idea of
-	// Redis's time is never ahead of Redis's, and an expiry is never shown early (late
-	// by up to this call's round trip instead).
-	offset := floorMillis(rt.Sub(time.Now()))
+	// Each hold's expiry as Redis has it (PEXPIRETIME: the absolute time, in Redis's
+	// clock), not a TTL added to a clock read earlier in the pipeline, which would come
+	// out early by the time Redis took to reach it.
 	pipe := rdb.Pipeline()
-	tm := pipe.Time(ctx)
-	ttls := make([]*redis.DurationCmd, len(sh.layout))
+	exps := make([]*redis.DurationCmd, len(sh.layout))
 	for i, s := range sh.layout {
-		ttls[i] = pipe.PTTL(ctx, sh.holdKeys[s.ID])
+		exps[i] = pipe.PExpireTime(ctx, sh.holdKeys[s.ID])
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return v.e.redisErr(err)
 	}
-	now := tm.Val().UnixMilli()
 
 	v.mu.Lock()
 	v.offset = offset
 	v.expq = v.expq[:0]
 	for i := range v.sold {
 		v.sold[i], v.exp[i] = false, 0
-		if d := ttls[i].Val(); d >= 0 { // PTTL is -2 for no key
-			v.exp[i] = now + d.Milliseconds()
-			v.expq = append(v.expq, expiry{at: v.exp[i], idx: i})
+		// go-redis reads PEXPIRETIME's reply as milliseconds; -2 is no key, -1 no expiry.
+		if x := exps[i].Val().Milliseconds(); x > 0 {
+			v.exp[i] = x
+			v.expq = append(v.expq, expiry{at: x, idx: i})
 		}
 		v.touch(i)
 	}
@@ -507,9 +514,8 @@ func (v *view) rebuild(ctx context.Context) error {
 			n += len(st.Messages)
 		}
 		if n < feedCount {
-			if p, ok := parseStreamID(v.lastID); ok {
-				v.applied.Store(uint64(p))
-			}
+			p, _ := parseStreamID(v.lastID)
+			v.applied.Store(uint64(max(p, before)))
 			first := !v.built
 			v.built = true
 			v.current(time.Now())

@@ -5,15 +5,16 @@ INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
 VALUES (@show_id, @generation::bigint, @sold, @seat_ids::text[])
 RETURNING seq;
 
--- name: MarkerOutboxListDue :many
--- MarkerOutboxListDue lists the oldest rows that have waited at least @min_age_seconds.
--- No lock: writing a marker twice is harmless, and no connection is held while Redis is
--- written.
+-- name: MarkerOutboxClaimDue :many
+-- MarkerOutboxClaimDue takes the oldest rows that have waited at least @min_age_seconds
+-- and that no other engine has taken: it locks them until the transaction ends, so that
+-- engines repairing at once split the rows instead of all writing the same ones.
 SELECT show_id, seq, generation, sold, seat_ids
 FROM marker_outbox
 WHERE created_at < now() - make_interval(secs => @min_age_seconds::float8)
 ORDER BY created_at
-LIMIT @max_rows::int;
+LIMIT @max_rows::int
+FOR UPDATE SKIP LOCKED;
 
 -- name: MarkerOutboxDelete :execrows
 -- MarkerOutboxDelete drops rows whose marker writes Redis has.

@@ -50,3 +50,14 @@ SET generation = k.generation, updated_at = now()
 FROM (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id,
              unnest(@generations::bigint[]) AS generation) AS k
 WHERE f.show_id = k.show_id AND f.seat_id = k.seat_id AND f.generation < k.generation;
+
+-- name: SeatFencesLockSkip :many
+-- SeatFencesLockSkip is SeatFencesLock that skips the fences another transaction has
+-- locked: it returns only those it locked, so that a batch can go on with the
+-- confirmations whose seats nobody else is writing and wait for the others alone.
+SELECT f.show_id, f.seat_id, f.generation
+FROM seat_fences f
+JOIN (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id) AS k
+  ON f.show_id = k.show_id AND f.seat_id = k.seat_id
+ORDER BY f.show_id, f.seat_id
+FOR UPDATE OF f SKIP LOCKED;

@@ -182,7 +182,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&f.maxHoldAge, "max-hold-age", 0, "longest total life of a hold with its extensions (default 30m)")
 	fs.IntVar(&f.maxSeatsPerHold, "max-seats-per-hold", 0, "most seats in one hold (default 10)")
 	fs.IntVar(&f.maxSeatsPerHolder, "max-seats-per-holder", 0, "most seats one holder holds at once per show (default 10)")
-	fs.IntVar(&f.maxConfirmQueue, "max-confirm-queue", 0, "most confirmations waiting for a batch; past it they are shed with 503 (default 4 x --pg-max-conns)")
+	fs.IntVar(&f.maxConfirmQueue, "max-confirm-queue", 0, "most confirmations waiting for a batch; past it they are shed with 503 (default 64 x --confirm-conns x --confirm-batch, at least 1024)")
 	fs.IntVar(&f.confirmBatch, "confirm-batch", 0, "most confirmations group-committed in one transaction; 1: a transaction each (default 32)")
 	fs.DurationVar(&f.confirmBatchWait, "confirm-batch-wait", 0, "how long a batch waits for more confirmations after its first (default 0: the batch size follows the load)")
 	fs.IntVar(&f.confirmConns, "confirm-conns", 0, "batches in flight at once, each on a connection: about the database server's cores (default 2)")

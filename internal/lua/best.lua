@@ -16,7 +16,9 @@
 --
 -- Returns {"OK", generation, expires_ms, created_ms, feed entry id, seat, ...},
 -- {"NONE", free seats left in the best section}, {"LIMIT", held}, {"LOST"} (a retry
--- whose hold is gone), {"NOSTATE"} or {"NOINDEX"} (the index is not built).
+-- whose hold is gone), {"NOSTATE"} or {"NOINDEX"} (the index is not built), or {"AGAIN"}:
+-- it gave back REAP_MAX expired holds and has more to give back before it may choose
+-- (call again; what it gave back stays given back).
 
 local F = 7
 local _, err = layout(F, 1, 0)
@@ -149,20 +151,23 @@ local function really_free(m)
     return true
 end
 
-for _, sec in ipairs(sections) do reap(sec, 100) end
+-- Give back every expired hold of the sections before choosing: any of them could be
+-- better than the best seat free now, whenever it expired. Bounded per call: past
+-- REAP_MAX the engine calls again.
+local REAP_MAX = 2000
+local reaped = 0
+for _, sec in ipairs(sections) do
+    while true do
+        local k = reap(sec, 500)
+        reaped = reaped + k
+        if k < 500 then break end
+        if reaped >= REAP_MAX then return {"AGAIN"} end
+    end
+end
 local chosen
 for _ = 1, 5 do
     chosen = search()
-    if not chosen then
-        -- Before refusing, give back every expired hold of the sections.
-        local more = 0
-        for _, sec in ipairs(sections) do
-            while reap(sec, 500) > 0 do more = more + 1 end
-        end
-        if more == 0 then break end
-        chosen = search()
-        if not chosen then break end
-    end
+    if not chosen then break end
     local ok = true
     for _, m in ipairs(chosen) do
         if not really_free(m) then ok = false end

@@ -84,27 +84,40 @@ end
 local function int(x) return string.format("%d", x) end
 
 -- parse_hold splits a hold value "<token>:<gen>:<created_ms>:<tag>[:<original gen>]"
--- (the original generation is there once regen.lua re-issued the hold's generation).
+-- (the original generation is there once regen.lua re-issued the hold's generation),
+-- followed, while a batch commits the hold, by "|<commit id>:<expiry ms>" (see reserve.lua):
+-- token, gen, created, tag, original gen, commit id ("" when none), expiry before the
+-- commit reserved it.
 local function parse_hold(v)
-    return string.match(v, "^([0-9a-f]+):(%d+):(%d+):([0-9a-f]*):?(%d*)$")
+    local base, cid, cexp = string.match(v, "^([^|]+)|(%x+):(%d+)$")
+    if not base then base, cid, cexp = v, "", "" end
+    local t, g, c, h, o = string.match(base, "^([0-9a-f]+):(%d+):(%d+):([0-9a-f]*):?(%d*)$")
+    return t, g, c, h, o, cid, cexp
 end
 
--- owned returns the creation time (ms) and the current generation of the hold when every
--- seat key holds token with one creation time and one generation, the holder tag is tag,
--- and gen is that generation or the one it had before regen.lua re-issued it; nil when
--- any seat is not this hold. The token is compared here, inside Redis, and nowhere else.
+-- hold_base is a hold value without its commit reservation.
+local function hold_base(v) return (string.match(v, "^([^|]+)")) end
+
+-- owned returns the creation time (ms), the current generation and the commit id of the
+-- hold when every seat key holds token with one creation time and one generation, the
+-- holder tag is tag, and gen is that generation or the one it had before regen.lua
+-- re-issued it; nil when any seat is not this hold. The commit id is "" when no batch is
+-- committing any of the seats (a confirmation of some of a hold's seats reserves those
+-- alone; the hold is being committed all the same). The token is compared here, inside
+-- Redis, and nowhere else.
 local function owned(n, token, gen, tag)
-    local created, cur
+    local created, cur, commit = nil, nil, ""
     for i = 1, n do
         local v = redis.call("GET", hk(i))
         if not v then return nil end
-        local t, g, c, h, o = parse_hold(v)
+        local t, g, c, h, o, cid = parse_hold(v)
         if t ~= token or h ~= tag or (g ~= gen and o ~= gen) or (created and (c ~= created or g ~= cur)) then
             return nil
         end
         created, cur = c, g
+        if commit == "" then commit = cid end
     end
-    return tonumber(created), cur
+    return tonumber(created), cur, commit
 end
 
 -- Sold markers. A seat's marker is the generation of the booking that sold it ("g"), or,
@@ -240,10 +253,14 @@ local function give(m)
     redis.call("ZADD", free_key(m.sec), int(m.score), member(m))
 end
 
--- index_held: seat i of the call is now held until exp (a hold or an extension).
+-- index_held: seat i of the call is now held until exp (a hold, an extension, a commit's
+-- reservation). A sold seat stays out of the index whatever its hold does: a hold taken
+-- while the seat's marker was owed outlives the marker's arrival (mark.lua leaves it to
+-- its owner), and extending it must not list the seat again.
 local function index_held(i, seat_id, exp)
     local m = meta_get(seat_id, bucket_of(i))
-    if m then take(m, exp) end
+    if not m then return end
+    if is_sold(redis.call("HGET", sk(i), seat_id)) then take(m, nil) else take(m, exp) end
 end
 
 -- index_fix: the indexed seat m is now as Redis says: sold, held (its key's TTL) or

@@ -21,11 +21,46 @@ end
 if redis.call("HEXISTS", BASE .. "meta:" .. ARGV[2], ARGV[1]) == 1 then return 0 end
 
 local now = now_ms()
-local metas = {}
+-- Batched by bucket and by section: one HSET and one HMGET per bucket of the page, one
+-- ZADD per section, a PTTL per seat.
+local metas, by_bucket, order = {}, {}, {}
 for i = 1, n do
-    redis.call("HSET", BASE .. "meta:" .. ARGV[3 * i - 1], ARGV[3 * i - 2], ARGV[3 * i])
-    metas[i] = meta_get(ARGV[3 * i - 2], ARGV[3 * i - 1])
+    local seat_id, b, raw = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+    local score, sec, left, right = string.match(raw, "^(%d+) (%d+) (%S+) (%S+)$")
+    metas[i] = {seat = seat_id, b = b, score = tonumber(score), sec = sec, left = left, right = right}
+    local g = by_bucket[b]
+    if not g then
+        g = {set = {}, seats = {}, idx = {}}
+        by_bucket[b] = g
+        order[#order + 1] = b
+    end
+    g.set[#g.set + 1] = seat_id
+    g.set[#g.set + 1] = raw
+    g.seats[#g.seats + 1] = seat_id
+    g.idx[#g.idx + 1] = i
 end
+local sold = {}
+for _, b in ipairs(order) do
+    local g = by_bucket[b]
+    redis.call("HSET", BASE .. "meta:" .. b, unpack(g.set))
+    local marks = redis.call("HMGET", BASE .. "sold:" .. b, unpack(g.seats))
+    for k, i in ipairs(g.idx) do sold[i] = is_sold(marks[k]) end
+end
+local zadds, zorder = {}, {}
+local function zadd(sec, score, mem)
+    local z = zadds[sec]
+    if not z then
+        z = {}
+        zadds[sec] = z
+        zorder[#zorder + 1] = sec
+    end
+    z[#z + 1] = score
+    z[#z + 1] = mem
+end
+-- A page with no hold at all (a new show's) needs no PTTL per seat.
+local holds = {}
+for i = 1, n do holds[i] = BASE .. "hold:" .. metas[i].seat end
+local any_held = redis.call("EXISTS", unpack(holds)) > 0
 local run = {}
 local function flush()
     if #run > 0 then run_add(run) end
@@ -33,19 +68,21 @@ local function flush()
 end
 for i = 1, n do
     local m = metas[i]
-    if is_sold(redis.call("HGET", BASE .. "sold:" .. m.b, m.seat)) then
+    if sold[i] then
         flush()
     else
-        local ttl = redis.call("PTTL", BASE .. "hold:" .. m.seat)
+        local ttl = -2
+        if any_held then ttl = redis.call("PTTL", holds[i]) end
         if ttl >= 0 then
-            redis.call("ZADD", free_key(m.sec), int(HELD + now + ttl), member(m))
+            zadd(m.sec, int(HELD + now + ttl), member(m))
             flush()
         else
-            redis.call("ZADD", free_key(m.sec), int(m.score), member(m))
+            zadd(m.sec, int(m.score), member(m))
             if #run > 0 and run[#run].right ~= member(m) then flush() end
             run[#run + 1] = m
         end
     end
 end
 flush()
+for _, sec in ipairs(zorder) do redis.call("ZADD", free_key(sec), unpack(zadds[sec])) end
 return n

@@ -24,6 +24,10 @@ var (
 	releaseLua string
 	//go:embed verify.lua
 	verifyLua string
+	//go:embed reserve.lua
+	reserveLua string
+	//go:embed unreserve.lua
+	unreserveLua string
 	//go:embed regen.lua
 	regenLua string
 	//go:embed mark.lua
@@ -37,7 +41,12 @@ var (
 	Extend  = newScript("", extendLua)
 	Release = newScript(" flags=allow-oom", releaseLua) // only deletes: works when Redis is full
 	Verify  = newScript(" flags=no-writes", verifyLua)
-	Regen   = newScript("", regenLua)
+	// Reserve is a batch's check of a hold, which keeps the hold for the batch until it
+	// decides; Unreserve gives it back when the batch did not commit it. Both only
+	// rewrite hold keys in place: they run when Redis is full too.
+	Reserve   = newScript(" flags=allow-oom", reserveLua)
+	Unreserve = newScript(" flags=allow-oom", unreserveLua)
+	Regen     = newScript("", regenLua)
 	// Mark writes sold markers and tombstones. It runs when Redis is full too: a marker
 	// is a few bytes and replaces a hold key, and a sold seat must look sold.
 	Mark = newScript(" flags=allow-oom", markLua)

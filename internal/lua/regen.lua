@@ -14,7 +14,7 @@
 -- ARGV[5..]  seat ids
 --
 -- Returns {"OK", generation, repaired (1 when the counter was below the floor)}, or
--- {"LOST"} when the token no longer owns every seat.
+-- {"LOST"} when the token no longer owns every seat or a batch is committing the hold.
 
 local F = 4
 local n, err = hold_layout(F)
@@ -23,8 +23,8 @@ local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 if not is_uint(ARGV[4], 0, 9007199254740991) then return bad("floor") end
 local floor = tonumber(ARGV[4])
 
-local created, cur = owned(n, token, gen, tag)
-if not created then return {"LOST"} end
+local created, cur, commit = owned(n, token, gen, tag)
+if not created or commit ~= "" then return {"LOST"} end
 if cur ~= gen and tonumber(cur) > floor then
     return {"OK", tonumber(cur), 0} -- re-issued already (a retried call)
 end

@@ -9,12 +9,14 @@
 -- Returns {the hold's current generation, its remaining life in ms} when every seat
 -- holds this token (see owned in common.lua); {-1, 0} when it does not but every seat
 -- is sold by a booking of this very generation (the hold made a booking: its keys were
--- replaced by the markers); else {0, 0}.
+-- replaced by the markers); {-2, remaining life} when a batch is committing the hold
+-- (see reserve.lua: ask again once it has decided); else {0, 0}.
 
 local F = 3
 local n, err = hold_layout(F)
 if not n then return err end
-local created, cur = owned(n, ARGV[2], ARGV[3], ARGV[1])
+local created, cur, commit = owned(n, ARGV[2], ARGV[3], ARGV[1])
+if created and commit ~= "" then return {-2, redis.call("PTTL", hk(1))} end
 if created then return {tonumber(cur), redis.call("PTTL", hk(1))} end
 for i = 1, n do
     if redis.call("HGET", sk(i), seat(i, F)) ~= ARGV[3] then return {0, 0} end

@@ -6,6 +6,8 @@
 #   services.sh stop    stop exactly the processes "start" started (by pid file)
 #   services.sh status  say what runs
 #   services.sh cluster start a three-master Redis Cluster too, print REDIS_CLUSTER_URL=
+#   services.sh stress [N] install stress-ng when missing and run N (2) CPU-bound workers
+#                       until killed: the load make test-busy runs the tests beside
 #   services.sh browser install Chromium when missing (the seat-map page's browser test
 #                       drives it headless), print HOLDFAST_CHROMIUM=
 #
@@ -269,6 +271,13 @@ browser)
 		log "no Chromium and cannot install it (not root, or no apt-get): the browser test of the seat-map page will skip (fail under CI=true); apt-get install chromium"
 	fi
 	;;
+stress)
+	# A CPU load beside the tests: NCPU busy workers until killed (make test-busy).
+	if ! command -v stress-ng >/dev/null; then
+		apt_install stress-ng
+	fi
+	exec stress-ng --cpu "${2:-2}" --quiet
+	;;
 stop)
 	stop_all
 	;;
@@ -284,6 +293,6 @@ status)
 	fi
 	;;
 *)
-	die "usage: services.sh start|stop|status|cluster|browser"
+	die "usage: services.sh start|stop|status|cluster|browser|stress"
 	;;
 esac

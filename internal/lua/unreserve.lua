@@ -1,0 +1,51 @@
+-- unreserve.lua: give back a hold that a batch reserved (reserve.lua) and did not commit:
+-- the confirmation was refused, or the batch rolled back. The hold is again as it was,
+-- with the expiry it had before the reservation; a hold whose expiry has passed meanwhile
+-- is gone, as it would have been. A seat not reserved for this commit id is left alone.
+--
+-- KEYS       the common layout (common.lua)
+-- ARGV[1]    holder tag
+-- ARGV[2]    commit id: 32 lowercase hex digits
+-- ARGV[3..]  seat ids
+--
+-- Returns {seats given back, feed entry id or ""}.
+
+local F = 2
+local n, err = layout(F, 1, 1)
+if not n then return err end
+local tag, id = ARGV[1], ARGV[2]
+if not is_hex(id, 32) then return bad("commit id") end
+
+local now = now_ms()
+local back, held, gone, exp_at = 0, {}, {}, nil
+for i = 1, n do
+    local v = redis.call("GET", hk(i))
+    if v then
+        local _, _, _, _, _, cid, cexp = parse_hold(v)
+        if cid == id then
+            back = back + 1
+            local exp = tonumber(cexp)
+            if exp > now then
+                local lengthened = math.abs(now + redis.call("PTTL", hk(i)) - exp) > 2
+                redis.call("SET", hk(i), hold_base(v), "PXAT", exp)
+                if lengthened then
+                    if tag ~= "" then redis.call("ZADD", KEYS[2], "XX", exp, seat(i, F)) end
+                    index_held(i, seat(i, F), exp)
+                    held[#held + 1] = seat(i, F)
+                    exp_at = exp
+                end
+            else
+                redis.call("DEL", hk(i))
+                if tag ~= "" then redis.call("ZREM", KEYS[2], seat(i, F)) end
+                index_state(i, seat(i, F), now)
+                gone[#gone + 1] = seat(i, F)
+            end
+        end
+    end
+end
+local f = {}
+if #held > 0 then f[#f + 1] = "h"; f[#f + 1] = table.concat(held, " "); f[#f + 1] = "x"; f[#f + 1] = int(exp_at) end
+if #gone > 0 then f[#f + 1] = "d"; f[#f + 1] = table.concat(gone, " ") end
+local fid = ""
+if #f > 0 then fid = feed(f) end
+return {back, fid}
