@@ -39,28 +39,35 @@ func takeAllConns(t *testing.T, pool *pgxpool.Pool) (release func()) {
 	return release
 }
 
+// poolOf is a pool of n connections on a new database of the test's own.
+func poolOf(t *testing.T, n int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testsvc.Database(t).Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = n
+	pool, err := pgxNewPool(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
 // TestAdmissionRefusesWhatCannotFinish: a confirmation that would get a connection
 // only after its hold expires is refused (ErrHoldLost) by the hold's end, without a
 // statement run; one that would wait with the queue full is refused at once
 // (ErrOverloaded), and its hold confirms later. Neither writes anything.
 func TestAdmissionRefusesWhatCannotFinish(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testsvc.Database(t).Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 2
-	pool, err := pgxNewPool(t, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool := poolOf(t, 2)
 	v := newEnvWith(t, pool, testsvc.Redis(t), func(c *Config) { c.MaxConfirmQueue, c.ConfirmConns = 1, 1 })
 	v.show("adm", seatNames(4)...)
 	h := v.hold("adm", 400*time.Millisecond, "", "S000")
 	release := takeAllConns(t, pool)
 
 	start := time.Now()
-	_, err = v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	_, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
 	took := time.Since(start)
 	if !errors.Is(err, ErrHoldLost) {
 		t.Fatalf("confirm with no connection for its hold's life: %v after %v", err, took)

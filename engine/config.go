@@ -49,9 +49,11 @@ type Config struct {
 
 	// MarkerRepairInterval is how often the engine looks in PostgreSQL for sold-marker
 	// writes that a confirmation or cancellation committed but could not make in Redis
-	// (Redis down or refusing writes, a process that died after COMMIT), and makes them.
-	// A marker is repaired within markerRepairAge plus this interval of Redis taking
-	// writes again. Defaults to 250 milliseconds.
+	// (Redis down or refusing writes, a process that died after COMMIT), and makes them:
+	// rows at least a second old, 512 a round in one Redis pipeline, rounds until none
+	// is due, engines splitting the rows. A backlog of B rows is written within this
+	// interval plus ⌈B / (512 × engines)⌉ rounds of Redis taking writes again. Defaults
+	// to 250 milliseconds.
 	MarkerRepairInterval time.Duration
 
 	// MaxCachedShows bounds how many shows' inventories the engine keeps in memory; past

@@ -171,7 +171,8 @@ func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script 
 
 // Extend gives a hold a new TTL from now. Only the owner can: a hold that expired, was
 // released or confirmed, or a token or generation that is not the owner's, is
-// ErrHoldLost and changes nothing. An expiry past the hold's maximum total age
+// ErrHoldLost and changes nothing. While a confirmation of the hold is being committed,
+// Extend waits for its outcome, as Release does. An expiry past the hold's maximum total age
 // (Config.MaxHoldAge from when it was taken, by Redis's clock) is ErrExtendLimit.
 func (e *Engine) Extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, error) {
 	ctx, o := e.begin(ctx, "extend", h.ShowID, len(h.SeatIDs))

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
@@ -367,6 +365,33 @@ func holdFirstBatch(e *Engine) batchGate {
 	return g
 }
 
+// venue creates a show with a layout and returns it.
+func (v *env) venue(id string, layout []Seat) *show {
+	v.t.Helper()
+	if err := v.e.CreateShowLayout(v.t.Context(), id, layout); err != nil {
+		v.t.Fatalf("CreateShowLayout(%s): %v", id, err)
+	}
+	return v.showOf(id)
+}
+
+// holdAll holds seats ten at a time (the most one hold takes by default).
+func (v *env) holdAll(show string, ttl time.Duration, seats []string) []Hold {
+	v.t.Helper()
+	var holds []Hold
+	for chunk := range slices.Chunk(seats, 10) {
+		holds = append(holds, v.hold(show, ttl, "", chunk...))
+	}
+	return holds
+}
+
+func seatIDs(seats []Seat) []string {
+	ids := make([]string, len(seats))
+	for i, s := range seats {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
 // waitQueued waits until n confirmations wait in e's queue.
 func waitQueued(t *testing.T, e *Engine, n int) {
 	t.Helper()
@@ -385,9 +410,7 @@ func waitQueued(t *testing.T, e *Engine, n int) {
 func TestExtendKeepsSoldSeatOutOfIndex(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
-	if err := v.e.CreateShowLayout(t.Context(), "ex", venueLayout(1, 2, 6)); err != nil {
-		t.Fatal(err)
-	}
+	v.venue("ex", venueLayout(1, 2, 6))
 	seat := "A01-003"
 	v.hold("ex", time.Minute, "", "A01-001") // an earlier generation
 	h := v.hold("ex", time.Minute, "late", seat)
@@ -407,22 +430,12 @@ func TestExtendKeepsSoldSeatOutOfIndex(t *testing.T) {
 func TestHoldBestSeesEveryExpiredHold(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
-	if err := v.e.CreateShowLayout(t.Context(), "bx", venueLayout(1, 10, 30)); err != nil {
-		t.Fatal(err)
-	}
-	sh := v.showOf("bx")
+	sh := v.venue("bx", venueLayout(1, 10, 30))
 	byScore := slices.Clone(sh.layout)
 	score := func(s Seat) int64 { return int64(s.Rank)*bestScale + int64(sh.index[s.ID]) }
 	slices.SortFunc(byScore, func(a, b Seat) int { return int(score(a) - score(b)) })
 	best, next := byScore[0], byScore[1:151]
-	var early []Hold
-	for chunk := range slices.Chunk(next, 10) {
-		ids := make([]string, len(chunk))
-		for i, s := range chunk {
-			ids[i] = s.ID
-		}
-		early = append(early, v.hold("bx", 50*time.Millisecond, "", ids...))
-	}
+	early := v.holdAll("bx", 50*time.Millisecond, seatIDs(next))
 	late := v.hold("bx", 300*time.Millisecond, "", best.ID)
 	for _, h := range early {
 		v.waitExpired(h)
@@ -442,19 +455,8 @@ func TestHoldBestSeesEveryExpiredHold(t *testing.T) {
 func TestHoldBestGivesBackLargeBacklogs(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
-	if err := v.e.CreateShowLayout(t.Context(), "bl", venueLayout(1, 100, 30)); err != nil {
-		t.Fatal(err)
-	}
-	sh := v.showOf("bl")
-	var holds []Hold
-	for chunk := range slices.Chunk(sh.layout, 10) {
-		ids := make([]string, len(chunk))
-		for i, s := range chunk {
-			ids[i] = s.ID
-		}
-		holds = append(holds, v.hold("bl", 30*time.Millisecond, "", ids...))
-	}
-	for _, h := range holds {
+	sh := v.venue("bl", venueLayout(1, 100, 30))
+	for _, h := range v.holdAll("bl", 30*time.Millisecond, seatIDs(sh.layout)) {
 		v.waitExpired(h)
 	}
 	h, err := v.e.HoldBest(t.Context(), BestRequest{ShowID: "bl", Count: 1, TTL: time.Minute})
@@ -473,16 +475,7 @@ func TestHoldBestGivesBackLargeBacklogs(t *testing.T) {
 // minute to live, are all queued and committed: none is shed with ErrOverloaded.
 func TestDefaultQueueAdmitsConcurrentConfirmers(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testsvc.Database(t).Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	pool, err := pgxNewPool(t, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := newEnvWith(t, pool, testsvc.Redis(t))
+	v := newEnvWith(t, poolOf(t, 4), testsvc.Redis(t))
 	const n = 200
 	seats := seatNames(n)
 	v.show("dq", seats...)
@@ -568,14 +561,10 @@ func TestHundredThousandSeats(t *testing.T) {
 	// Ten seats at every twentieth of the layout, and its last 200.
 	var held []string
 	for k := 1; k < 20; k++ {
-		chunk := seats[k*n/20 : k*n/20+10]
-		v.hold("big", time.Minute, "", chunk...)
-		held = append(held, chunk...)
+		held = append(held, seats[k*n/20:k*n/20+10]...)
 	}
-	for chunk := range slices.Chunk(seats[n-200:], 10) {
-		v.hold("big", time.Minute, "", chunk...)
-		held = append(held, chunk...)
-	}
+	held = append(held, seats[n-200:]...)
+	v.holdAll("big", time.Minute, held)
 	m, err := v.twin().SeatMap(t.Context(), "big")
 	if err != nil {
 		t.Fatal(err)

@@ -187,7 +187,7 @@ local gen = redis.call("INCR", KEYS[1])
 local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
 local ids = {}
 for k, m in ipairs(chosen) do
-    redis.call("SET", BASE .. "hold:" .. m.seat, value, "PX", ttl)
+    redis.call("SET", BASE .. "hold:" .. m.seat, value, "PXAT", now + ttl)
     if capped then redis.call("ZADD", KEYS[2], now + ttl, m.seat) end
     take(m, now + ttl)
     ids[k] = m.seat

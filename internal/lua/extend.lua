@@ -26,7 +26,7 @@ if commit ~= "" then return {"BUSY"} end
 local now = now_ms()
 if now + ttl > created + max_age then return {"LIMIT", created + max_age} end
 for i = 1, n do
-    redis.call("PEXPIRE", hk(i), ttl)
+    redis.call("PEXPIREAT", hk(i), now + ttl)
     if tag ~= "" then redis.call("ZADD", KEYS[2], "XX", now + ttl, seat(i, F)) end
     index_held(i, seat(i, F), now + ttl)
 end

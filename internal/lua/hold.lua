@@ -44,6 +44,8 @@ if mine == n then
     local gen, created = string.match(first, "^[0-9a-f]+:(%d+):(%d+):")
     return {"OK", tonumber(gen), now + redis.call("PTTL", hk(1)), tonumber(created)}
 end
+-- Every key of a hold expires at one time (PXAT below), and Redis checks expiries at
+-- the script's start time: a retry never finds part of its hold gone.
 if mine > 0 then return bad("token holds other seats") end
 if #taken > 1 then return taken end
 
@@ -57,7 +59,7 @@ end
 local gen = redis.call("INCR", KEYS[1])
 local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
 for i = 1, n do
-    redis.call("SET", hk(i), value, "PX", ttl)
+    redis.call("SET", hk(i), value, "PXAT", now + ttl)
     if capped then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end
     index_held(i, seat(i, F), now + ttl)
 end

@@ -45,7 +45,7 @@ local longer = ttl < life
 for i = 1, n do
     local v = redis.call("GET", hk(i)) .. "|" .. id .. ":" .. int(exp)
     if longer then
-        redis.call("SET", hk(i), v, "PX", life)
+        redis.call("SET", hk(i), v, "PXAT", now + life)
         if tag ~= "" then redis.call("ZADD", KEYS[2], "XX", now + life, seat(i, F)) end
         index_held(i, seat(i, F), now + life)
     else
