@@ -164,6 +164,18 @@ func (a *api) openEvents(show, lastID string) (*sseStream, *http.Response) {
 	return s, resp
 }
 
+// waitStreams waits until the server has n event streams open.
+func (a *api) waitStreams(n int64) {
+	a.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for a.s.streams.Load() != n {
+		if time.Now().After(deadline) {
+			a.t.Fatalf("%d event streams open, want %d", a.s.streams.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (s *sseStream) close() {
 	s.cancel()
 	s.resp.Body.Close()
@@ -225,6 +237,7 @@ func TestSeatEvents(t *testing.T) {
 		t.Fatal("no heartbeat")
 	}
 	s.close()
+	a.waitStreams(0) // the server counts the closed stream out once its handler sees the close
 
 	// Missed while away: a release and another hold. Resume gets exactly those.
 	a.want(a.do("POST", "/v1/holds/release", "alice", "", h.body), 204, "")
