@@ -60,14 +60,11 @@ type Querier interface {
 	// seat) pair's fence goes to its generation where it is strictly smaller. It returns how
 	// many it raised; fewer than the pairs means one refused.
 	SeatFencesAdvanceMany(ctx context.Context, arg SeatFencesAdvanceManyParams) (int64, error)
-	// SeatFencesLock locks the fences of a batch of confirmations' seats, given as (show,
-	// seat) pairs, in one global order — show, then seat — so that two batches never wait
-	// for each other in a cycle, and returns them. Read the claims of the same seats after
-	// it, in a statement of its own: this one's snapshot predates the lock waits.
-	SeatFencesLock(ctx context.Context, arg SeatFencesLockParams) ([]SeatFencesLockRow, error)
-	// SeatFencesLockSkip is SeatFencesLock that skips the fences another transaction has
-	// locked: it returns only those it locked, so that a batch can go on with the
-	// confirmations whose seats nobody else is writing and wait for the others alone.
+	// SeatFencesLockSkip locks the fences of a batch of confirmations' seats, given as (show,
+	// seat) pairs, in one global order — show, then seat — skipping those another
+	// transaction has locked, and returns those it locked. A batch never waits for a lock:
+	// the confirmations touching a skipped fence leave it for a later batch. Read the
+	// claims of the same seats after it, in a statement of its own.
 	SeatFencesLockSkip(ctx context.Context, arg SeatFencesLockSkipParams) ([]SeatFencesLockSkipRow, error)
 	// SeatLayoutListByShow is a show's seats with their layout, in seat id order.
 	SeatLayoutListByShow(ctx context.Context, showID string) ([]SeatLayoutListByShowRow, error)

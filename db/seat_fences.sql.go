@@ -101,50 +101,6 @@ func (q *Queries) SeatFencesAdvanceMany(ctx context.Context, arg SeatFencesAdvan
 	return result.RowsAffected(), nil
 }
 
-const seatFencesLock = `-- name: SeatFencesLock :many
-SELECT f.show_id, f.seat_id, f.generation
-FROM seat_fences f
-JOIN (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id) AS k
-  ON f.show_id = k.show_id AND f.seat_id = k.seat_id
-ORDER BY f.show_id, f.seat_id
-FOR UPDATE OF f
-`
-
-type SeatFencesLockParams struct {
-	ShowIds []string
-	SeatIds []string
-}
-
-type SeatFencesLockRow struct {
-	ShowID     string
-	SeatID     string
-	Generation int64
-}
-
-// SeatFencesLock locks the fences of a batch of confirmations' seats, given as (show,
-// seat) pairs, in one global order — show, then seat — so that two batches never wait
-// for each other in a cycle, and returns them. Read the claims of the same seats after
-// it, in a statement of its own: this one's snapshot predates the lock waits.
-func (q *Queries) SeatFencesLock(ctx context.Context, arg SeatFencesLockParams) ([]SeatFencesLockRow, error) {
-	rows, err := q.db.Query(ctx, seatFencesLock, arg.ShowIds, arg.SeatIds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []SeatFencesLockRow{}
-	for rows.Next() {
-		var i SeatFencesLockRow
-		if err := rows.Scan(&i.ShowID, &i.SeatID, &i.Generation); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const seatFencesLockSkip = `-- name: SeatFencesLockSkip :many
 SELECT f.show_id, f.seat_id, f.generation
 FROM seat_fences f
@@ -165,9 +121,11 @@ type SeatFencesLockSkipRow struct {
 	Generation int64
 }
 
-// SeatFencesLockSkip is SeatFencesLock that skips the fences another transaction has
-// locked: it returns only those it locked, so that a batch can go on with the
-// confirmations whose seats nobody else is writing and wait for the others alone.
+// SeatFencesLockSkip locks the fences of a batch of confirmations' seats, given as (show,
+// seat) pairs, in one global order — show, then seat — skipping those another
+// transaction has locked, and returns those it locked. A batch never waits for a lock:
+// the confirmations touching a skipped fence leave it for a later batch. Read the
+// claims of the same seats after it, in a statement of its own.
 func (q *Queries) SeatFencesLockSkip(ctx context.Context, arg SeatFencesLockSkipParams) ([]SeatFencesLockSkipRow, error) {
 	rows, err := q.db.Query(ctx, seatFencesLockSkip, arg.ShowIds, arg.SeatIds)
 	if err != nil {

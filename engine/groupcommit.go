@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -31,11 +32,10 @@ import (
 //
 // A batch's transaction, each step one round trip:
 //  1. lock the fences of every seat of the batch, in (show, seat) order, skipping those
-//     another transaction has locked; then wait for those alone, in a savepoint: when
-//     one stays locked past Config.LockTimeout only the confirmations that touch it
-//     leave the batch (ErrUnavailable), the others go on. Then read which of the seats
-//     are claimed (a statement of its own, so that it sees what committed while it
-//     waited);
+//     another transaction has locked: the confirmations that touch one leave the batch
+//     and go back to the queue (past Config.LockTimeout of that, ErrUnavailable), the
+//     others go on; a batch never waits for a lock, so batches never wait for each
+//     other. Then read which of the seats are claimed (a statement of its own);
 //  2. ask Redis, in one pipeline, whether each confirmation's hold is still current, and
 //     reserve it for the batch (reserve.lua): one that is not leaves the batch
 //     (ErrHoldLost) before anything of it is written; one that is can no longer be
@@ -79,6 +79,10 @@ type confirmReq struct {
 	marked   bool // its sold markers are in Redis
 	reserved bool // its hold is reserved for its batch in Redis (reserve.lua)
 	unknown  bool // its COMMIT's outcome could not be settled
+
+	// Set while a seat's fence is locked elsewhere (deferFenceBusy).
+	busySince  time.Time
+	busyRounds int
 }
 
 const (
@@ -341,6 +345,9 @@ func (e *Engine) commitBatch(batch []*confirmReq) {
 	}
 	e.unreserveBatch(pending, committedOK)
 	for _, r := range pending {
+		if errors.Is(r.err, errFenceBusy) && e.deferFenceBusy(r) {
+			continue
+		}
 		close(r.done)
 	}
 }
@@ -470,65 +477,68 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 	return true, nil
 }
 
-// lockFences locks the fences of keys (sorted, distinct) for the batch and returns them.
-// It first locks those no other transaction has (SKIP LOCKED), then waits for the rest
-// in a savepoint, in the same order; if the wait fails (Config.LockTimeout, or the
-// statement timeout), it rolls back to the savepoint, and each confirmation touching a
-// seat it could not lock leaves the batch with ErrUnavailable. A deadlock (two batches
-// each holding what the other waits for) is returned, retryable: the whole batch runs
-// again.
-func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq, keys []seatKey) ([]db.SeatFencesLockRow, error) {
-	pairs := func(keys []seatKey) ([]string, []string) {
-		shows, seats := make([]string, len(keys)), make([]string, len(keys))
-		for i, k := range keys {
-			shows[i], seats[i] = k.show, k.seat
-		}
-		return shows, seats
+// lockFences locks the fences of keys (sorted, distinct) that no other transaction holds
+// (SKIP LOCKED) and returns them. A confirmation touching a fence it skipped gets
+// errFenceBusy: it leaves this batch and goes back to the queue (commitBatch). The batch
+// never waits for a lock while it holds others, so batches cannot wait for each other in
+// a cycle, and one fence held elsewhere holds up only the confirmations that touch it.
+func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq, keys []seatKey) ([]db.SeatFencesLockSkipRow, error) {
+	shows, seats := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		shows[i], seats[i] = k.show, k.seat
 	}
-	shows, seats := pairs(keys)
 	got, err := db.New(tx).SeatFencesLockSkip(ctx, db.SeatFencesLockSkipParams{ShowIds: shows, SeatIds: seats})
 	if err != nil {
 		return nil, e.txErr(err)
 	}
-	locked := make([]db.SeatFencesLockRow, len(got))
 	have := make(map[seatKey]bool, len(got))
-	for i, f := range got {
-		locked[i] = db.SeatFencesLockRow(f)
+	for _, f := range got {
 		have[seatKey{f.ShowID, f.SeatID}] = true
 	}
-	if len(got) == len(keys) {
-		return locked, nil
-	}
-	busy := slices.DeleteFunc(slices.Clone(keys), func(k seatKey) bool { return have[k] })
-	sp, err := tx.Begin(ctx) // SAVEPOINT
-	if err != nil {
-		return nil, e.txErr(err)
-	}
-	shows, seats = pairs(busy)
-	waited, err := db.New(sp).SeatFencesLock(ctx, db.SeatFencesLockParams{ShowIds: shows, SeatIds: seats})
-	if err == nil {
-		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
-			return nil, e.txErr(err)
-		}
-		return append(locked, waited...), nil
-	}
-	if retryable(err) || (pgCode(err) != "55P03" && pgCode(err) != "57014") {
-		return nil, e.txErr(err)
-	}
-	if rerr := sp.Rollback(ctx); rerr != nil { // ROLLBACK TO SAVEPOINT
-		return nil, e.txErr(rerr)
-	}
-	blocked := make(map[seatKey]bool, len(busy))
-	for _, k := range busy {
-		blocked[k] = true
-	}
-	refusal := unavailable("postgres", fmt.Errorf("a seat's fence stayed locked by another transaction: %w", e.pgErr(err)))
-	for _, r := range batch {
-		if slices.ContainsFunc(r.c.seats, func(s string) bool { return blocked[seatKey{r.c.sh.id, s}] }) {
-			r.err = refusal
+	if len(got) < len(keys) {
+		for _, r := range batch {
+			if slices.ContainsFunc(r.c.seats, func(s string) bool { return !have[seatKey{r.c.sh.id, s}] }) {
+				r.err = errFenceBusy
+			}
 		}
 	}
-	return locked, nil
+	return got, nil
+}
+
+// errFenceBusy: a seat's fence is locked by another transaction; the confirmation goes
+// back to the queue (deferFenceBusy).
+var errFenceBusy = errors.New("a seat's fence is locked by another transaction")
+
+// deferFenceBusy puts a confirmation whose fence was busy back in the queue after a
+// short pause, or, once it has been put back for longer than Config.LockTimeout (the
+// fence stayed locked: a paused engine mid-batch, a slow session), answers it
+// ErrUnavailable. It reports whether r was put back (and must not be answered now).
+func (e *Engine) deferFenceBusy(r *confirmReq) bool {
+	now := time.Now()
+	if r.busySince.IsZero() {
+		r.busySince = now
+	}
+	if now.Sub(r.busySince) > e.cfg.LockTimeout {
+		r.err = unavailable("postgres", fmt.Errorf("%w for %v (Config.LockTimeout)", errFenceBusy, now.Sub(r.busySince).Round(time.Millisecond)))
+		return false
+	}
+	r.busyRounds++
+	r.err = nil
+	r.state.Store(reqQueued)
+	time.AfterFunc(time.Duration(min(r.busyRounds, 10))*time.Duration(1+rand.IntN(5))*time.Millisecond, func() {
+		select {
+		case e.gc.queue <- r:
+			if e.wakeCommitter() {
+				return
+			}
+		default:
+		}
+		// Closed, or the queue is full: answer it here unless a committer took it.
+		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+			r.answer(unavailable("postgres", errFenceBusy))
+		}
+	})
+	return true
 }
 
 // readClaims reads which of the (show, seat) pairs are claimed.

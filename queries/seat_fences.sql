@@ -29,18 +29,6 @@ WHERE f.show_id = @show_id AND f.seat_id > @after::text AND f.generation > 0
 ORDER BY f.seat_id
 LIMIT @max_rows::int;
 
--- name: SeatFencesLock :many
--- SeatFencesLock locks the fences of a batch of confirmations' seats, given as (show,
--- seat) pairs, in one global order — show, then seat — so that two batches never wait
--- for each other in a cycle, and returns them. Read the claims of the same seats after
--- it, in a statement of its own: this one's snapshot predates the lock waits.
-SELECT f.show_id, f.seat_id, f.generation
-FROM seat_fences f
-JOIN (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id) AS k
-  ON f.show_id = k.show_id AND f.seat_id = k.seat_id
-ORDER BY f.show_id, f.seat_id
-FOR UPDATE OF f;
-
 -- name: SeatFencesAdvanceMany :execrows
 -- SeatFencesAdvanceMany is SeatFencesAdvance for a batch of confirmations: each (show,
 -- seat) pair's fence goes to its generation where it is strictly smaller. It returns how
@@ -52,9 +40,11 @@ FROM (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS 
 WHERE f.show_id = k.show_id AND f.seat_id = k.seat_id AND f.generation < k.generation;
 
 -- name: SeatFencesLockSkip :many
--- SeatFencesLockSkip is SeatFencesLock that skips the fences another transaction has
--- locked: it returns only those it locked, so that a batch can go on with the
--- confirmations whose seats nobody else is writing and wait for the others alone.
+-- SeatFencesLockSkip locks the fences of a batch of confirmations' seats, given as (show,
+-- seat) pairs, in one global order — show, then seat — skipping those another
+-- transaction has locked, and returns those it locked. A batch never waits for a lock:
+-- the confirmations touching a skipped fence leave it for a later batch. Read the
+-- claims of the same seats after it, in a statement of its own.
 SELECT f.show_id, f.seat_id, f.generation
 FROM seat_fences f
 JOIN (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id) AS k
