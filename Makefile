@@ -8,7 +8,7 @@ BIN          := bin/holdfast
 
 # with-services runs a command with DATABASE_URL and REDIS_URL exported: the caller's,
 # or those of the PostgreSQL and Redis that services.sh starts for this checkout.
-with-services = set -a; eval "$$($(SERVICES) start)"; set +a;
+with-services = set -a; svc="$$($(SERVICES) start)" || exit 1; eval "$$svc"; set +a;
 
 # make run and make demo share an operator token (show creation over HTTP), made once
 # per checkout under .local/ (git-ignored) unless HOLDFAST_OPERATOR_TOKEN is set.
