@@ -9,6 +9,22 @@ import (
 	"context"
 )
 
+const markerOutboxAnyDue = `-- name: MarkerOutboxAnyDue :one
+SELECT EXISTS (
+    SELECT 1 FROM marker_outbox
+    WHERE created_at < now() - make_interval(secs => $1::float8)
+) AS due
+`
+
+// MarkerOutboxAnyDue says whether a row has waited at least @min_age_seconds: the repair
+// opens a transaction only when there is something to take.
+func (q *Queries) MarkerOutboxAnyDue(ctx context.Context, minAgeSeconds float64) (bool, error) {
+	row := q.db.QueryRow(ctx, markerOutboxAnyDue, minAgeSeconds)
+	var due bool
+	err := row.Scan(&due)
+	return due, err
+}
+
 const markerOutboxClaimDue = `-- name: MarkerOutboxClaimDue :many
 SELECT show_id, seq, generation, sold, seat_ids
 FROM marker_outbox

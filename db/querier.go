@@ -33,6 +33,9 @@ type Querier interface {
 	BookingGetByHold(ctx context.Context, arg BookingGetByHoldParams) (BookingDetail, error)
 	BookingGetByIdempotencyKey(ctx context.Context, arg BookingGetByIdempotencyKeyParams) (BookingDetail, error)
 	BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) (BookingGetForUpdateRow, error)
+	// MarkerOutboxAnyDue says whether a row has waited at least @min_age_seconds: the repair
+	// opens a transaction only when there is something to take.
+	MarkerOutboxAnyDue(ctx context.Context, minAgeSeconds float64) (bool, error)
 	// MarkerOutboxClaimDue takes the oldest rows that have waited at least @min_age_seconds
 	// and that no other engine has taken: it locks them until the transaction ends, so that
 	// engines repairing at once split the rows instead of all writing the same ones.

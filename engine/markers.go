@@ -200,6 +200,9 @@ func (e *Engine) repayOnce(ctx context.Context) (int, error) {
 func (e *Engine) repayRound(ctx context.Context) (int, bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, markSoldTimeout+2*e.cfg.StatementTimeout)
 	defer cancel()
+	if due, err := e.q.MarkerOutboxAnyDue(rctx, markerRepairAge.Seconds()); err != nil || !due {
+		return 0, false, e.pgErr(err)
+	}
 	tx, err := e.pool.BeginTx(rctx, e.txOptions())
 	if err != nil {
 		return 0, false, e.pgErr(err)

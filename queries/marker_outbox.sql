@@ -5,6 +5,14 @@ INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
 VALUES (@show_id, @generation::bigint, @sold, @seat_ids::text[])
 RETURNING seq;
 
+-- name: MarkerOutboxAnyDue :one
+-- MarkerOutboxAnyDue says whether a row has waited at least @min_age_seconds: the repair
+-- opens a transaction only when there is something to take.
+SELECT EXISTS (
+    SELECT 1 FROM marker_outbox
+    WHERE created_at < now() - make_interval(secs => @min_age_seconds::float8)
+) AS due;
+
 -- name: MarkerOutboxClaimDue :many
 -- MarkerOutboxClaimDue takes the oldest rows that have waited at least @min_age_seconds
 -- and that no other engine has taken: it locks them until the transaction ends, so that
