@@ -15,9 +15,12 @@ import (
 
 // txOptions begins every transaction with bounds on lock waits and statements, so that a
 // stuck row lock becomes ErrUnavailable instead of a hang.
-func (e *Engine) txOptions() pgx.TxOptions {
+func (e *Engine) txOptions() pgx.TxOptions { return e.txOptionsWith(e.cfg.StatementTimeout) }
+
+// txOptionsWith is txOptions with another statement timeout.
+func (e *Engine) txOptionsWith(statementTimeout time.Duration) pgx.TxOptions {
 	return pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '" + strconv.FormatInt(e.cfg.LockTimeout.Milliseconds(), 10) +
-		"ms'; SET LOCAL statement_timeout = '" + strconv.FormatInt(e.cfg.StatementTimeout.Milliseconds(), 10) + "ms'"}
+		"ms'; SET LOCAL statement_timeout = '" + strconv.FormatInt(statementTimeout.Milliseconds(), 10) + "ms'"}
 }
 
 // maxTxAttempts bounds the retries of a transaction that hit a serialization failure or

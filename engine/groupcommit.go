@@ -78,7 +78,6 @@ type confirmReq struct {
 	err      error
 	marked   bool // its sold markers are in Redis
 	reserved bool // its hold is reserved for its batch in Redis (reserve.lua)
-	unknown  bool // its COMMIT's outcome could not be settled
 
 	// Set while a seat's fence is locked elsewhere (deferFenceBusy).
 	busySince  time.Time
@@ -422,7 +421,7 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 	for i, k := range keys {
 		shows[i], seats[i] = k.show, k.seat
 	}
-	locked, err := e.lockFences(ctx, tx, batch, keys)
+	locked, err := e.lockFences(ctx, tx, batch, shows, seats)
 	if err != nil {
 		return false, err
 	}
@@ -467,7 +466,7 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 		at, err := e.resolveCommit(ctx, pid, accepted[0].id, err)
 		for _, r := range accepted {
 			if err != nil {
-				r.err, r.unknown = err, errors.Is(err, errCommitUnknown)
+				r.err = err
 			} else {
 				r.res.at = at
 			}
@@ -477,16 +476,12 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 	return true, nil
 }
 
-// lockFences locks the fences of keys (sorted, distinct) that no other transaction holds
+// lockFences locks the fences of the (show, seat) pairs (sorted, distinct) that no other transaction holds
 // (SKIP LOCKED) and returns them. A confirmation touching a fence it skipped gets
 // errFenceBusy: it leaves this batch and goes back to the queue (commitBatch). The batch
 // never waits for a lock while it holds others, so batches cannot wait for each other in
 // a cycle, and one fence held elsewhere holds up only the confirmations that touch it.
-func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq, keys []seatKey) ([]db.SeatFencesLockSkipRow, error) {
-	shows, seats := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		shows[i], seats[i] = k.show, k.seat
-	}
+func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq, shows, seats []string) ([]db.SeatFencesLockSkipRow, error) {
 	got, err := db.New(tx).SeatFencesLockSkip(ctx, db.SeatFencesLockSkipParams{ShowIds: shows, SeatIds: seats})
 	if err != nil {
 		return nil, e.txErr(err)
@@ -495,7 +490,7 @@ func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq,
 	for _, f := range got {
 		have[seatKey{f.ShowID, f.SeatID}] = true
 	}
-	if len(got) < len(keys) {
+	if len(got) < len(shows) {
 		for _, r := range batch {
 			if slices.ContainsFunc(r.c.seats, func(s string) bool { return !have[seatKey{r.c.sh.id, s}] }) {
 				r.err = errFenceBusy
@@ -764,7 +759,7 @@ func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
 	var calls []scriptCall
 	var owners []*confirmReq
 	for _, r := range batch {
-		if !r.reserved || r.unknown || (committedOK && r.err == nil) {
+		if !r.reserved || errors.Is(r.err, errCommitUnknown) || (committedOK && r.err == nil) {
 			continue
 		}
 		calls = append(calls, scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id)}, r.c.seats)})
@@ -810,12 +805,11 @@ func (e *Engine) markBatch(ctx context.Context, batch []*confirmReq) {
 		if r.err != nil {
 			continue
 		}
-		ks, err := r.c.sh.scriptKeys("", r.c.seats)
+		call, err := markCall(r.c.sh, r.c.seats, r.gen, true)
 		if err != nil {
 			continue
 		}
-		calls = append(calls, scriptCall{lua.Mark, ks, markArgs("-", r.c.seats, slices.Repeat([]string{marker(r.gen, true)}, len(r.c.seats)))})
-		owners = append(owners, r)
+		calls, owners = append(calls, call), append(owners, r)
 	}
 	if len(calls) == 0 {
 		return

@@ -5,7 +5,6 @@ import (
 	"context"
 	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,9 +140,7 @@ const showStatementTimeout = 30 * time.Second
 // exactly that layout, then makes sure Redis has the show's counter. The seats go in,
 // with their fences, showInsertChunk at a time, in one transaction.
 func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat) (created bool, err error) {
-	opts := pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '" + strconv.FormatInt(e.cfg.LockTimeout.Milliseconds(), 10) +
-		"ms'; SET LOCAL statement_timeout = '" + strconv.FormatInt(showStatementTimeout.Milliseconds(), 10) + "ms'"}
-	err = pgx.BeginTxFunc(ctx, e.pool, opts, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, e.pool, e.txOptionsWith(showStatementTimeout), func(tx pgx.Tx) error {
 		q := e.q.WithTx(tx)
 		n, err := q.ShowInsert(ctx, showID)
 		if err != nil {

@@ -41,6 +41,16 @@ func marker(gen int64, sold bool) string {
 	return "-" + strconv.FormatInt(gen, 10)
 }
 
+// markCall is the mark.lua call that writes the markers of one booking's seats: sold,
+// or its tombstones.
+func markCall(sh *show, seats []string, gen int64, sold bool) (scriptCall, error) {
+	ks, err := sh.scriptKeys("", seats)
+	if err != nil {
+		return scriptCall{}, err
+	}
+	return scriptCall{lua.Mark, ks, markArgs("-", seats, slices.Repeat([]string{marker(gen, sold)}, len(seats)))}, nil
+}
+
 // writeMarkers moves the markers of seats forward to marks (one each); floor, unless
 // "-", raises the show's counter to at least that. It returns how many holds on sold
 // seats it dropped and whether the counter was raised.
@@ -184,6 +194,10 @@ func (e *Engine) deleteApplied(ctx context.Context) {
 // The bound: once Redis takes writes again, a backlog of B rows is written within
 // MarkerRepairInterval plus ceil(B / (markerRepairBatch × engines)) rounds.
 func (e *Engine) repayOnce(ctx context.Context) (int, error) {
+	// Nothing due, the usual case: no transaction.
+	if due, err := e.q.MarkerOutboxAnyDue(ctx, markerRepairAge.Seconds()); err != nil || !due {
+		return 0, e.pgErr(err)
+	}
 	total := 0
 	for ctx.Err() == nil {
 		n, more, err := e.repayRound(ctx)
@@ -200,9 +214,6 @@ func (e *Engine) repayOnce(ctx context.Context) (int, error) {
 func (e *Engine) repayRound(ctx context.Context) (int, bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, markSoldTimeout+2*e.cfg.StatementTimeout)
 	defer cancel()
-	if due, err := e.q.MarkerOutboxAnyDue(rctx, markerRepairAge.Seconds()); err != nil || !due {
-		return 0, false, e.pgErr(err)
-	}
 	tx, err := e.pool.BeginTx(rctx, e.txOptions())
 	if err != nil {
 		return 0, false, e.pgErr(err)
@@ -220,17 +231,15 @@ func (e *Engine) repayRound(ctx context.Context) (int, bool, error) {
 	var failed error // a row Redis did not take: it stays for the next round
 	for _, r := range rows {
 		sh, err := e.show(rctx, r.ShowID)
-		var ks []string
+		var call scriptCall
 		if err == nil {
-			ks, err = sh.scriptKeys("", r.SeatIds)
+			call, err = markCall(sh, r.SeatIds, r.Generation, r.Sold)
 		}
 		if err != nil {
 			failed = err
 			continue
 		}
-		marks := slices.Repeat([]string{marker(r.Generation, r.Sold)}, len(r.SeatIds))
-		calls = append(calls, scriptCall{lua.Mark, ks, markArgs("-", r.SeatIds, marks)})
-		owners, taken = append(owners, sh), append(taken, r)
+		calls, owners, taken = append(calls, call), append(owners, sh), append(taken, r)
 	}
 	mctx, mcancel := context.WithTimeout(rctx, markSoldTimeout)
 	var shows []string

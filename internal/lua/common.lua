@@ -172,11 +172,16 @@ local HELD = 4503599627370496 -- 2^52
 
 local function bucket_of(i) return string.match(sk(i), "sold:(%d+)$") end
 
+-- meta_parse reads seat's meta value m (in bucket b).
+local function meta_parse(seat, b, m)
+    local score, sec, left, right = string.match(m, "^(%d+) (%d+) (%S+) (%S+)$")
+    return {seat = seat, b = b, score = tonumber(score), sec = sec, left = left, right = right}
+end
+
 local function meta_get(seat, b)
     local m = redis.call("HGET", BASE .. "meta:" .. b, seat)
     if not m then return nil end
-    local score, sec, left, right = string.match(m, "^(%d+) (%d+) (%S+) (%S+)$")
-    return {seat = seat, b = b, score = tonumber(score), sec = sec, left = left, right = right}
+    return meta_parse(seat, b, m)
 end
 
 local function ref(r)

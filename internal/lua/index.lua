@@ -26,8 +26,7 @@ local now = now_ms()
 local metas, by_bucket, order = {}, {}, {}
 for i = 1, n do
     local seat_id, b, raw = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-    local score, sec, left, right = string.match(raw, "^(%d+) (%d+) (%S+) (%S+)$")
-    metas[i] = {seat = seat_id, b = b, score = tonumber(score), sec = sec, left = left, right = right}
+    metas[i] = meta_parse(seat_id, b, raw)
     local g = by_bucket[b]
     if not g then
         g = {set = {}, seats = {}, idx = {}}
@@ -57,10 +56,6 @@ local function zadd(sec, score, mem)
     z[#z + 1] = score
     z[#z + 1] = mem
 end
--- A page with no hold at all (a new show's) needs no PTTL per seat.
-local holds = {}
-for i = 1, n do holds[i] = BASE .. "hold:" .. metas[i].seat end
-local any_held = redis.call("EXISTS", unpack(holds)) > 0
 local run = {}
 local function flush()
     if #run > 0 then run_add(run) end
@@ -71,8 +66,7 @@ for i = 1, n do
     if sold[i] then
         flush()
     else
-        local ttl = -2
-        if any_held then ttl = redis.call("PTTL", holds[i]) end
+        local ttl = redis.call("PTTL", BASE .. "hold:" .. m.seat)
         if ttl >= 0 then
             zadd(m.sec, int(HELD + now + ttl), member(m))
             flush()
