@@ -7,29 +7,104 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
-const backendAlive = `-- name: BackendAlive :one
-SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $1::int) AS alive
+const backendState = `-- name: BackendState :one
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+               WHERE a.pid = $1::int AND a.backend_start = $2::timestamptz) AS alive,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+               WHERE a.pid = $1::int AND a.backend_start = $2::timestamptz
+                 AND a.wait_event_type = 'IPC' AND a.wait_event = 'SyncRep') AS sync_rep
 `
 
-func (q *Queries) BackendAlive(ctx context.Context, pid int32) (bool, error) {
-	row := q.db.QueryRow(ctx, backendAlive, pid)
-	var alive bool
-	err := row.Scan(&alive)
-	return alive, err
+type BackendStateParams struct {
+	Pid          int32
+	BackendStart time.Time
+}
+
+type BackendStateRow struct {
+	Alive   bool
+	SyncRep bool
+}
+
+// BackendState says whether the backend (pid, started at backend_start) still runs, and
+// whether it waits for a synchronous standby: a COMMIT there is written locally and
+// not yet replicated, and must not be ended.
+func (q *Queries) BackendState(ctx context.Context, arg BackendStateParams) (BackendStateRow, error) {
+	row := q.db.QueryRow(ctx, backendState, arg.Pid, arg.BackendStart)
+	var i BackendStateRow
+	err := row.Scan(&i.Alive, &i.SyncRep)
+	return i, err
 }
 
 const backendTerminate = `-- name: BackendTerminate :one
-SELECT pg_catalog.pg_terminate_backend($1::int) AS terminated
+SELECT COALESCE((SELECT pg_catalog.pg_terminate_backend(a.pid) FROM pg_catalog.pg_stat_activity a
+                 WHERE a.pid = $1::int AND a.backend_start = $2::timestamptz), false)::boolean AS terminated
 `
 
-// BackendTerminate ends a server process of this role. After a COMMIT whose reply was
-// lost, the engine ends the process that ran it, so that the transaction's outcome is
-// final before the engine looks it up.
-func (q *Queries) BackendTerminate(ctx context.Context, pid int32) (bool, error) {
-	row := q.db.QueryRow(ctx, backendTerminate, pid)
+type BackendTerminateParams struct {
+	Pid          int32
+	BackendStart time.Time
+}
+
+// BackendTerminate ends the server process (pid, started at backend_start) of this
+// role. After a COMMIT whose reply was lost, the engine ends the process that ran it,
+// so that the transaction's outcome is final before the engine looks it up.
+func (q *Queries) BackendTerminate(ctx context.Context, arg BackendTerminateParams) (bool, error) {
+	row := q.db.QueryRow(ctx, backendTerminate, arg.Pid, arg.BackendStart)
 	var terminated bool
 	err := row.Scan(&terminated)
 	return terminated, err
+}
+
+const durabilityBarrier = `-- name: DurabilityBarrier :execrows
+UPDATE commit_barrier SET writes = writes + 1 WHERE slot = $1::int
+`
+
+// DurabilityBarrier writes a row (see migration 00005), so that its transaction's COMMIT
+// writes WAL and waits, as every such COMMIT does, for the synchronous standbys the
+// server is set up with: once it returns, everything the server committed before it is
+// as durable as its settings promise.
+func (q *Queries) DurabilityBarrier(ctx context.Context, slot int32) (int64, error) {
+	result, err := q.db.Exec(ctx, durabilityBarrier, slot)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const serverIdentity = `-- name: ServerIdentity :one
+SELECT (SELECT c.system_identifier FROM pg_catalog.pg_control_system() c)::bigint AS system_identifier,
+       (CASE WHEN pg_catalog.pg_is_in_recovery() THEN 0
+             ELSE ('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::int
+        END)::int AS timeline,
+       pg_catalog.pg_postmaster_start_time()::timestamptz AS postmaster_start,
+       pg_catalog.pg_backend_pid()::int AS pid,
+       (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid())::timestamptz AS backend_start
+`
+
+type ServerIdentityRow struct {
+	SystemIdentifier int64
+	Timeline         int32
+	PostmasterStart  time.Time
+	Pid              int32
+	BackendStart     time.Time
+}
+
+// ServerIdentity names the server a connection reaches: its cluster (system
+// identifier), its timeline (0 on a standby) and when its postmaster started. A COMMIT
+// whose reply was lost is settled only on the server that ran it: after a failover or a
+// restart, its backend pid means nothing there.
+func (q *Queries) ServerIdentity(ctx context.Context) (ServerIdentityRow, error) {
+	row := q.db.QueryRow(ctx, serverIdentity)
+	var i ServerIdentityRow
+	err := row.Scan(
+		&i.SystemIdentifier,
+		&i.Timeline,
+		&i.PostmasterStart,
+		&i.Pid,
+		&i.BackendStart,
+	)
+	return i, err
 }

@@ -53,6 +53,11 @@ type BookingSeat struct {
 	SeatID    string
 }
 
+type CommitBarrier struct {
+	Slot   int32
+	Writes int64
+}
+
 type MarkerOutbox struct {
 	ShowID     string
 	Seq        int64

@@ -12,11 +12,14 @@ import (
 )
 
 type Querier interface {
-	BackendAlive(ctx context.Context, pid int32) (bool, error)
-	// BackendTerminate ends a server process of this role. After a COMMIT whose reply was
-	// lost, the engine ends the process that ran it, so that the transaction's outcome is
-	// final before the engine looks it up.
-	BackendTerminate(ctx context.Context, pid int32) (bool, error)
+	// BackendState says whether the backend (pid, started at backend_start) still runs, and
+	// whether it waits for a synchronous standby: a COMMIT there is written locally and
+	// not yet replicated, and must not be ended.
+	BackendState(ctx context.Context, arg BackendStateParams) (BackendStateRow, error)
+	// BackendTerminate ends the server process (pid, started at backend_start) of this
+	// role. After a COMMIT whose reply was lost, the engine ends the process that ran it,
+	// so that the transaction's outcome is final before the engine looks it up.
+	BackendTerminate(ctx context.Context, arg BackendTerminateParams) (bool, error)
 	BookingCancel(ctx context.Context, arg BookingCancelParams) (*time.Time, error)
 	// BookingCreate records a confirmed booking in one statement: the booking, its seats,
 	// the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
@@ -33,6 +36,11 @@ type Querier interface {
 	BookingGetByHold(ctx context.Context, arg BookingGetByHoldParams) (BookingDetail, error)
 	BookingGetByIdempotencyKey(ctx context.Context, arg BookingGetByIdempotencyKeyParams) (BookingDetail, error)
 	BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) (BookingGetForUpdateRow, error)
+	// DurabilityBarrier writes a row (see migration 00005), so that its transaction's COMMIT
+	// writes WAL and waits, as every such COMMIT does, for the synchronous standbys the
+	// server is set up with: once it returns, everything the server committed before it is
+	// as durable as its settings promise.
+	DurabilityBarrier(ctx context.Context, slot int32) (int64, error)
 	// MarkerOutboxAnyDue says whether a row has waited at least @min_age_seconds: the repair
 	// opens a transaction only when there is something to take.
 	MarkerOutboxAnyDue(ctx context.Context, minAgeSeconds float64) (bool, error)
@@ -82,6 +90,11 @@ type Querier interface {
 	// SeatsInsertLayout adds a show's inventory with its layout, one array element per
 	// seat, and a zero fence for each seat.
 	SeatsInsertLayout(ctx context.Context, arg SeatsInsertLayoutParams) error
+	// ServerIdentity names the server a connection reaches: its cluster (system
+	// identifier), its timeline (0 on a standby) and when its postmaster started. A COMMIT
+	// whose reply was lost is settled only on the server that ran it: after a failover or a
+	// restart, its backend pid means nothing there.
+	ServerIdentity(ctx context.Context) (ServerIdentityRow, error)
 	ShowExists(ctx context.Context, showID string) (bool, error)
 	// ShowInsert creates a show; 0 rows when it exists already.
 	ShowInsert(ctx context.Context, showID string) (int64, error)

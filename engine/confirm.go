@@ -281,42 +281,6 @@ func (e *Engine) txErr(err error) error {
 	return e.pgErr(err)
 }
 
-// resolveCommit settles a COMMIT whose reply never came: the server may or may not have
-// committed. It ends the server process that ran the transaction, so the outcome is
-// final, waits until it is gone, then looks the booking up by its id.
-func (e *Engine) resolveCommit(ctx context.Context, pid uint32, id uuid.UUID, commitErr error) (time.Time, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
-	defer cancel()
-	unknown := func(err error) (time.Time, error) {
-		return time.Time{}, unavailable("postgres", fmt.Errorf("%w (%w): %w", errCommitUnknown, commitErr, err))
-	}
-	if _, err := e.q.BackendTerminate(rctx, int32(pid)); err != nil {
-		return unknown(err)
-	}
-	for {
-		alive, err := e.q.BackendAlive(rctx, int32(pid))
-		if err != nil {
-			return unknown(err)
-		}
-		if !alive {
-			break
-		}
-		if err := sleepJitter(rctx, 2); err != nil {
-			return unknown(err)
-		}
-	}
-	row, err := e.q.BookingGet(rctx, id)
-	switch {
-	case err == nil:
-		e.log.WarnContext(ctx, "commit reply lost; the booking was committed", "booking_id", id)
-		return row.ConfirmedAt, nil
-	case errors.Is(err, pgx.ErrNoRows):
-		return time.Time{}, unavailable("postgres", fmt.Errorf("commit failed: %w", commitErr))
-	default:
-		return unknown(err)
-	}
-}
-
 // verify returns the hold's current generation in Redis — gen, or the generation
 // regen.lua re-issued a hold that had gen — when every seat still holds its token; -1
 // when the seats are sold by a booking of generation gen; 0 when the hold is not
@@ -425,6 +389,12 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 	}
 	if subtle.ConstantTimeCompare(row.Fingerprint, c.fp) != 1 {
 		return Booking{}, true, fmt.Errorf("%w: the key names another request", ErrIdempotencyKeyReused)
+	}
+	// A booking found here is acknowledged as this request's: only once it is as durable
+	// as the server promises (its COMMIT's reply may have been lost while it waited for
+	// a synchronous standby, and the server may have ended it since).
+	if err := e.durable(ctx); err != nil {
+		return Booking{}, true, err
 	}
 	b := bookingFromRow(row)
 	b.Replayed = true

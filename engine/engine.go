@@ -44,6 +44,9 @@ type Engine struct {
 	viewCtx context.Context // ends when the engine closes
 	closed  bool            // under views.mu
 
+	backends    backends    // the server and backend of each pooled connection (failover.go)
+	reconciling atomic.Bool // a reconciliation after a failover runs (reconcile.go)
+
 	hooks hooks
 }
 
@@ -62,7 +65,8 @@ type hooks struct {
 	afterCommit func(ctx context.Context) bool
 	// afterRead runs where a repair has read PostgreSQL and is about to write what it
 	// read to Redis: path is "resync" (after each page), "repair" (a confirmation's
-	// marker repair) or "replay" (an idempotent retry re-marking its booking).
+	// marker repair), "replay" (an idempotent retry re-marking its booking) or
+	// "reconcile" (Reconcile has read Redis's markers, before it reads the database).
 	afterRead func(ctx context.Context, path string)
 	// beforeFeedRead runs before each read of a show's change feed by its seat map.
 	beforeFeedRead func(ctx context.Context, showID string)

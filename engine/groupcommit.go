@@ -336,8 +336,15 @@ func (e *Engine) commitBatch(batch []*confirmReq) {
 		pending = append(pending, r)
 	}
 
-	committedOK := e.runBatch(ctx, conn, pending)
+	// Every step of the batch is bounded on the client side too (stallGuard): a server
+	// that stops answering costs one step's bound, and the pool is then dialled again.
+	gctx, guard, gcancel := guardStalls(ctx, e.cfg.StatementTimeout+stallGrace)
+	committedOK := e.runBatch(gctx, guard, conn, pending)
+	gcancel()
 	conn.Release()
+	if guard.stalled.Load() {
+		e.stalled()
+	}
 	e.gc.took(time.Since(acquired))
 	if committedOK {
 		e.markBatch(ctx, pending)
@@ -363,10 +370,19 @@ func (m *memberErr) Error() string { return m.err.Error() }
 // runBatch runs the batch's transaction, again whole on a serialization failure or
 // deadlock (retryTx), and again without a confirmation whose write failed. It sets every
 // confirmation's outcome (r.err, r.res) and reports whether a COMMIT happened.
-func (e *Engine) runBatch(ctx context.Context, conn *pgxpool.Conn, batch []*confirmReq) bool {
+func (e *Engine) runBatch(ctx context.Context, guard *stallGuard, conn *pgxpool.Conn, batch []*confirmReq) bool {
 	pending := slices.Clone(batch)
+	guard.step()
+	ran, err := e.backendOf(ctx, conn)
+	if err != nil {
+		err = unavailable("postgres", err)
+		for _, r := range pending {
+			r.err = err
+		}
+		return false
+	}
 	for len(pending) > 0 {
-		ok, err := retryTx(ctx, func() (bool, error) { return e.batchOnce(ctx, conn, pending) })
+		ok, err := retryTx(ctx, func() (bool, error) { return e.batchOnce(ctx, guard, ran, conn, pending) })
 		var me *memberErr
 		switch {
 		case err == nil:
@@ -392,15 +408,21 @@ type seatKey struct{ show, seat string }
 
 // batchOnce is one attempt at the batch's transaction (see the top of this file). It
 // sets the outcome of each confirmation of batch and reports whether it committed.
-func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*confirmReq) (bool, error) {
+func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIdentity, conn *pgxpool.Conn, batch []*confirmReq) (bool, error) {
 	for _, r := range batch {
 		r.err, r.res = nil, committed{}
 	}
+	guard.step()
 	tx, err := conn.BeginTx(ctx, e.txOptions())
 	if err != nil {
 		return false, unavailable("postgres", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	pending := false // the COMMIT is left running (commitUncancelled): the connection is not ours
+	defer func() {
+		if !pending {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
 	q := db.New(tx)
 
 	// 1. Lock every fence of the batch in one order, then read the claims.
@@ -421,6 +443,7 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 	for i, k := range keys {
 		shows[i], seats[i] = k.show, k.seat
 	}
+	guard.step()
 	locked, err := e.lockFences(ctx, tx, batch, shows, seats)
 	if err != nil {
 		return false, err
@@ -434,6 +457,7 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 		for _, f := range locked {
 			fence[seatKey{f.ShowID, f.SeatID}] = f.Generation
 		}
+		guard.step()
 		if claimed, err = readClaims(ctx, q, shows, seats); err != nil {
 			return false, e.txErr(err)
 		}
@@ -443,27 +467,30 @@ func (e *Engine) batchOnce(ctx context.Context, conn *pgxpool.Conn, batch []*con
 	}
 
 	// 2. Which holds are still current, reserved for the batch, in one pipeline.
+	guard.step()
 	e.reserveBatch(ctx, batch)
 
 	// 3–4. Decide and write, or each in a savepoint.
 	var accepted []*confirmReq
 	if e.cfg.ConfirmSavepoints {
-		accepted, err = e.writeInSavepoints(ctx, tx, batch)
+		accepted, err = e.writeInSavepoints(ctx, guard, tx, batch)
 	} else {
-		accepted, err = e.decideAndWrite(ctx, q, batch, fence, claimed)
+		accepted, err = e.decideAndWrite(ctx, guard, q, batch, fence, claimed)
 	}
 	if err != nil || len(accepted) == 0 {
 		return false, err
 	}
 
-	// 5. COMMIT.
-	pid := tx.Conn().PgConn().PID()
-	if err := tx.Commit(ctx); err != nil {
+	// 5. COMMIT. It may wait for a synchronous standby: it is never cancelled
+	// (commitUncancelled), and a COMMIT that did not return is settled, not assumed.
+	guard.step()
+	if err := e.commitUncancelled(ctx, conn, tx); err != nil {
+		pending = errors.Is(err, errCommitPending)
 		if pgCode(err) != "" {
 			return false, e.txErr(err) // the server answered: nothing committed
 		}
 		// The reply is lost: settle the outcome, once for the whole batch.
-		at, err := e.resolveCommit(ctx, pid, accepted[0].id, err)
+		at, err := e.resolveCommit(ctx, ran, accepted[0].id, err)
 		for _, r := range accepted {
 			if err != nil {
 				r.err = err
@@ -552,7 +579,7 @@ func readClaims(ctx context.Context, q *db.Queries, shows, seats []string) (map[
 // decideAndWrite is steps 3 and 4 of the batch: it decides each confirmation in queue
 // order from the batch's locked fences and claims, and writes the accepted ones, which
 // it returns.
-func (e *Engine) decideAndWrite(ctx context.Context, q *db.Queries, batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool) ([]*confirmReq, error) {
+func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Queries, batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool) ([]*confirmReq, error) {
 
 	// 3. Decide, in queue order.
 	type idemKey struct{ show, holder, key string }
@@ -603,6 +630,7 @@ func (e *Engine) decideAndWrite(ctx context.Context, q *db.Queries, batch []*con
 		}
 		params[i] = r.booking()
 	}
+	guard.step()
 	n, err := q.SeatFencesAdvanceMany(ctx, db.SeatFencesAdvanceManyParams{ShowIds: fShows, SeatIds: fSeats, Generations: fGens})
 	if err != nil {
 		return nil, e.txErr(err)
@@ -613,6 +641,7 @@ func (e *Engine) decideAndWrite(ctx context.Context, q *db.Queries, batch []*con
 	}
 	var failed *memberErr
 	var firstErr error
+	guard.step()
 	q.BookingCreate(ctx, params).QueryRow(func(i int, row db.BookingCreateRow, err error) {
 		switch {
 		case err == nil:
@@ -638,12 +667,13 @@ func (e *Engine) decideAndWrite(ctx context.Context, q *db.Queries, batch []*con
 // a lone confirmation — the fence, then the booking — in a savepoint of its own, and a
 // refusal rolls back to it. The batch's ordered lock came first: without it, batches
 // deadlock on each other's claims. It returns the confirmations that wrote.
-func (e *Engine) writeInSavepoints(ctx context.Context, tx pgx.Tx, batch []*confirmReq) ([]*confirmReq, error) {
+func (e *Engine) writeInSavepoints(ctx context.Context, guard *stallGuard, tx pgx.Tx, batch []*confirmReq) ([]*confirmReq, error) {
 	var accepted []*confirmReq
 	for _, r := range batch {
 		if r.err != nil {
 			continue
 		}
+		guard.step()
 		ok, err := e.inSavepoint(ctx, tx, r)
 		if err != nil {
 			return nil, err

@@ -164,7 +164,12 @@ func (e *Engine) repayMarkers(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		e.deleteApplied(ctx)
+		// Every database call of the loop has a deadline: a dead or hung server costs a
+		// pass, never the loop.
+		pctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout+stallGrace)
+		e.deleteApplied(pctx)
+		e.checkServer(pctx)
+		cancel()
 		if n, err := e.repayOnce(ctx); err != nil && ctx.Err() == nil {
 			e.log.WarnContext(ctx, "repair sold markers", "rows", n, "error", err)
 		}
@@ -195,7 +200,10 @@ func (e *Engine) deleteApplied(ctx context.Context) {
 // MarkerRepairInterval plus ceil(B / (markerRepairBatch × engines)) rounds.
 func (e *Engine) repayOnce(ctx context.Context) (int, error) {
 	// Nothing due, the usual case: no transaction.
-	if due, err := e.q.MarkerOutboxAnyDue(ctx, markerRepairAge.Seconds()); err != nil || !due {
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout+stallGrace)
+	due, err := e.q.MarkerOutboxAnyDue(dctx, markerRepairAge.Seconds())
+	cancel()
+	if err != nil || !due {
 		return 0, e.pgErr(err)
 	}
 	total := 0

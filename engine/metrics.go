@@ -22,6 +22,11 @@ type metrics struct {
 	confirmQueueWait  prometheus.Histogram
 	confirmBatchSize  prometheus.Histogram
 	feedLag           prometheus.Histogram
+	failovers         prometheus.Counter
+	stalls            prometheus.Counter
+	syncRepWaits      prometheus.Counter
+	lostBookings      prometheus.Counter
+	reconciled        prometheus.Counter
 	children          sync.Map // opResult -> *opMetrics
 }
 
@@ -75,13 +80,34 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Help:    "Time from a change's feed entry in Redis to its application to this engine's seat map.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
 		}),
+		failovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_postgres_server_changes_total",
+			Help: "Times the engine found PostgreSQL to be another server (another cluster or timeline: a failover); each starts a reconciliation.",
+		}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_postgres_stalls_total",
+			Help: "Batches whose server stopped answering within a statement's bound (a hung primary, a partition); each empties the pool.",
+		}),
+		syncRepWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_commit_durability_unproven_total",
+			Help: "Bookings not acknowledged because their durability could not be proven (a COMMIT waiting for a synchronous standby, a barrier that did not return).",
+		}),
+		lostBookings: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_lost_bookings_total",
+			Help: "Bookings Redis had sold markers for that the database no longer has (an asynchronous failover lost them); found by reconciliation.",
+		}),
+		reconciled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_markers_lowered_total",
+			Help: "Sold markers reconciliation lowered to what the database says.",
+		}),
 	}
 	if reg != nil {
 		queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "holdfast_confirm_queue_length",
 			Help: "Confirmations waiting in the queue for a batch now.",
 		}, confirmQueue)
-		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize} {
+		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize,
+			m.failovers, m.stalls, m.syncRepWaits, m.lostBookings, m.reconciled} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,6 +95,13 @@ func (c *showCache) put(sh *show) *show {
 	c.shows[sh.id] = sh
 	c.order = append(c.order, sh.id)
 	return sh
+}
+
+// all returns the cached shows.
+func (c *showCache) all() []*show {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return slices.Collect(maps.Values(c.shows))
 }
 
 // forget remembers that id is not a show, until until.

@@ -5,7 +5,7 @@
 //	holdfast migrate up|down|status
 //	holdfast demo    [--url http://127.0.0.1:8080] [flags]
 //	holdfast bench   [flags]
-//	holdfast resync  --show SHOW
+//	holdfast resync  --show SHOW [--from-database]
 //	holdfast version
 //
 // Run "holdfast help" or "holdfast <command> -h" for the flags.

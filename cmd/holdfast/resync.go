@@ -6,21 +6,27 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/holdfast/holdfast/engine"
 )
 
 // resync rebuilds shows' Redis state from PostgreSQL (engine.Resync), for an operator
-// after a Redis loss or a failover: holdfast resync --show a --show b.
+// after a Redis loss: holdfast resync --show a --show b. With --from-database it is
+// authoritative (engine.Reconcile): markers ahead of the database — bookings a
+// PostgreSQL failover lost — are set back too, and each lost booking is printed.
 func resync(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("holdfast resync", flag.ContinueOnError)
 	var (
 		backends backendFlags
 		eng      engineFlags
 		shows    showList
+		fromDB   bool
 	)
 	fs.Var(&shows, "show", "a show to resync (repeat for several)")
+	fs.BoolVar(&fromDB, "from-database", false,
+		"make Redis say exactly what PostgreSQL says, lowering markers of bookings the database lost (after a failover); prints each lost booking")
 	backends.register(fs, getenv)
 	eng.register(fs, getenv)
 	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
@@ -50,10 +56,22 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 	defer e.Close()
 	for _, show := range shows {
 		start := time.Now()
-		if err := e.Resync(ctx, show); err != nil {
-			return fmt.Errorf("resync %s: %w", show, err)
+		if !fromDB {
+			if err := e.Resync(ctx, show); err != nil {
+				return fmt.Errorf("resync %s: %w", show, err)
+			}
+			fmt.Fprintf(stdout, "resynced %s in %v\n", show, time.Since(start).Round(time.Millisecond))
+			continue
 		}
-		fmt.Fprintf(stdout, "resynced %s in %v\n", show, time.Since(start).Round(time.Millisecond))
+		rep, err := e.Reconcile(ctx, show)
+		if err != nil {
+			return fmt.Errorf("resync %s from the database: %w", show, err)
+		}
+		for _, b := range rep.Lost {
+			fmt.Fprintf(stdout, "lost booking: show %s generation %d seats %s\n", b.ShowID, b.Generation, strings.Join(b.SeatIDs, " "))
+		}
+		fmt.Fprintf(stdout, "resynced %s from the database in %v: %d markers set back, %d lost bookings, %d lost cancellations\n",
+			show, time.Since(start).Round(time.Millisecond), rep.Lowered, len(rep.Lost), rep.LostCancellations)
 	}
 	return nil
 }

@@ -92,7 +92,7 @@ type backendFlags struct {
 func (b *backendFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&b.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
 	fs.StringVar(&b.redisURL, "redis-url", getenv("REDIS_URL"),
-		"Redis URL, or a comma-separated list of host:port for Redis Cluster (env REDIS_URL)")
+		"Redis URL; behind Sentinel redis://SENTINEL:26379/0?master_name=NAME[&addr=SENTINEL2:26379...]; or a comma-separated list of host:port for Redis Cluster (env REDIS_URL)")
 	fs.BoolVar(&b.redisCluster, "redis-cluster", getenv("REDIS_CLUSTER") == "true", "treat REDIS_URL as a Redis Cluster (env REDIS_CLUSTER=true)")
 	fs.IntVar(&b.pgMaxConns, "pg-max-conns", 32, "PostgreSQL pool size")
 }
@@ -110,6 +110,7 @@ func (b *backendFlags) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, usageErr("--pg-max-conns must be at least 1")
 	}
 	cfg.MaxConns = int32(b.pgMaxConns)
+	engine.TunePool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
@@ -140,6 +141,16 @@ func (b *backendFlags) openRedis(ctx context.Context) (redis.UniversalClient, er
 			addrs = append(addrs, a)
 		}
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: 256})
+	} else if sentinelURL(b.redisURL) {
+		// Redis behind Sentinel: the URL names a Sentinel (more with addr=...) and the
+		// master (master_name=...); the client follows the master through a failover.
+		opt, err := redis.ParseFailoverURL(b.redisURL)
+		if err != nil {
+			return nil, usageErr("REDIS_URL is not a valid Sentinel URL (redis://sentinel:26379/0?master_name=NAME&addr=sentinel2:26379): %v", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		opt.PoolSize = 256
+		rdb = redis.NewFailoverClient(opt)
 	} else {
 		opt, err := redis.ParseURL(b.redisURL)
 		if err != nil {
@@ -156,6 +167,12 @@ func (b *backendFlags) openRedis(ctx context.Context) (redis.UniversalClient, er
 		return nil, fmt.Errorf("the Redis at %s does not answer (%w); is it running? `make services` starts one", redactURL(b.redisURL), err)
 	}
 	return rdb, nil
+}
+
+// sentinelURL reports whether a REDIS_URL is the Sentinel form (it names a master).
+func sentinelURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Query().Has("master_name")
 }
 
 // engineFlags are the engine's Config fields as flags with environment defaults.

@@ -32,6 +32,8 @@ var (
 	regenLua string
 	//go:embed mark.lua
 	markLua string
+	//go:embed lower.lua
+	lowerLua string
 	//go:embed index.lua
 	indexLua string
 	//go:embed best.lua
@@ -50,6 +52,9 @@ var (
 	// Mark writes sold markers and tombstones. It runs when Redis is full too: a marker
 	// is a few bytes and replaces a hold key, and a sold seat must look sold.
 	Mark = newScript(" flags=allow-oom", markLua)
+	// Lower sets sold markers back to what the database says where a failover lost
+	// their bookings (compare and set). Like Mark, it runs when Redis is full.
+	Lower = newScript(" flags=allow-oom", lowerLua)
 	// Index builds a page of a show's best-available index; Best holds the best seats.
 	Index = newScript("", indexLua)
 	Best  = newScript("", bestLua)

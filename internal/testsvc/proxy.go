@@ -2,16 +2,17 @@ package testsvc
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
-// Proxy is a TCP proxy on loopback for fault tests. Cut decides, for each chunk a client
-// sends, whether to forward it and then drop the connection before any reply comes back:
-// the request reaches the server, its reply is lost.
+// Proxy is a TCP proxy on loopback for fault tests. It can lose replies (Cut), stop
+// relaying in both directions while keeping the connections open (Partition: a network
+// partition, as a replication link sees one), delay every chunk (Delay) and drop every
+// connection (Sever).
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -20,9 +21,13 @@ type Proxy struct {
 	Cut  func(chunk []byte) bool
 	Cuts atomic.Int64
 
-	mu    sync.Mutex
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	delay atomic.Int64 // ns added before each chunk is relayed
+
+	mu          sync.Mutex
+	conns       map[net.Conn]bool
+	partitioned bool
+	healed      *sync.Cond
+	wg          sync.WaitGroup
 }
 
 // StartProxy listens on a free loopback port and forwards to target; it stops when the
@@ -34,6 +39,7 @@ func StartProxy(t testing.TB, target string) *Proxy {
 		t.Fatalf("proxy listen: %v", err)
 	}
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.healed = sync.NewCond(&p.mu)
 	p.wg.Go(p.accept)
 	t.Cleanup(p.Close)
 	return p
@@ -42,14 +48,36 @@ func StartProxy(t testing.TB, target string) *Proxy {
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Close stops the proxy and its connections.
-func (p *Proxy) Close() {
-	p.ln.Close()
+// Port is the proxy's port.
+func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+// Partition stops (true) or resumes (false) relaying in both directions. Connections
+// stay open and what was sent waits, as across a partition: the ends see silence, not
+// a reset, until their own timeouts.
+func (p *Proxy) Partition(on bool) {
 	p.mu.Lock()
+	p.partitioned = on
+	p.mu.Unlock()
+	p.healed.Broadcast()
+}
+
+// Delay adds d before each chunk is relayed, in both directions (0: none).
+func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// Sever closes every connection the proxy relays now; new ones are accepted.
+func (p *Proxy) Sever() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for c := range p.conns {
 		c.Close()
 	}
-	p.mu.Unlock()
+}
+
+// Close stops the proxy and its connections.
+func (p *Proxy) Close() {
+	p.ln.Close()
+	p.Partition(false)
+	p.Sever()
 	p.wg.Wait()
 }
 
@@ -61,6 +89,18 @@ func (p *Proxy) track(c net.Conn, on bool) {
 	} else {
 		delete(p.conns, c)
 	}
+}
+
+// pass waits out a partition and the delay before a chunk is relayed.
+func (p *Proxy) pass() {
+	if d := p.delay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	p.mu.Lock()
+	for p.partitioned {
+		p.healed.Wait()
+	}
+	p.mu.Unlock()
 }
 
 func (p *Proxy) accept() {
@@ -85,8 +125,21 @@ func (p *Proxy) accept() {
 			}()
 			done := make(chan struct{})
 			go func() {
-				_, _ = io.Copy(client, server)
-				close(done)
+				defer close(done)
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := server.Read(buf)
+					if n > 0 {
+						p.pass()
+						if _, werr := client.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						client.(*net.TCPConn).CloseWrite()
+						return
+					}
+				}
 			}()
 			buf := make([]byte, 64<<10)
 			for {
@@ -98,6 +151,7 @@ func (p *Proxy) accept() {
 						// Stop relaying replies first, then let the request through.
 						client.(*net.TCPConn).CloseWrite()
 					}
+					p.pass()
 					if _, werr := server.Write(chunk); werr != nil {
 						return
 					}

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,3 +443,64 @@ func (s *RedisServer) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 
 // Resume thaws a paused server.
 func (s *RedisServer) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// SentinelSet is a Redis master, a replica of it and three Sentinels watching them
+// (quorum 2, the master judged down after 1 s), all on loopback.
+type SentinelSet struct {
+	Master, Replica *RedisServer
+	Sentinels       []*RedisServer
+}
+
+// SentinelMaster is the name the Sentinels know the master by.
+const SentinelMaster = "holdfast"
+
+// StartSentinels starts a SentinelSet; everything stops when the test ends.
+func StartSentinels(t testing.TB) *SentinelSet {
+	t.Helper()
+	set := &SentinelSet{Master: StartRedis(t)}
+	set.Replica = StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(set.Master.Port))
+	bin, err := exec.LookPath("redis-sentinel")
+	if err != nil {
+		bin, err = exec.LookPath("redis-server") // redis-server --sentinel is the same program
+		if err != nil {
+			t.Fatal("redis-sentinel is not installed; run `make services` (it installs it)")
+		}
+	}
+	for range 3 {
+		s := &RedisServer{t: t, Port: FreePort(t), dir: t.TempDir()}
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"+
+			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s 1000\n"+
+			"sentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
+			s.Port, s.dir, SentinelMaster, set.Master.Port, SentinelMaster, SentinelMaster, SentinelMaster)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.args = []string{conf, "--sentinel"}
+		s.start(bin)
+		t.Cleanup(s.Stop)
+		set.Sentinels = append(set.Sentinels, s)
+	}
+	return set
+}
+
+// URL is the Sentinel form of REDIS_URL: the first Sentinel's address, the others as
+// addr parameters, and the master's name.
+func (set *SentinelSet) URL() string {
+	u := "redis://" + set.Sentinels[0].Addr() + "/0?master_name=" + SentinelMaster
+	for _, s := range set.Sentinels[1:] {
+		u += "&addr=" + s.Addr()
+	}
+	return u
+}
+
+// MasterAddr asks the Sentinels which server is the master now.
+func (set *SentinelSet) MasterAddr(ctx context.Context) (string, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: set.Sentinels[0].Addr()})
+	defer c.Close()
+	a, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(a[0], a[1]), nil
+}

@@ -1,0 +1,383 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sys/unix"
+
+	"github.com/holdfast/holdfast/db"
+)
+
+// Failover. PostgreSQL may be a primary with standbys, and the primary may die, hang or
+// be replaced while confirmations run. What the engine does about it:
+//
+//   - It never reports a booking whose COMMIT did not return normally unless the
+//     booking is proven durable: found on the server that ran the COMMIT, and followed by
+//     a durability barrier (a COMMIT of its own, which waits for the synchronous
+//     standbys the server is set up with, as the lost one had to). A COMMIT waiting for a
+//     synchronous standby is never cancelled or ended by the engine: it stays, holding
+//     its locks, until the standby answers or the server goes; the caller gets
+//     ErrUnavailable and the idempotent retry settles it on whichever primary survives.
+//   - It settles a lost reply only on the server that ran the COMMIT (the same cluster,
+//     timeline and postmaster: serverIdentity); elsewhere the outcome is unknown.
+//   - Every statement of a batch has a deadline on the client side (stallGuard), so a
+//     hung (not dead) primary costs a batch at most a statement's bound; the pool is then
+//     emptied, so that no other confirmation waits on a connection to it.
+//   - When the server it reaches changes (a promotion, a new cluster), it reconciles the
+//     shows' sold markers with the database (reconcile.go): bookings an asynchronous
+//     standby never received are reported, and their seats sold again.
+
+// serverIdentity is the server a connection reaches, and the backend that runs it.
+type serverIdentity struct {
+	system    int64     // pg_control_system().system_identifier: the cluster
+	timeline  int32     // the primary's timeline: a promotion starts a new one
+	started   time.Time // the postmaster's start: a restart is another process tree
+	pid       int32     // the backend
+	backStart time.Time // the backend's start: a pid reused later is another backend
+}
+
+// sameServer reports whether a and b are the same running server: a backend pid of one
+// means the same backend on the other.
+func (a serverIdentity) sameServer(b serverIdentity) bool {
+	return a.sameHistory(b) && a.started.Equal(b.started)
+}
+
+// sameHistory reports whether a and b are the same cluster on the same timeline: what
+// one committed, the other has (after a crash, once recovered).
+func (a serverIdentity) sameHistory(b serverIdentity) bool {
+	return a.system == b.system && a.timeline == b.timeline && a.timeline != 0
+}
+
+func identityOf(r db.ServerIdentityRow) serverIdentity {
+	return serverIdentity{system: r.SystemIdentifier, timeline: r.Timeline, started: r.PostmasterStart, pid: r.Pid, backStart: r.BackendStart}
+}
+
+// backends remembers the identity of each pooled connection, read once per connection
+// before its first batch: a COMMIT whose reply is lost is settled against it.
+type backends struct {
+	mu    sync.Mutex
+	conns map[*pgconn.PgConn]serverIdentity
+	// last is the last server identity seen (under mu); a change starts a reconciliation.
+	last serverIdentity
+}
+
+// backendOf returns the identity of conn's server and backend.
+func (e *Engine) backendOf(ctx context.Context, conn *pgxpool.Conn) (serverIdentity, error) {
+	pc := conn.Conn().PgConn()
+	b := &e.backends
+	b.mu.Lock()
+	id, ok := b.conns[pc]
+	b.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	row, err := db.New(conn).ServerIdentity(ctx)
+	if err != nil {
+		return serverIdentity{}, err
+	}
+	id = identityOf(row)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conns == nil {
+		b.conns = map[*pgconn.PgConn]serverIdentity{}
+	}
+	if len(b.conns) >= 4*int(e.pool.Config().MaxConns) {
+		for c := range b.conns {
+			if c.IsClosed() {
+				delete(b.conns, c)
+			}
+		}
+	}
+	b.conns[pc] = id
+	if id.timeline != 0 && !b.last.sameHistory(id) {
+		if b.last.timeline != 0 {
+			e.log.Warn("PostgreSQL is another server now (a failover or a new cluster): reconciling the sold markers with it",
+				"system_identifier", id.system, "timeline", id.timeline, "was_system_identifier", b.last.system, "was_timeline", b.last.timeline)
+			e.m.failovers.Inc()
+			e.reconcileSoon()
+		}
+		b.last = id
+	}
+	return id, nil
+}
+
+// checkServer notes the server a pooled connection reaches (backendOf), so that an
+// engine that confirms nothing still finds a failover and reconciles after it. A new
+// connection costs one query; one the engine has seen costs none.
+func (e *Engine) checkServer(ctx context.Context) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Release()
+	_, _ = e.backendOf(ctx, conn)
+}
+
+// resolveCommit settles a COMMIT whose reply never came (on the backend ran): the server
+// may or may not have committed it. It answers the booking's time when the booking
+// exists and is durable, ErrUnavailable otherwise — wrapping errCommitUnknown when the
+// outcome could not be settled (the hold then stays reserved until its reservation
+// ends). It never ends a backend that waits for a synchronous standby: that COMMIT is
+// written locally and not replicated, and ending it would make it visible here while a
+// failover could still lose it.
+func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, id uuid.UUID, commitErr error) (time.Time, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	unknown := func(err error) (time.Time, error) {
+		e.log.WarnContext(ctx, "commit reply lost; its outcome is unknown, the caller gets ErrUnavailable", "booking_id", id, "error", err)
+		return time.Time{}, unavailable("postgres", fmt.Errorf("%w (%w): %w", errCommitUnknown, commitErr, err))
+	}
+	nowRow, err := e.q.ServerIdentity(rctx)
+	if err != nil {
+		return unknown(err)
+	}
+	now := identityOf(nowRow)
+	if !now.sameHistory(ran) {
+		return unknown(fmt.Errorf("the pool reaches another server now (cluster %d timeline %d; the COMMIT ran on cluster %d timeline %d)",
+			now.system, now.timeline, ran.system, ran.timeline))
+	}
+	if now.sameServer(ran) {
+		backend := db.BackendStateParams{Pid: ran.pid, BackendStart: ran.backStart}
+		ended := false
+		for attempt := 1; ; attempt++ {
+			st, err := e.q.BackendState(rctx, backend)
+			if err != nil {
+				return unknown(err)
+			}
+			if !st.Alive {
+				break
+			}
+			if !st.SyncRep && !ended {
+				e.log.WarnContext(ctx, "commit reply lost; ending its backend to settle it", "booking_id", id, "pid", ran.pid)
+				if _, err := e.q.BackendTerminate(rctx, db.BackendTerminateParams(backend)); err != nil {
+					return unknown(err)
+				}
+				ended = true
+			}
+			if err := sleepJitter(rctx, min(attempt, 10)); err != nil {
+				if st.SyncRep {
+					e.m.syncRepWaits.Inc()
+					return unknown(errors.New("the COMMIT waits for a synchronous standby; it is left to finish"))
+				}
+				return unknown(err)
+			}
+		}
+	}
+	row, err := e.q.BookingGet(rctx, id)
+	switch {
+	case err == nil:
+		if err := e.durable(rctx); err != nil {
+			return unknown(err)
+		}
+		e.log.WarnContext(ctx, "commit reply lost; the booking was committed", "booking_id", id)
+		return row.ConfirmedAt, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, unavailable("postgres", fmt.Errorf("commit failed: %w", commitErr))
+	default:
+		return unknown(err)
+	}
+}
+
+// durable proves that what the server committed so far is as durable as its settings
+// promise: a transaction that writes a row commits (and so waits, in COMMIT, for the
+// synchronous standbys the server has, after every commit record before its own; a
+// transaction that wrote no WAL would not wait).
+// Within ctx; otherwise ErrUnavailable.
+func (e *Engine) durable(ctx context.Context) error {
+	bctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(bctx, e.pool, func(tx pgx.Tx) error {
+		n, err := db.New(tx).DurabilityBarrier(bctx, int32(rand.IntN(64)))
+		if err == nil && n != 1 {
+			err = fmt.Errorf("the barrier wrote %d rows (migration 00005 missing?)", n)
+		}
+		return err
+	})
+	if err != nil {
+		e.m.syncRepWaits.Inc()
+		return unavailable("postgres", fmt.Errorf("the booking exists, but its durability could not be proven (a synchronous standby does not answer?): %w", err))
+	}
+	return nil
+}
+
+// stallGuard bounds each step of a batch on the client side: ctx ends when a step has
+// run for longer than d (StatementTimeout and a grace), so that a server that stopped
+// answering — a hung primary, a partition — costs a batch one step's bound, not its
+// whole. pgx then closes the connection without a cancel request: a COMMIT waiting for
+// a synchronous standby goes on waiting on the server.
+type stallGuard struct {
+	d       time.Duration
+	t       *time.Timer
+	stalled atomic.Bool
+}
+
+// guardStalls returns ctx bounded by g's steps; cancel releases it.
+func guardStalls(ctx context.Context, d time.Duration) (context.Context, *stallGuard, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	g := &stallGuard{d: d}
+	g.t = time.AfterFunc(d, func() {
+		g.stalled.Store(true)
+		cancel()
+	})
+	return ctx, g, func() {
+		g.t.Stop()
+		cancel()
+	}
+}
+
+// step starts a step: the bound starts again.
+func (g *stallGuard) step() { g.t.Reset(g.d) }
+
+// stallGrace is how much longer than the server's own statement_timeout the client
+// waits for a statement before it concludes the server is not answering.
+const stallGrace = time.Second
+
+// stalled handles a batch whose server stopped answering: every connection of the pool
+// is closed (those in use when they are released), so that the next ones are dialled
+// again — to the new primary once there is one — instead of each waiting on the old.
+func (e *Engine) stalled() {
+	e.m.stalls.Inc()
+	e.log.Warn("PostgreSQL stopped answering a batch within its bound; reconnecting the pool")
+	e.pool.Reset()
+}
+
+// errCommitPending: a COMMIT did not return within its bound and is left running.
+var errCommitPending = errors.New("the COMMIT did not return within its bound; it is left to finish")
+
+// commitUncancelled commits tx and waits for the COMMIT no longer than ctx, without
+// ever cancelling it. A COMMIT can wait for a synchronous standby, and a cancel there —
+// which pgx sends whenever it gives up on a connection, whether its context ended or a
+// deadline passed — makes PostgreSQL keep the commit locally, visible and not
+// replicated, so that a failover could lose a booking the engine then finds and
+// acknowledges. So the COMMIT runs with no deadline; when ctx ends first, the
+// connection is taken out of the pool (Hijack) and left to the COMMIT, which a
+// goroutine waits for and then closes (or the TCP keepalives end, if the server is
+// gone), and commitUncancelled returns errCommitPending: the outcome is settled by
+// resolveCommit. The caller must not use conn or tx afterwards.
+func (e *Engine) commitUncancelled(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit(context.WithoutCancel(ctx)) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	select { // it may have returned at the same moment
+	case err := <-done:
+		return err
+	default:
+	}
+	c := conn.Hijack()
+	go func() {
+		<-done
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = c.Close(cctx)
+	}()
+	return errCommitPending
+}
+
+// Pool settings for failover (TunePool).
+const (
+	// DefaultConnectTimeout bounds the dial of one host when the URL sets no
+	// connect_timeout: a hung host is given up on after it, and the next host tried.
+	DefaultConnectTimeout = 2 * time.Second
+	// tcpUserTimeout: sent data unacknowledged this long ends the connection (a host
+	// that vanished, a partition); keepalives find a silent one.
+	tcpUserTimeout    = 10 * time.Second
+	keepAliveIdle     = 5 * time.Second
+	keepAliveInterval = 2 * time.Second
+	keepAliveCount    = 3
+)
+
+// TunePool sets what a pool needs to survive a failover, on a configuration parsed from
+// a URL (pgxpool.ParseConfig): a connect timeout when the URL has none
+// (DefaultConnectTimeout); TCP keepalives and a TCP user timeout, so that a connection
+// to a host that vanished ends by itself; and, with several hosts in the URL (with
+// target_session_attrs=read-write), the host that last accepted a connection tried
+// first, so that after a promotion new connections go to the new primary at once
+// instead of each waiting on the old one first.
+func TunePool(cfg *pgxpool.Config) {
+	cc := &cfg.ConnConfig.Config
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = DefaultConnectTimeout
+	}
+	d := &net.Dialer{
+		Timeout:         cc.ConnectTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount},
+		Control: func(network, address string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(tcpUserTimeout.Milliseconds()))
+			})
+			if err != nil {
+				return err
+			}
+			if network == "unix" {
+				return nil
+			}
+			return serr
+		},
+	}
+	cc.DialFunc = d.DialContext
+	if len(cc.Fallbacks) == 0 {
+		return
+	}
+	var good atomic.Value // "host:port" of the last host that accepted a connection
+	before, after := cfg.BeforeConnect, cfg.AfterConnect
+	cfg.BeforeConnect = func(ctx context.Context, c *pgx.ConnConfig) error {
+		if g, _ := good.Load().(string); g != "" {
+			preferHost(&c.Config, g)
+		}
+		if before != nil {
+			return before(ctx, c)
+		}
+		return nil
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if nc := c.PgConn().Conn(); nc != nil {
+			good.Store(nc.RemoteAddr().String())
+		}
+		if after != nil {
+			return after(ctx, c)
+		}
+		return nil
+	}
+}
+
+// preferHost moves the entries of the host addr ("host:port") to the front of c's hosts
+// (with sslmode=prefer a host has two), keeping the order of the rest.
+func preferHost(c *pgconn.Config, addr string) {
+	all := append([]*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port, TLSConfig: c.TLSConfig}}, c.Fallbacks...)
+	at := func(fb *pgconn.FallbackConfig) bool { return net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))) == addr }
+	if at(all[0]) {
+		return
+	}
+	var front, rest []*pgconn.FallbackConfig
+	for _, fb := range all {
+		if at(fb) {
+			front = append(front, fb)
+		} else {
+			rest = append(rest, fb)
+		}
+	}
+	if len(front) == 0 {
+		return
+	}
+	all = append(front, rest...)
+	c.Host, c.Port, c.TLSConfig = all[0].Host, all[0].Port, all[0].TLSConfig
+	c.Fallbacks = all[1:]
+}

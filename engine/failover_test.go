@@ -1,0 +1,431 @@
+package engine
+
+// Failover: a primary and a standby of the test's own (testsvc.StartPostgresPair), the
+// standby's WAL through a proxy that partitions or severs it, engines on one URL naming
+// both hosts. make test runs each scenario once, briefly; make chaos longer.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/internal/testsvc"
+	"github.com/holdfast/holdfast/migrations"
+)
+
+// pairEnv is an engine on a primary/standby pair, through one URL naming both
+// (TunePool), with short statement bounds so that the scenarios stay short.
+func pairEnv(t *testing.T, pair *testsvc.PostgresPair, tweak ...func(*Config)) *env {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pair.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	TunePool(cfg)
+	cfg.MaxConns = 20
+	pool, err := pgxNewPool(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return newEnvWith(t, pool, testsvc.Redis(t), append([]func(*Config){func(c *Config) {
+		c.StatementTimeout = time.Second
+		c.MarkerRepairInterval = 200 * time.Millisecond
+	}}, tweak...)...)
+}
+
+// confirmProbe holds and confirms one seat after another of show on e, from since on,
+// until one confirmation succeeds or ctx ends; it returns when that was.
+func confirmProbe(ctx context.Context, e *Engine, show string, seats []string) (time.Time, error) {
+	var last error
+	for i := 0; ctx.Err() == nil; i++ {
+		h, err := e.Hold(ctx, HoldRequest{ShowID: show, SeatIDs: []string{seats[i%len(seats)]}, TTL: 30 * time.Second, HolderID: fmt.Sprintf("probe%d", i)})
+		if err == nil {
+			if _, err = e.Confirm(ctx, h, ConfirmOptions{}); err == nil {
+				return time.Now(), nil
+			}
+		}
+		last = err
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Time{}, fmt.Errorf("no confirmation: %w (last: %v)", ctx.Err(), last)
+}
+
+// probes measure, on each engine, the time from a promotion to its first
+// confirmation after it, on a show of their own, while the workload runs.
+type probes struct {
+	t       *testing.T
+	engines []*Engine
+	seats   []string
+	wg      sync.WaitGroup
+	took    []time.Duration
+	errs    []error
+}
+
+func newProbes(t *testing.T, v *env, engines []*Engine) *probes {
+	p := &probes{t: t, engines: engines, seats: seatNames(100 * len(engines)), took: make([]time.Duration, len(engines)), errs: make([]error, len(engines))}
+	v.show("probe", p.seats...)
+	return p
+}
+
+// promoted starts the probes: call it as soon as the standby is promoted.
+func (p *probes) promoted() {
+	at := time.Now()
+	for i, e := range p.engines {
+		p.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			done, err := confirmProbe(ctx, e, "probe", p.seats[i*100:(i+1)*100])
+			p.took[i], p.errs[i] = done.Sub(at), err
+		})
+	}
+}
+
+// wait returns each engine's time to its first confirmation; an engine that never
+// confirmed again fails the test.
+func (p *probes) wait() []time.Duration {
+	p.t.Helper()
+	p.wg.Wait()
+	for i, err := range p.errs {
+		if err != nil {
+			p.t.Fatalf("engine %d after the promotion: %v", i, err)
+		}
+	}
+	return p.took
+}
+
+// TestFailoverSynchronous: the primary of a synchronous pair dies (SIGKILL of every
+// process) mid-sale and the standby is promoted. Every acknowledged booking is on the
+// new primary, no seat is booked twice, no refused request has a booking, and the same
+// engines confirm again without a restart.
+func TestFailoverSynchronous(t *testing.T) {
+	pair := testsvc.StartPostgresPair(t, true)
+	v := pairEnv(t, pair)
+	engines := []*Engine{v.e, v.twin()}
+	w := newChaosWorkload(v, "failover", 30)
+	d := 3 * time.Second * chaosScale()
+	probe := newProbes(t, v, engines)
+	var fault sync.WaitGroup
+	fault.Go(func() {
+		time.Sleep(d / 3)
+		pair.Primary.Kill()
+		pair.Promote()
+		probe.promoted()
+	})
+	w.run(engines, 16, d)
+	fault.Wait()
+	ds := probe.wait()
+	w.check(t, v.e)
+	t.Logf("first confirmation after the promotion: %v", ds)
+}
+
+// TestFailoverStandbyPartitioned: the synchronous standby stops answering (its link is
+// partitioned) for longer than a batch's bound while confirmations go on, then the
+// primary dies and the standby — which never received what the primary committed
+// since — is promoted. A confirmation made while the standby is cut off reaches COMMIT,
+// which waits for the standby: it is answered ErrUnavailable, not success. No booking
+// committed on the old primary alone was acknowledged: every acknowledged booking is
+// on the new primary.
+func TestFailoverStandbyPartitioned(t *testing.T) {
+	pair := testsvc.StartPostgresPair(t, true)
+	v := pairEnv(t, pair)
+	engines := []*Engine{v.e, v.twin()}
+	w := newChaosWorkload(v, "partitioned", 30)
+	v.show("cutoff", "A1")
+	cut := v.hold("cutoff", time.Minute, "cut", "A1")
+	batch := v.e.batchTimeout()
+	d := 2*time.Second + batch + time.Second + time.Second*chaosScale()
+	probe := newProbes(t, v, engines)
+	var cutErr error
+	var fault sync.WaitGroup
+	fault.Go(func() {
+		time.Sleep(time.Second)
+		pair.Link.Partition(true)
+		partitioned := time.Now()
+		_, cutErr = v.e.Confirm(context.Background(), cut, ConfirmOptions{IdempotencyKey: "cut"})
+		time.Sleep(time.Until(partitioned.Add(batch + time.Second)))
+		pair.Primary.Kill()
+		pair.Promote()
+		probe.promoted()
+	})
+	w.run(engines, 16, d)
+	fault.Wait()
+	ds := probe.wait()
+	if !errors.Is(cutErr, ErrUnavailable) {
+		t.Errorf("a confirmation whose COMMIT could not reach the synchronous standby: %v, want ErrUnavailable", cutErr)
+	}
+	if n := v.count("SELECT count(*) FROM bookings WHERE show_id = 'cutoff'"); n != 0 {
+		t.Errorf("the new primary has %d bookings of the show confirmed while the standby was cut off", n)
+	}
+	w.check(t, v.e)
+	unproven := testutil.ToFloat64(v.e.m.syncRepWaits) + testutil.ToFloat64(engines[1].m.syncRepWaits)
+	if unproven == 0 {
+		t.Error("no COMMIT was left waiting for the partitioned standby: the scenario tested nothing")
+	}
+	t.Logf("COMMITs left waiting for the standby, not acknowledged: %v; first confirmation after the promotion: %v", unproven, ds)
+}
+
+// TestFailoverFrozenPrimary: the primary hangs (SIGSTOP of every process: connections
+// stay open, nothing answers) and the standby is promoted. Each engine confirms again
+// a few seconds after the promotion (the batches on the frozen server end at their
+// client-side bound, the pool is dialled again, and new connections skip the frozen
+// host after connect_timeout), and the marker outbox is drained on the new primary.
+func TestFailoverFrozenPrimary(t *testing.T) {
+	pair := testsvc.StartPostgresPair(t, true)
+	v := pairEnv(t, pair)
+	engines := []*Engine{v.e, v.twin()}
+	w := newChaosWorkload(v, "frozen", 30)
+	d := 3 * time.Second * chaosScale()
+	probe := newProbes(t, v, engines)
+	var fault sync.WaitGroup
+	fault.Go(func() {
+		time.Sleep(d / 3)
+		pair.Primary.Freeze()
+		time.Sleep(time.Second)
+		pair.Promote()
+		probe.promoted()
+	})
+	w.run(engines, 16, d)
+	fault.Wait()
+	ds := probe.wait()
+	waitFor(t, "the marker outbox drained on the new primary", 30*time.Second, func() bool {
+		return v.count("SELECT count(*) FROM marker_outbox") == 0
+	})
+	w.check(t, v.e)
+	t.Logf("first confirmation after the promotion: %v", ds)
+	if chaosScale() > 1 {
+		for i, d := range ds {
+			if d > 5*time.Second {
+				t.Errorf("engine %d confirmed again %v after the promotion (goal: within 5 s)", i, d)
+			}
+		}
+	}
+}
+
+// TestFailoverAsynchronousReconciles: an asynchronous standby, partitioned while
+// bookings are acknowledged, is promoted after the primary dies: those bookings are
+// lost. The engine finds the new server by itself, reports each lost booking (metric
+// and report) and sets their seats' markers back to what the new primary says, so the
+// seats sell again; the bookings the standby had stay sold.
+func TestFailoverAsynchronousReconciles(t *testing.T) {
+	pair := testsvc.StartPostgresPair(t, false)
+	v := pairEnv(t, pair)
+	ctx := t.Context()
+	seats := seatNames(20)
+	v.show("async", seats...)
+	confirm := func(seat string) Booking {
+		t.Helper()
+		h := v.hold("async", time.Minute, "buyer-"+seat, seat)
+		b, err := v.e.Confirm(ctx, h, ConfirmOptions{})
+		if err != nil {
+			t.Fatalf("confirm %s: %v", seat, err)
+		}
+		return b
+	}
+	var kept, lost []Booking
+	for _, s := range seats[:5] {
+		kept = append(kept, confirm(s))
+	}
+	pair.WaitReplayed()
+	pair.Link.Partition(true)
+	for _, s := range seats[5:10] {
+		lost = append(lost, confirm(s))
+	}
+	pair.Primary.Kill()
+	pair.Promote()
+
+	// The engine finds the new server on its own (its repair loop), and reconciles.
+	waitFor(t, "the lost bookings reported", 60*time.Second, func() bool {
+		return testutil.ToFloat64(v.e.m.lostBookings) == float64(len(lost))
+	})
+	for _, b := range lost {
+		if _, err := v.e.Booking(ctx, b.ID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("lost booking %s: %v, want ErrNotFound (the new primary never had it)", b.ID, err)
+		}
+		h, err := v.e.Hold(ctx, HoldRequest{ShowID: "async", SeatIDs: b.SeatIDs, TTL: time.Minute, HolderID: "again"})
+		if err != nil {
+			t.Fatalf("the seats of lost booking %v are not sellable again: %v", b.SeatIDs, err)
+		}
+		if _, err := v.e.Confirm(ctx, h, ConfirmOptions{}); err != nil {
+			t.Fatalf("confirm the seats of lost booking %v again: %v", b.SeatIDs, err)
+		}
+	}
+	for _, b := range kept {
+		if _, err := v.e.Booking(ctx, b.ID); err != nil {
+			t.Errorf("replicated booking %s: %v", b.ID, err)
+		}
+		_, err := v.e.Hold(ctx, HoldRequest{ShowID: "async", SeatIDs: b.SeatIDs, TTL: time.Minute, HolderID: "thief"})
+		if !errors.Is(err, ErrSeatsUnavailable) {
+			t.Errorf("the seats of replicated booking %v: %v, want ErrSeatsUnavailable", b.SeatIDs, err)
+		}
+	}
+	if n := v.doubleBookings(); n != 0 {
+		t.Errorf("%d seats booked twice", n)
+	}
+	// Another run finds nothing more to do.
+	rep, err := v.e.Reconcile(ctx, "async")
+	if err != nil || rep.Lowered != 0 || len(rep.Lost) != 0 {
+		t.Errorf("Reconcile again: %+v %v, want nothing to do", rep, err)
+	}
+}
+
+// TestReconcile: markers ahead of the database — a sold marker for a booking the
+// database does not have, a tombstone for a cancellation it does not have — are set
+// back to what it says and reported; a booking confirmed while Reconcile runs (after
+// it read Redis) keeps its marker; the markers equal the claims afterwards.
+func TestReconcile(t *testing.T) {
+	v := newEnv(t)
+	ctx := t.Context()
+	seats := seatNames(6)
+	v.show("rc", seats...)
+	sold, err := v.e.Confirm(ctx, v.hold("rc", time.Minute, "a", seats[0]), ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := v.e.show(ctx, "rc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A booking of generation 1000 on seats 1 and 2, and a cancellation of the booking
+	// of seat 0, that the database never had.
+	for s, m := range map[string]string{seats[1]: "1000", seats[2]: "1000", seats[0]: marker(sold.Generation, false)} {
+		if err := v.rdb.HSet(ctx, sh.soldKeys[s], s, m).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A booking confirmed after Reconcile read Redis.
+	var during Booking
+	v.e.hooks.afterRead = func(ctx context.Context, path string) {
+		if path != "reconcile" || during.ID != uuid.Nil {
+			return
+		}
+		if during, err = v.e.Confirm(ctx, v.hold("rc", time.Minute, "b", seats[3]), ConfirmOptions{}); err != nil {
+			t.Errorf("confirm during Reconcile: %v", err)
+		}
+	}
+	rep, err := v.e.Reconcile(ctx, "rc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []LostBooking{{ShowID: "rc", Generation: 1000, SeatIDs: []string{seats[1], seats[2]}}}
+	if !slices.EqualFunc(rep.Lost, want, func(a, b LostBooking) bool {
+		return a.ShowID == b.ShowID && a.Generation == b.Generation && slices.Equal(a.SeatIDs, b.SeatIDs)
+	}) || rep.LostCancellations != 1 || rep.Lowered != 3 {
+		t.Errorf("report %+v, want lost %+v, 1 lost cancellation, 3 lowered", rep, want)
+	}
+	if got, want := v.soldMarkers("rc"), v.claimMarks("rc"); !mapsEqual(got, want) {
+		t.Errorf("markers %v, claims %v", got, want)
+	}
+	if _, ok := v.claimMarks("rc")[seats[3]]; !ok || during.ID == uuid.Nil {
+		t.Errorf("the booking confirmed during Reconcile is not sold: %v", during)
+	}
+	if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "rc", SeatIDs: seats[1:3], TTL: time.Minute, HolderID: "c"}); err != nil {
+		t.Errorf("the lost booking's seats: %v, want them sellable", err)
+	}
+	if got := testutil.ToFloat64(v.e.m.lostBookings); got != 1 {
+		t.Errorf("holdfast_lost_bookings_total %v, want 1", got)
+	}
+	// Bad input changes nothing.
+	if _, err := v.e.Reconcile(ctx, "no such show!"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Reconcile(bad id): %v, want ErrInvalidArgument", err)
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, x := range a {
+		if y, ok := b[k]; !ok || x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// TestTunePoolPrefersTheHostThatAnswered: after a connection to the second host of the
+// URL, the next connection tries that host first (a promoted standby is reached without
+// waiting on the old primary first); a connect timeout is set when the URL has none.
+func TestTunePoolPrefersTheHostThatAnswered(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig("postgres://u@10.0.0.1:5432,10.0.0.2:5433,10.0.0.3:5434/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	TunePool(cfg)
+	if cfg.ConnConfig.ConnectTimeout != DefaultConnectTimeout {
+		t.Errorf("connect timeout %v, want %v", cfg.ConnConfig.ConnectTimeout, DefaultConnectTimeout)
+	}
+	c := cfg.ConnConfig.Config
+	preferHost(&c, "10.0.0.3:5434")
+	var order []string
+	order = append(order, fmt.Sprintf("%s:%d", c.Host, c.Port))
+	for _, fb := range c.Fallbacks {
+		order = append(order, fmt.Sprintf("%s:%d", fb.Host, fb.Port))
+	}
+	if want := "10.0.0.3:5434 10.0.0.1:5432 10.0.0.2:5433"; strings.Join(order, " ") != want {
+		t.Errorf("hosts %v, want %s", order, want)
+	}
+	if got := cfg.ConnConfig.Config.Host; got != "10.0.0.1" {
+		t.Errorf("preferHost changed the pool's own config: first host %s", got)
+	}
+	withTimeout, _ := pgxpool.ParseConfig("postgres://u@h/db?connect_timeout=7")
+	TunePool(withTimeout)
+	if withTimeout.ConnConfig.ConnectTimeout != 7*time.Second {
+		t.Errorf("a URL's connect_timeout was replaced: %v", withTimeout.ConnConfig.ConnectTimeout)
+	}
+}
+
+// TestRedisSentinelFailover: the engines use a go-redis failover client (the Sentinel
+// form of REDIS_URL); the Redis master dies mid-sale and the Sentinels promote its
+// replica. Holds and markers the replica had not received are lost — a hold granted
+// again on such a seat is refused at confirmation by the database's claim — so no seat
+// is booked twice, every acknowledged booking is in the database, and after Resync the
+// markers equal the claims; the same engines hold and confirm on the new master.
+func TestRedisSentinelFailover(t *testing.T) {
+	set := testsvc.StartSentinels(t)
+	opt, err := redis.ParseFailoverURL(set.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	rdb := redis.NewFailoverClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	v := newEnvWith(t, testsvc.Database(t), rdb)
+	engines := []*Engine{v.e, v.twin()}
+	w := newChaosWorkload(v, "sentinel", 30)
+	w.keysLost = true
+	before, err := set.MasterAddr(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := 6 * time.Second * chaosScale()
+	var fault sync.WaitGroup
+	fault.Go(func() {
+		time.Sleep(time.Second)
+		set.Master.Stop()
+	})
+	w.run(engines, 16, d)
+	fault.Wait()
+	after, err := set.MasterAddr(t.Context())
+	if err != nil || after == before {
+		t.Fatalf("the Sentinels did not promote the replica: master %s, was %s (%v)", after, before, err)
+	}
+	probe := newProbes(t, v, engines)
+	probe.promoted()
+	ds := probe.wait()
+	w.check(t, v.e)
+	t.Logf("master %s -> %s; confirmations on each engine within %v of the check", before, after, ds)
+}

@@ -1,0 +1,219 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
+)
+
+// LostBooking is a booking that Redis saw committed — its sold markers are there — and
+// that the database no longer has: an asynchronous standby was promoted before it had
+// received the booking. Its customer was told it succeeded. The booking's generation
+// identifies it (every hold has its own; the engine's "booking confirmed" log line
+// names the booking id beside it).
+type LostBooking struct {
+	ShowID     string
+	Generation int64
+	SeatIDs    []string
+}
+
+// ReconcileReport is what Reconcile found and did.
+type ReconcileReport struct {
+	ShowID string
+	// Lowered counts the markers set back to what the database says.
+	Lowered int
+	// Lost lists the bookings the database no longer has, by generation.
+	Lost []LostBooking
+	// LostCancellations counts seats whose cancellation the database no longer has:
+	// they are sold again, as the database says.
+	LostCancellations int
+}
+
+// Reconcile makes a show's sold markers in Redis say what PostgreSQL says, in both
+// directions: where Redis is ahead of the database — a failover to an asynchronous
+// standby lost bookings (or cancellations) whose markers Redis still has — the markers
+// are set back, so the lost bookings' seats are sellable again, and each lost booking
+// is reported (a log line, holdfast_lost_bookings_total, and the report); then Resync
+// moves every marker that is behind forward. Resync alone never lowers a marker.
+//
+// It is safe while the show is on sale: it reads Redis before the database, so a marker
+// it sees was written after its booking committed, and a booking the database has is
+// in what it reads next; and it changes a marker only if it still holds the value it
+// read (compare and set). The engine runs it by itself when it finds PostgreSQL to be
+// another server (see failover.go); holdfast resync --from-database runs it by hand.
+func (e *Engine) Reconcile(ctx context.Context, showID string) (ReconcileReport, error) {
+	if err := validateID("showID", showID); err != nil {
+		return ReconcileReport{}, err
+	}
+	ctx, o := e.begin(ctx, "reconcile", showID, 0)
+	sh, err := e.show(ctx, showID)
+	var rep ReconcileReport
+	if err == nil {
+		rep, err = e.reconcile(ctx, sh)
+	}
+	if err == nil {
+		err = e.resync(ctx, sh)
+	}
+	o.end(err, "")
+	return rep, err
+}
+
+// reconcileBuckets is how many sold-marker hashes one pipeline reads.
+const reconcileBuckets = 100
+
+func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, error) {
+	rep := ReconcileReport{ShowID: sh.id}
+	// 1. Redis first: every marker of the show.
+	inRedis := map[string]string{}
+	buckets := sh.buckets
+	for lo := 0; lo < len(buckets); lo += reconcileBuckets {
+		hi := min(lo+reconcileBuckets, len(buckets))
+		pipe := e.rdb.Pipeline()
+		cmds := make([]*redis.MapStringStringCmd, hi-lo)
+		for i, k := range buckets[lo:hi] {
+			cmds[i] = pipe.HGetAll(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return rep, e.redisErr(err)
+		}
+		for _, c := range cmds {
+			maps.Copy(inRedis, c.Val())
+		}
+	}
+	if e.hooks.afterRead != nil {
+		e.hooks.afterRead(ctx, "reconcile")
+	}
+	// 2. Then the database: what every marker must say.
+	inDB := map[string]string{}
+	after := ""
+	for {
+		rows, err := e.q.SeatMarkListByShow(ctx, db.SeatMarkListByShowParams{ShowID: sh.id, After: after, MaxRows: resyncPage})
+		if err != nil {
+			return rep, e.pgErr(err)
+		}
+		for _, r := range rows {
+			inDB[r.SeatID] = marker(r.Generation, r.Claimed)
+		}
+		if len(rows) < resyncPage {
+			break
+		}
+		after = rows[len(rows)-1].SeatID
+	}
+	// 3. Where Redis is ahead, set it back.
+	var seats, was, to []string
+	lost := map[int64][]string{}
+	for _, s := range slices.Sorted(maps.Keys(inRedis)) {
+		r, d := inRedis[s], inDB[s]
+		if _, ok := sh.soldKeys[s]; !ok || !markerAhead(r, d) {
+			continue
+		}
+		seats, was, to = append(seats, s), append(was, r), append(to, d)
+		if g, err := strconv.ParseInt(r, 10, 64); err == nil && g > 0 {
+			lost[g] = append(lost[g], s)
+		} else {
+			rep.LostCancellations++
+		}
+	}
+	for lo := 0; lo < len(seats); lo += markChunk {
+		hi := min(lo+markChunk, len(seats))
+		ks, err := sh.scriptKeys("", seats[lo:hi])
+		if err != nil {
+			return rep, err
+		}
+		args := []any{""}
+		for _, part := range [][]string{seats[lo:hi], was[lo:hi], to[lo:hi]} {
+			for _, v := range part {
+				args = append(args, v)
+			}
+		}
+		res, err := lua.Lower.Run(ctx, e.rdb, ks, args...).Slice()
+		if err != nil {
+			return rep, e.redisErr(err)
+		}
+		if len(res) != 2 {
+			return rep, fmt.Errorf("%w: unexpected lower script reply %v", ErrUnavailable, res)
+		}
+		n, _ := res[0].(int64)
+		rep.Lowered += int(n)
+		e.wrote(sh, res[1])
+	}
+	e.m.reconciled.Add(float64(rep.Lowered))
+	for _, g := range slices.Sorted(maps.Keys(lost)) {
+		b := LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g]}
+		rep.Lost = append(rep.Lost, b)
+		e.log.ErrorContext(ctx, "a booking Redis saw committed is missing from the database (a failover lost it); its seats are sellable again",
+			"show_id", sh.id, "generation", g, "seats", strings.Join(b.SeatIDs, " "))
+	}
+	e.m.lostBookings.Add(float64(len(rep.Lost)))
+	if rep.LostCancellations > 0 {
+		e.log.ErrorContext(ctx, "cancellations missing from the database (a failover lost them); their seats are sold again",
+			"show_id", sh.id, "seats", rep.LostCancellations)
+	}
+	return rep, nil
+}
+
+// markerAhead reports whether Redis's marker r is ahead of the database's d ("" for
+// none): a booking or cancellation the database does not have.
+func markerAhead(r, d string) bool {
+	rg, rc := markOrder(r)
+	dg, dc := markOrder(d)
+	return rg > dg || (rg == dg && rc > dc)
+}
+
+// markOrder is mark_order of common.lua: (generation, cancelled); -1 for no marker, 0
+// for a value that is not a number.
+func markOrder(v string) (int64, int) {
+	if v == "" {
+		return -1, 0
+	}
+	g, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err != nil:
+		return 0, 0
+	case g < 0:
+		return -g, 1
+	}
+	return g, 0
+}
+
+// reconcileSoon reconciles every show this engine has loaded, now and once more when
+// every batch that may have run on the previous server has ended (its markers written
+// or never), in the background. At most one such run at a time.
+func (e *Engine) reconcileSoon() {
+	if !e.reconciling.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer e.reconciling.Store(false)
+		for pass := 0; pass < 2; pass++ {
+			if pass == 1 {
+				select {
+				case <-e.viewCtx.Done():
+					return
+				case <-time.After(e.reserveLife()):
+				}
+			}
+			for _, sh := range e.shows.all() {
+				ctx, cancel := context.WithTimeout(e.viewCtx, reconcileTimeout)
+				if _, err := e.reconcile(ctx, sh); err != nil {
+					e.log.Warn("reconcile sold markers after a failover", "show_id", sh.id, "error", err)
+				} else if err := e.resync(ctx, sh); err != nil {
+					e.log.Warn("resync after a failover", "show_id", sh.id, "error", err)
+				}
+				cancel()
+			}
+		}
+	}()
+}
+
+// reconcileTimeout bounds the reconciliation of one show in the background.
+const reconcileTimeout = time.Minute
