@@ -362,7 +362,9 @@ func TunePool(cfg *pgxpool.Config) {
 // (with sslmode=prefer a host has two), keeping the order of the rest.
 func preferHost(c *pgconn.Config, addr string) {
 	all := append([]*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port, TLSConfig: c.TLSConfig}}, c.Fallbacks...)
-	at := func(fb *pgconn.FallbackConfig) bool { return net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))) == addr }
+	at := func(fb *pgconn.FallbackConfig) bool {
+		return net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))) == addr
+	}
 	if at(all[0]) {
 		return
 	}

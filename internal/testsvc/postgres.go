@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 	"testing"
+	"time"
 )
 
 // PostgresServer is a PostgreSQL cluster of the test's own on loopback, for tests that
