@@ -3,6 +3,7 @@
 SQLC_VERSION ?= v1.31.1
 SQLC         := go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 SERVICES     := ./internal/services/services.sh
+HA           := ./internal/services/ha.sh
 GOTEST_FLAGS ?= -race -count=1
 BIN          := bin/holdfast
 
@@ -17,7 +18,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: help services services-down generate verify test test-busy test-cluster fuzz build run demo bench bench-quick chaos
+.PHONY: help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -53,7 +54,7 @@ test-cluster: ## The engine, HTTP and command tests again, against a local three
 	go test $(GOTEST_FLAGS) ./engine ./httpapi ./cmd/...
 
 CHAOS_SCALE ?= 5
-CHAOS_TESTS := TestChaos|TestRedisCluster|TestTokenMutations|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown
+CHAOS_TESTS := TestChaos|TestFailover|TestRedisSentinelFailover|TestReconcile|TestRedisCluster|TestTokenMutations|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown
 
 chaos: ## The fault suite and the linearizability check, CHAOS_SCALE times longer than in make test
 	@$(with-services) \
@@ -81,5 +82,15 @@ bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL,
 bench-quick: build ## A short on-sale (2,000 seats) for CI: it runs, and no seat is booked twice
 	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --quick
 
-demo: build ## Simulate a sale opening against `make run`'s server (200 buyers, 500 seats)
-	@$(with-services) $(with-operator-token) ./$(BIN) demo --url "http://$${LISTEN_ADDR:-127.0.0.1:8080}"
+demo: build ## Simulate a sale opening against `make run`'s (or `make run-ha`'s) server (200 buyers, 500 seats; DEMO_FLAGS=…)
+	@if ha="$$($(HA) env 2>/dev/null)"; then set -a; eval "$$ha"; set +a; else $(with-services) true; fi; \
+	$(with-operator-token) ./$(BIN) demo --url "$${HOLDFAST_URL:-http://$${LISTEN_ADDR:-127.0.0.1:8080}}" $(DEMO_FLAGS)
+
+run-ha: build ## Highly available on loopback: a pg_auto_failover formation, Redis with Sentinel, two serve replicas behind HAProxy on LISTEN_ADDR
+	@set -a; svc="$$($(HA) start)" || exit 1; eval "$$svc"; set +a; $(with-operator-token) \
+	./$(BIN) migrate up && $(HA) serve ./$(BIN) --demo-show demo && $(HA) status && \
+	echo "serving on http://$${LISTEN_ADDR:-127.0.0.1:8080} — sell with: make demo DEMO_FLAGS='--seats 20000 --buyers 100'" && \
+	echo "fail over with: $(HA) failover | $(HA) crash | $(HA) redis-failover | $(HA) kill-replica 1; stop: make ha-down"
+
+ha-down: ## Stop what make run-ha started
+	@$(HA) stop

@@ -79,6 +79,11 @@ func newChaosWorkload(v *env, show string, seats int) *chaosWorkload {
 func (w *chaosWorkload) run(engines []*Engine, workers int, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
+	w.runCtx(ctx, engines, workers)
+}
+
+// runCtx is run until ctx ends.
+func (w *chaosWorkload) runCtx(ctx context.Context, engines []*Engine, workers int) {
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Go(func() { w.worker(ctx, engines[i%len(engines)], fmt.Sprintf("h%02d", i), uint64(i)) })

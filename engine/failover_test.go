@@ -8,6 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"slices"
 	"strings"
 	"sync"
@@ -428,4 +434,154 @@ func TestRedisSentinelFailover(t *testing.T) {
 	ds := probe.wait()
 	w.check(t, v.e)
 	t.Logf("master %s -> %s; confirmations on each engine within %v of the check", before, after, ds)
+}
+
+// TestFailoverAutoFailoverFormation: the set-up of make run-ha (internal/services/ha.sh)
+// — a pg_auto_failover formation (monitor, primary, synchronous standby) and Redis with
+// Sentinel — on ports of its own; the primary node dies (SIGKILL of its keeper and its
+// PostgreSQL) mid-sale, and the monitor, not the test, decides when to promote the
+// standby. Every acknowledged booking is on the new primary, no seat is booked twice,
+// no refused request has a booking, and the same engines confirm again after it.
+func TestFailoverAutoFailoverFormation(t *testing.T) {
+	ha := startHA(t)
+	cfg, err := pgxpool.ParseConfig(ha.env["DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	TunePool(cfg)
+	cfg.MaxConns = 20
+	pool, err := pgxNewPool(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	opt, err := redis.ParseFailoverURL(ha.env["REDIS_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	rdb := redis.NewFailoverClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	v := newEnvWith(t, pool, rdb, func(c *Config) { c.MarkerRepairInterval = 200 * time.Millisecond })
+	engines := []*Engine{v.e, v.twin()}
+	w := newChaosWorkload(v, "formation", 30)
+	probe := newProbes(t, v, engines)
+	ctx, cancel := context.WithCancel(context.Background())
+	var crashed, promoted time.Time
+	var fault sync.WaitGroup
+	fault.Go(func() {
+		defer cancel()
+		time.Sleep(2 * time.Second)
+		was := ha.primary(t)
+		crashed = time.Now()
+		ha.run(t, "crash")
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if p := ha.primary(t); p != "" && p != was {
+				promoted = time.Now()
+				probe.promoted()
+				time.Sleep(3 * time.Second * chaosScale())
+				return
+			}
+		}
+		t.Error("the monitor never promoted the standby")
+	})
+	w.runCtx(ctx, engines, 8)
+	fault.Wait()
+	ds := probe.wait()
+	w.check(t, v.e)
+	t.Logf("the monitor promoted the standby %v after the crash; first confirmation after the promotion: %v",
+		promoted.Sub(crashed).Round(time.Millisecond), ds)
+}
+
+// haSetup is a running ha.sh set-up of a test's own.
+type haSetup struct {
+	env    map[string]string // DATABASE_URL, REDIS_URL
+	script string
+	vars   []string
+}
+
+// startHA starts ha.sh (PostgreSQL formation and Redis with Sentinel, no serve
+// replicas) in a directory and on ports of the test's own; it is stopped when the
+// test ends.
+func startHA(t *testing.T) *haSetup {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "holdfast-ha-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script, err := filepath.Abs("../internal/services/ha.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ha := &haSetup{env: map[string]string{}, script: script,
+		vars: []string{"HOLDFAST_SERVICES_DIR=" + dir, "HOLDFAST_HA_PORT=" + strconv.Itoa(haBase(t))}}
+	t.Cleanup(func() {
+		_ = ha.cmd("stop").Run()
+		os.RemoveAll(dir)
+	})
+	out := ha.run(t, "start")
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			ha.env[k] = strings.Trim(v, "'")
+		}
+	}
+	if ha.env["DATABASE_URL"] == "" || ha.env["REDIS_URL"] == "" {
+		t.Fatalf("ha.sh start printed no URLs: %q", out)
+	}
+	return ha
+}
+
+func (ha *haSetup) cmd(args ...string) *exec.Cmd {
+	c := exec.Command(ha.script, args...)
+	c.Env = append(os.Environ(), ha.vars...)
+	return c
+}
+
+// run runs ha.sh with args and returns its stdout; a failure fails the test.
+func (ha *haSetup) run(t *testing.T, args ...string) string {
+	t.Helper()
+	c := ha.cmd(args...)
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("ha.sh %v: %v\n%s", args, err, stderr.String())
+	}
+	return string(out)
+}
+
+// primary is the node the monitor has as primary now ("" while none).
+func (ha *haSetup) primary(t *testing.T) string {
+	out, err := ha.cmd("primary").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// haBase picks a base port for ha.sh whose ports are all free.
+func haBase(t *testing.T) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		base := 20000 + 500*rand.IntN(24)
+		free := true
+		for _, off := range []int{0, 1, 2, 379, 380, 381, 382, 383} {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+off))
+			if err != nil {
+				free = false
+				break
+			}
+			l.Close()
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatal("no free block of ports for ha.sh")
+	return 0
 }

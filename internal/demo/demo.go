@@ -405,15 +405,29 @@ func confirm(ctx context.Context, c *client, rec *recorder, holder, key string, 
 		rec.mu.Unlock()
 	}
 	if retry && st == http.StatusCreated {
-		var again booking
-		t = time.Now()
-		st2, typ2, err := c.call(ctx, http.MethodPost, "/v1/bookings", holder, key, h, &again)
-		if err != nil {
-			return true
-		}
-		rec.add("confirm-retry", st2, typ2, time.Since(t))
-		if st2 != http.StatusOK || again.ID != b.ID {
-			rec.mismatch.Add(1)
+		// The retry of a request whose response was lost: with the same key it gets the
+		// same booking. A 503 (a failover under way) is not an answer: retried, as a
+		// client would, a few times; only a definite other answer is a mismatch.
+		for attempt := 1; attempt <= 10; attempt++ {
+			var again booking
+			t = time.Now()
+			st2, typ2, err := c.call(ctx, http.MethodPost, "/v1/bookings", holder, key, h, &again)
+			if err != nil {
+				return true
+			}
+			rec.add("confirm-retry", st2, typ2, time.Since(t))
+			if st2 == http.StatusServiceUnavailable {
+				select {
+				case <-ctx.Done():
+					return true
+				case <-time.After(time.Duration(100*attempt) * time.Millisecond):
+				}
+				continue
+			}
+			if st2 != http.StatusOK || again.ID != b.ID {
+				rec.mismatch.Add(1)
+			}
+			break
 		}
 	}
 	return st == http.StatusCreated
