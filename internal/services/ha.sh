@@ -23,14 +23,14 @@
 #   ha.sh status      the formation, the Redis master, the replicas
 #   ha.sh stop        stop everything ha.sh started
 #
-# Ports from HOLDFAST_HA_PORT (27000): monitor +0, nodes +1 and +2, Redis master +379,
+# Ports from HOLDFAST_HA_PORT (28000): monitor +0, nodes +1 and +2, Redis master +379,
 # replica +380, Sentinels +381..+383, serve replicas +81 and +82. Data under
 # HOLDFAST_SERVICES_DIR/ha. Progress goes to stderr.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DIR="${HOLDFAST_SERVICES_DIR:-$ROOT/.local}"
-BASE="${HOLDFAST_HA_PORT:-27000}"
+BASE="${HOLDFAST_HA_PORT:-28000}"
 LISTEN="${LISTEN_ADDR:-127.0.0.1:8080}"
 MASTER=holdfast
 
