@@ -43,7 +43,11 @@ type SeatChange struct {
 // first event of a watch that cannot resume, after the engine rebuilt the map, or when
 // the watcher fell behind).
 type SeatMapEvent struct {
-	Version  uint64
+	Version uint64
+	// Position is where in the show's change feed the map stood after this event: the
+	// same for every engine on the same Redis, so that a watcher can resume on another
+	// engine (WatchSeatMapFrom). Versions are this engine's own.
+	Position uint64
 	Snapshot *SeatMap
 	Changes  []SeatChange
 }
@@ -116,6 +120,38 @@ func (e *Engine) SeatMap(ctx context.Context, showID string) (*SeatMap, error) {
 // otherwise (and with after 0) the first event is a snapshot. A watcher that falls
 // behind is never waited for: what it has not read is dropped and it gets a snapshot.
 func (e *Engine) WatchSeatMap(ctx context.Context, showID string, after uint64) (<-chan SeatMapEvent, error) {
+	return e.watch(ctx, showID, func(v *view) ([]SeatMapEvent, bool) {
+		if after == 0 || len(v.ring) == 0 || after < v.ring[0].version-1 || after > v.version {
+			return nil, false
+		}
+		var evs []SeatMapEvent
+		for _, b := range v.ring {
+			if b.version > after {
+				evs = append(evs, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes})
+			}
+		}
+		return evs, true
+	})
+}
+
+// WatchSeatMapFrom is WatchSeatMap for a watcher that saw the map at a feed position
+// (SeatMapEvent.Position) of another engine — a client whose server died, resuming on
+// another replica: the first event brings it to this engine's map (the current state
+// of every seat this engine changed since that position) when this engine can tell,
+// else it is a snapshot.
+func (e *Engine) WatchSeatMapFrom(ctx context.Context, showID string, position uint64) (<-chan SeatMapEvent, error) {
+	return e.watch(ctx, showID, func(v *view) ([]SeatMapEvent, bool) {
+		changes, ok := v.catchUp(position)
+		if !ok || len(changes) == 0 {
+			return nil, ok
+		}
+		return []SeatMapEvent{{Version: v.version, Position: v.feedPos(), Changes: changes}}, true
+	})
+}
+
+// watch subscribes to a show's view; resume, under the view's lock, returns the events
+// a resuming watcher starts with, or false for a snapshot.
+func (e *Engine) watch(ctx context.Context, showID string, resume func(v *view) ([]SeatMapEvent, bool)) (<-chan SeatMapEvent, error) {
 	if err := validateID("showID", showID); err != nil {
 		return nil, err
 	}
@@ -142,23 +178,13 @@ func (e *Engine) WatchSeatMap(ctx context.Context, showID string, after uint64) 
 		return nil, unavailable("redis", fmt.Errorf("the seat map of show %s stopped", showID))
 	default:
 	}
-	resumed := false
-	if after != 0 && len(v.ring) > 0 && after >= v.ring[0].version-1 && after <= v.version {
-		var evs []SeatMapEvent
-		for _, b := range v.ring {
-			if b.version > after {
-				evs = append(evs, SeatMapEvent{Version: b.version, Changes: b.changes})
-			}
+	evs, resumed := resume(v)
+	if resumed && len(evs) <= watchBuffer {
+		for _, ev := range evs {
+			w.ch <- ev
 		}
-		if len(evs) <= watchBuffer {
-			for _, ev := range evs {
-				w.ch <- ev
-			}
-			resumed = true
-		}
-	}
-	if !resumed {
-		w.ch <- SeatMapEvent{Version: v.version, Snapshot: v.snapshotLocked()}
+	} else {
+		w.ch <- SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked()}
 	}
 	v.subs[w] = struct{}{}
 	v.watches.Add(1)

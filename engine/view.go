@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +82,14 @@ func (h *expiryHeap) Pop() any {
 // batch is one published set of changes.
 type batch struct {
 	version uint64
+	pos     uint64 // the feed position it was published at (feedPos)
 	changes []SeatChange
+}
+
+// entryTouch is the seats (layout indexes) one feed entry touched, at its position.
+type entryTouch struct {
+	pos   uint64
+	seats []int32
 }
 
 // watcher is one WatchSeatMap subscription.
@@ -109,11 +118,20 @@ type view struct {
 	healthy bool
 	err     error // the feed's last failure, while unhealthy
 	ring    []batch
-	subs    map[*watcher]struct{}
-	built   bool          // a rebuild has completed
-	ready   chan struct{} // closed once built (or the view stopped)
-	adv     chan struct{} // closed and replaced at each publication
-	wake    chan struct{} // pokes the expiry loop
+	// ringFrom is the feed position the ring is complete from: the view's map at that
+	// position plus every batch in ring is its map now.
+	ringFrom uint64
+	// entries are the seats each feed entry applied touched, by position (the last
+	// ringBatches), complete from entriesFrom: a resume on another engine needs the
+	// seats of every entry since its position, including those whose changes this
+	// view published together with others (a hold and its release in one batch).
+	entries     []entryTouch
+	entriesFrom uint64
+	subs        map[*watcher]struct{}
+	built       bool          // a rebuild has completed
+	ready       chan struct{} // closed once built (or the view stopped)
+	adv         chan struct{} // closed and replaced at each publication
+	wake        chan struct{} // pokes the expiry loop
 
 	snap     atomic.Pointer[SeatMap] // the published map; nil until built or after a change
 	applied  atomic.Uint64           // streamPos of the last entry applied
@@ -295,8 +313,9 @@ func (v *view) applyEntries(res []redis.XStream) bool {
 			if n != v.lastN+1 {
 				return false
 			}
-			v.apply(m.Values)
+			touched := v.apply(m.Values)
 			v.lastID, v.lastN = m.ID, n
+			v.logEntry(touched)
 			if p, ok := parseStreamID(m.ID); ok {
 				v.applied.Store(uint64(p))
 				if v.built {
@@ -315,12 +334,13 @@ func fieldString(x any) string {
 }
 
 // apply applies one feed entry's fields. Caller holds mu.
-func (v *view) apply(f map[string]any) {
+func (v *view) apply(f map[string]any) (touched []int32) {
 	each := func(field string, fn func(i int)) {
 		for _, seat := range strings.Fields(fieldString(f[field])) {
 			if i, ok := v.sh.index[seat]; ok {
 				fn(i)
 				v.touch(i)
+				touched = append(touched, int32(i))
 			}
 		}
 	}
@@ -338,6 +358,7 @@ func (v *view) apply(f map[string]any) {
 		default:
 		}
 	}
+	return touched
 }
 
 func (v *view) touch(i int) {
@@ -383,18 +404,88 @@ func (v *view) publish() {
 	if len(changes) > 0 {
 		v.version++
 		v.snap.Store(nil)
-		b := batch{version: v.version, changes: changes}
+		b := batch{version: v.version, pos: v.feedPos(), changes: changes}
 		if len(v.ring) == ringBatches {
+			v.ringFrom = v.ring[0].pos
 			copy(v.ring, v.ring[1:])
 			v.ring = v.ring[:len(v.ring)-1]
 		}
 		v.ring = append(v.ring, b)
 		for w := range v.subs {
-			v.send(w, SeatMapEvent{Version: b.version, Changes: b.changes})
+			v.send(w, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes})
 		}
 	}
 	close(v.adv)
 	v.adv = make(chan struct{})
+}
+
+// feedPos is the position in the show's feed (its last entry's id as a streamPos) the
+// view has applied: the same for every engine on the same Redis, so a watcher can
+// resume on another engine from it (catchUp). 0 before any entry. Caller holds mu.
+func (v *view) feedPos() uint64 {
+	p, _ := parseStreamID(v.lastID)
+	return uint64(p)
+}
+
+// logEntry records the seats the entry just applied touched. Caller holds mu.
+func (v *view) logEntry(touched []int32) {
+	if len(v.entries) == ringBatches {
+		v.entriesFrom = v.entries[0].pos
+		copy(v.entries, v.entries[1:])
+		v.entries = v.entries[:len(v.entries)-1]
+	}
+	v.entries = append(v.entries, entryTouch{pos: v.feedPos(), seats: touched})
+}
+
+// catchUp is what a watcher that saw the map at feed position pos on another engine
+// needs to reach this view's map: the current state of every seat a feed entry after
+// pos touched or this view changed at or after pos. ok is false when the view cannot tell — its kept batches do not
+// reach back to pos, or the feed started over since (Redis lost it) — and the
+// watcher needs a snapshot. The changes are a superset (a seat may be sent in the
+// state the watcher has already); applying them gives this view's map. Caller holds
+// mu.
+func (v *view) catchUp(pos uint64) (changes []SeatChange, ok bool) {
+	if pos == 0 || !v.built || v.ringFrom > pos || v.entriesFrom > pos {
+		return nil, false
+	}
+	seen := map[int]bool{}
+	// Every entry after pos (the watcher has the one at pos).
+	var prev uint64
+	started := false
+	for _, en := range v.entries {
+		if !started && en.pos <= pos {
+			continue
+		}
+		if started && en.pos < prev {
+			return nil, false
+		}
+		started, prev = true, en.pos
+		for _, i := range en.seats {
+			seen[int(i)] = true
+		}
+	}
+	// And every batch at or after it: expiries (no entry), a rebuild's changes.
+	prev, started = 0, false
+	for _, b := range v.ring {
+		if !started && b.pos < pos {
+			continue
+		}
+		if started && b.pos < prev {
+			return nil, false
+		}
+		started, prev = true, b.pos
+		for _, c := range b.changes {
+			seen[c.Index] = true
+		}
+	}
+	for _, i := range slices.Sorted(maps.Keys(seen)) {
+		c := SeatChange{Index: i, SeatID: v.sh.layout[i].ID, Status: v.pub[i]}
+		if x := v.pubExp[i]; x != 0 {
+			c.ExpiresAt = localTime(x)
+		}
+		changes = append(changes, c)
+	}
+	return changes, true
 }
 
 // floorMillis is d in whole milliseconds, rounded down (towards the past).
@@ -427,7 +518,7 @@ drain:
 			break drain
 		}
 	}
-	w.ch <- SeatMapEvent{Version: v.version, Snapshot: v.snapshotLocked()}
+	w.ch <- SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked()}
 }
 
 // rebuild reads the show's state from scratch: Redis's clock and the feed's position
@@ -517,13 +608,16 @@ func (v *view) rebuild(ctx context.Context) error {
 			p, _ := parseStreamID(v.lastID)
 			v.applied.Store(uint64(max(p, before)))
 			first := !v.built
+			if first {
+				v.ringFrom, v.entriesFrom = v.feedPos(), v.feedPos()
+			}
 			v.built = true
 			v.current(time.Now())
 			if first {
 				close(v.ready)
 			}
 			for w := range v.subs { // after a rebuild every watcher starts over
-				v.send(w, SeatMapEvent{Version: v.version, Snapshot: v.snapshotLocked()})
+				v.send(w, SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked()})
 			}
 			v.mu.Unlock()
 			select {

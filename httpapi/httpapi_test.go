@@ -30,6 +30,11 @@ type api struct {
 	srv  *httptest.Server
 	s    *Server
 	logs *syncBuffer
+
+	// What a replica (another server on the same database and Redis) is made from.
+	rdb  redis.UniversalClient
+	cfg  engine.Config
+	opts Options
 }
 
 type syncBuffer struct {
@@ -51,11 +56,24 @@ func (s *syncBuffer) String() string {
 
 func newAPI(t *testing.T, rdb redis.UniversalClient, cfg engine.Config, opts Options) *api {
 	t.Helper()
+	cfg.KeyPrefix = testsvc.KeyPrefix(t)
+	return newAPIOn(t, testsvc.Database(t), rdb, cfg, opts)
+}
+
+// replica is another server with an engine of its own on a's database and Redis, as a
+// second `holdfast serve` behind a load balancer.
+func (a *api) replica() *api {
+	a.t.Helper()
+	return newAPIOn(a.t, a.pool, a.rdb, a.cfg, a.opts)
+}
+
+func newAPIOn(t *testing.T, pool *pgxpool.Pool, rdb redis.UniversalClient, cfg engine.Config, opts Options) *api {
+	t.Helper()
+	base, baseOpts := cfg, opts
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewRegistry()
-	cfg.KeyPrefix, cfg.Logger, cfg.Registerer = testsvc.KeyPrefix(t), log, reg
-	pool := testsvc.Database(t)
+	cfg.Logger, cfg.Registerer = log, reg
 	e, err := engine.New(pool, rdb, &cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +97,7 @@ func newAPI(t *testing.T, rdb redis.UniversalClient, cfg engine.Config, opts Opt
 	}
 	srv := httptest.NewServer(recordExchanges(s))
 	t.Cleanup(srv.Close)
-	return &api{t: t, pool: pool, srv: srv, s: s, logs: logs}
+	return &api{t: t, pool: pool, srv: srv, s: s, logs: logs, rdb: rdb, cfg: base, opts: baseOpts}
 }
 
 type reply struct {

@@ -27,7 +27,9 @@ import (
 // GET /v1/shows/{show}/events streams the changes as Server-Sent Events: "snapshot"
 // (the compact map, to start from) and "changes" (seats' new states: layout index,
 // state character, hold expiry in Unix ms), each with an id
-// "<epoch>.<version>" that Last-Event-ID resumes after, and a comment line as heartbeat.
+// "<epoch>.<version>.<position>" that Last-Event-ID resumes after — on this server by
+// version, on another replica of the same Redis by the feed position — and a comment
+// line as heartbeat.
 
 // compactAbove is the seat count above which the compact form is the default.
 const compactAbove = 1000
@@ -210,16 +212,24 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must appear once"})
 		return
 	}
-	var after uint64
+	// An id is "<epoch>.<version>.<position>": the version resumes on this server (its
+	// epoch), the feed position on any server of the same Redis (another replica, a
+	// restarted one); "<epoch>.<version>" (older servers) resumes here only.
+	var after, position uint64
 	if len(ids) == 1 && ids[0] != "" {
-		epoch, v, ok := strings.Cut(ids[0], ".")
+		epoch, rest, ok := strings.Cut(ids[0], ".")
+		v, p, hasPos := strings.Cut(rest, ".")
 		n, err := strconv.ParseUint(v, 10, 64)
-		if !ok || err != nil || len(epoch) != len(s.epoch) {
-			s.fail(w, r, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must be an event id this API sent: <epoch>.<version>"})
+		var perr error
+		if hasPos {
+			position, perr = strconv.ParseUint(p, 10, 64)
+		}
+		if !ok || err != nil || perr != nil || len(epoch) != len(s.epoch) {
+			s.fail(w, r, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must be an event id this API sent: <epoch>.<version>.<position>"})
 			return
 		}
 		if epoch == s.epoch {
-			after = n // another epoch (a restart, another server): start from a snapshot
+			after, position = n, 0
 		}
 	}
 	if s.streams.Add(1) > int64(s.opts.MaxStreams) {
@@ -232,7 +242,15 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	defer s.streams.Add(-1)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	events, err := s.e.WatchSeatMap(ctx, r.PathValue("show"), after)
+	var events <-chan engine.SeatMapEvent
+	var err error
+	if position != 0 {
+		// Its first event (changes to bring it from that position to this server's map)
+		// is its own: not shared with other streams through the event cache.
+		events, err = s.e.WatchSeatMapFrom(ctx, r.PathValue("show"), position)
+	} else {
+		events, err = s.e.WatchSeatMap(ctx, r.PathValue("show"), after)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -266,7 +284,9 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return // the engine closed or stopped watching: the client reconnects
 			}
-			if !s.writeEvent(&buf, r.PathValue("show"), ev) {
+			own := position != 0
+			position = 0
+			if !s.writeEvent(&buf, r.PathValue("show"), ev, !own) {
 				return
 			}
 			// What else is waiting goes out in the same write.
@@ -278,7 +298,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 						_ = write()
 						return
 					}
-					if !s.writeEvent(&buf, r.PathValue("show"), ev) {
+					if !s.writeEvent(&buf, r.PathValue("show"), ev, true) {
 						return
 					}
 				default:
@@ -331,10 +351,11 @@ func (c *eventCache) put(k eventKey, b []byte) {
 	c.order = append(c.order, k)
 }
 
-// writeEvent formats one SSE event into buf, once per show and version.
-func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEvent) bool {
+// writeEvent formats one SSE event into buf, once per show and version when shared
+// (an event of one stream alone, a resume's catch-up, is not).
+func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEvent, shared bool) bool {
 	k := eventKey{show: show, version: ev.Version, snapshot: ev.Snapshot != nil}
-	if b := s.events.get(k); b != nil {
+	if b := s.events.get(k); shared && b != nil {
 		buf.Write(b)
 		return true
 	}
@@ -358,8 +379,10 @@ func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEve
 	if err != nil {
 		return false
 	}
-	b := []byte("id: " + s.eventID(ev.Version) + "\nevent: " + kind + "\ndata: " + string(data) + "\n\n")
-	s.events.put(k, b)
+	b := []byte("id: " + s.eventID(ev.Version) + "." + strconv.FormatUint(ev.Position, 10) + "\nevent: " + kind + "\ndata: " + string(data) + "\n\n")
+	if shared {
+		s.events.put(k, b)
+	}
 	buf.Write(b)
 	return true
 }

@@ -355,3 +355,109 @@ func TestBestAvailableOverHTTP(t *testing.T) {
 	a.want(a.do("POST", "/v1/shows/best/holds", "bob", "", map[string]any{"count": 0}), 400, "invalid-argument")
 	a.want(a.do("POST", "/v1/shows/best/holds", "bob", "", map[string]any{"count": 1, "section": "Z"}), 404, "not-found")
 }
+
+// TestSeatEventsResumeOnAnotherReplica: two servers (replicas) on one database and
+// Redis. Clients stream from the first; it dies mid-sale; each client reconnects to the
+// second with its Last-Event-ID and resumes from the feed position in it — its first
+// event there is changes, not a snapshot — and every client's map, built from what it
+// received, ends equal to the second server's. An id whose position the second server
+// cannot reach back to gets a snapshot.
+func TestSeatEventsResumeOnAnotherReplica(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{MaxSeatsPerHolder: 1000}, Options{})
+	b := a.replica()
+	ids := seats(40)
+	a.want(a.do("PUT", "/v1/shows/rep", "", "", map[string]any{"seats": ids}), 201, "")
+	mutate := func(via *api, from, to int) {
+		for i := from; i < to; i++ {
+			h := via.do("POST", "/v1/shows/rep/holds", fmt.Sprint("h", i%5), "", map[string]any{"seats": []string{ids[i%40]}, "ttl_ms": 60000})
+			if h.status == 201 && i%3 == 0 {
+				via.want(via.do("POST", "/v1/holds/release", fmt.Sprint("h", i%5), "", h.body), 204, "")
+			}
+		}
+	}
+	// Both replicas follow the show, as they would behind a balancer.
+	bs, _ := b.openEvents("rep", "")
+	b.waitStreams(1)
+	const clients = 8
+	type client struct {
+		states []byte
+		lastID string
+	}
+	cs := make([]client, clients)
+	apply := func(c *client, ev sseEvent) {
+		switch ev.event {
+		case "snapshot":
+			c.states = []byte(ev.data["states"].(string))
+		case "changes":
+			for _, ch := range ev.data["changes"].([]any) {
+				m := ch.(map[string]any)
+				c.states[int(m["i"].(float64))] = m["s"].(string)[0]
+			}
+		}
+		c.lastID = ev.id
+	}
+	streams := make([]*sseStream, clients)
+	for i := range streams {
+		streams[i], _ = a.openEvents("rep", "")
+		apply(&cs[i], streams[i].next(5*time.Second))
+	}
+	mutate(a, 0, 20)
+	// Each client reads what it got so far (some more, some less), then replica a dies.
+	for i, s := range streams {
+		for n := 0; n < 1+i; n++ {
+			select {
+			case ev, ok := <-s.events:
+				if ok {
+					apply(&cs[i], ev)
+				}
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		s.close()
+	}
+	a.srv.CloseClientConnections()
+	a.srv.Close()
+	mutate(b, 20, 40)
+	want := func() string {
+		return b.do("GET", "/v1/shows/rep/seats?format=compact", "", "", nil).body["states"].(string)
+	}
+	for i := range cs {
+		s, resp := b.openEvents("rep", cs[i].lastID)
+		if s == nil {
+			t.Fatalf("client %d: resume on the other replica: %v", i, resp.Status)
+		}
+		first := s.next(5 * time.Second)
+		if first.event != "changes" {
+			t.Errorf("client %d resumed on the other replica with a %s, want changes", i, first.event)
+		}
+		apply(&cs[i], first)
+		deadline := time.Now().Add(5 * time.Second)
+		for string(cs[i].states) != want() {
+			if time.Now().After(deadline) {
+				t.Fatalf("client %d ended with %s, the server says %s", i, cs[i].states, want())
+			}
+			select {
+			case ev, ok := <-s.events:
+				if !ok {
+					t.Fatalf("client %d: the stream ended", i)
+				}
+				apply(&cs[i], ev)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		s.close()
+	}
+	bs.close()
+	// A position from before what a replica has kept (here: one that started after it):
+	// a snapshot.
+	c := b.replica()
+	s, _ := c.openEvents("rep", "00000000.5.1")
+	if ev := s.next(5 * time.Second); ev.event != "snapshot" {
+		t.Errorf("an id whose position cannot be resumed from started with %s, want a snapshot", ev.event)
+	}
+	for _, bad := range []string{"12345678.1.x", "12345678.1.-1"} {
+		r := b.doHeaders("GET", "/v1/shows/rep/events", http.Header{"Last-Event-Id": {bad}}, nil)
+		b.want(r, 400, "invalid-argument")
+	}
+}
