@@ -5,7 +5,11 @@ package engine
 // both hosts. make test runs each scenario once, briefly; make chaos longer.
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -227,7 +231,11 @@ func TestFailoverFrozenPrimary(t *testing.T) {
 // seats sell again; the bookings the standby had stay sold.
 func TestFailoverAsynchronousReconciles(t *testing.T) {
 	pair := testsvc.StartPostgresPair(t, false)
-	v := pairEnv(t, pair)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	v := pairEnv(t, pair, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	})
 	ctx := t.Context()
 	seats := seatNames(20)
 	v.show("async", seats...)
@@ -256,6 +264,28 @@ func TestFailoverAsynchronousReconciles(t *testing.T) {
 	waitFor(t, "the lost bookings reported", 60*time.Second, func() bool {
 		return testutil.ToFloat64(v.e.m.lostBookings) == float64(len(lost))
 	})
+	rep, err := v.e.Reconcile(ctx, "async")
+	if err != nil || rep.Lowered != 0 || len(rep.Lost) != 0 {
+		t.Errorf("Reconcile after the engine's own: %+v %v, want nothing to do", rep, err)
+	}
+	// Each lost booking is named, by its id, in an error log line.
+	mu.Lock()
+	reported := map[string]bool{}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var l struct {
+			Msg       string `json:"msg"`
+			BookingID string `json:"booking_id"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && strings.Contains(l.Msg, "missing from the database") {
+			reported[l.BookingID] = true
+		}
+	}
+	mu.Unlock()
+	for _, b := range lost {
+		if !reported[b.ID.String()] {
+			t.Errorf("lost booking %s (seats %v) not reported by id in the log", b.ID, b.SeatIDs)
+		}
+	}
 	for _, b := range lost {
 		if _, err := v.e.Booking(ctx, b.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("lost booking %s: %v, want ErrNotFound (the new primary never had it)", b.ID, err)
@@ -279,11 +309,6 @@ func TestFailoverAsynchronousReconciles(t *testing.T) {
 	}
 	if n := v.doubleBookings(); n != 0 {
 		t.Errorf("%d seats booked twice", n)
-	}
-	// Another run finds nothing more to do.
-	rep, err := v.e.Reconcile(ctx, "async")
-	if err != nil || rep.Lowered != 0 || len(rep.Lost) != 0 {
-		t.Errorf("Reconcile again: %+v %v, want nothing to do", rep, err)
 	}
 }
 
@@ -311,6 +336,11 @@ func TestReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Redis knows the lost booking's id (the sale's marker write records it).
+	lostID := uuid.New()
+	if err := v.rdb.HSet(ctx, sh.k.booked(), "1000", hex.EncodeToString(lostID[:])).Err(); err != nil {
+		t.Fatal(err)
+	}
 	// A booking confirmed after Reconcile read Redis.
 	var during Booking
 	v.e.hooks.afterRead = func(ctx context.Context, path string) {
@@ -325,9 +355,9 @@ func TestReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []LostBooking{{ShowID: "rc", Generation: 1000, SeatIDs: []string{seats[1], seats[2]}}}
+	want := []LostBooking{{ShowID: "rc", Generation: 1000, SeatIDs: []string{seats[1], seats[2]}, BookingID: lostID}}
 	if !slices.EqualFunc(rep.Lost, want, func(a, b LostBooking) bool {
-		return a.ShowID == b.ShowID && a.Generation == b.Generation && slices.Equal(a.SeatIDs, b.SeatIDs)
+		return a.ShowID == b.ShowID && a.Generation == b.Generation && slices.Equal(a.SeatIDs, b.SeatIDs) && a.BookingID == b.BookingID
 	}) || rep.LostCancellations != 1 || rep.Lowered != 3 {
 		t.Errorf("report %+v, want lost %+v, 1 lost cancellation, 3 lowered", rep, want)
 	}

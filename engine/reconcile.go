@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/db"
@@ -18,12 +20,15 @@ import (
 // LostBooking is a booking that Redis saw committed — its sold markers are there — and
 // that the database no longer has: an asynchronous standby was promoted before it had
 // received the booking. Its customer was told it succeeded. The booking's generation
-// identifies it (every hold has its own; the engine's "booking confirmed" log line
-// names the booking id beside it).
+// identifies it (every hold has its own), and BookingID names it when Redis knows it.
 type LostBooking struct {
 	ShowID     string
 	Generation int64
 	SeatIDs    []string
+	// BookingID is the booking's id when Redis knows it (the sale's marker write
+	// recorded it); the zero UUID when it does not (markers written by the repair after
+	// the hold was gone, or by an older holdfast).
+	BookingID uuid.UUID
 }
 
 // ReconcileReport is what Reconcile found and did.
@@ -147,11 +152,28 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 		e.wrote(sh, res[1])
 	}
 	e.m.reconciled.Add(float64(rep.Lowered))
-	for _, g := range slices.Sorted(maps.Keys(lost)) {
-		b := LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g]}
+	gens := slices.Sorted(maps.Keys(lost))
+	ids := make([]uuid.UUID, len(gens))
+	if len(gens) > 0 {
+		fields := make([]string, len(gens))
+		for i, g := range gens {
+			fields[i] = strconv.FormatInt(g, 10)
+		}
+		if vals, err := e.rdb.HMGet(ctx, sh.k.booked(), fields...).Result(); err == nil {
+			for i, v := range vals {
+				if s, ok := v.(string); ok {
+					if b, err := hex.DecodeString(s); err == nil && len(b) == 16 {
+						ids[i] = uuid.UUID(b)
+					}
+				}
+			}
+		}
+	}
+	for i, g := range gens {
+		b := LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g], BookingID: ids[i]}
 		rep.Lost = append(rep.Lost, b)
 		e.log.ErrorContext(ctx, "a booking Redis saw committed is missing from the database (a failover lost it); its seats are sellable again",
-			"show_id", sh.id, "generation", g, "seats", strings.Join(b.SeatIDs, " "))
+			"show_id", sh.id, "booking_id", b.BookingID, "generation", g, "seats", strings.Join(b.SeatIDs, " "))
 	}
 	e.m.lostBookings.Add(float64(len(rep.Lost)))
 	if rep.LostCancellations > 0 {

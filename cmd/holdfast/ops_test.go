@@ -38,6 +38,21 @@ func TestResyncCommand(t *testing.T) {
 	if err := run(t.Context(), []string{"resync", "--show", "gala"}, vars, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "resynced gala") {
 		t.Fatalf("resync: %v %q", err, out.String())
 	}
+	// A sold marker the database has no booking for (a failover lost it): --from-database
+	// sets it back and names the lost booking.
+	rdb := testsvc.Redis(t)
+	sold := prefix + ":{gala}:sold:0"
+	if err := rdb.HSet(t.Context(), sold, "A2", "77").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"resync", "--from-database", "--show", "gala"}, vars, &out, io.Discard); err != nil ||
+		!strings.Contains(out.String(), "show gala generation 77 seats A2") || !strings.Contains(out.String(), "1 lost bookings") {
+		t.Fatalf("resync --from-database: %v %q", err, out.String())
+	}
+	if n, err := rdb.HExists(t.Context(), sold, "A2").Result(); err != nil || n {
+		t.Fatalf("the lost booking's marker is still there: %v %v", n, err)
+	}
 	if err := run(t.Context(), []string{"resync", "--show", "nope"}, vars, io.Discard, io.Discard); exitCode(err) != exitFailure || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("resync of an unknown show: %v", err)
 	}

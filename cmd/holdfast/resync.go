@@ -68,7 +68,7 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 			return fmt.Errorf("resync %s from the database: %w", show, err)
 		}
 		for _, b := range rep.Lost {
-			fmt.Fprintf(stdout, "lost booking: show %s generation %d seats %s\n", b.ShowID, b.Generation, strings.Join(b.SeatIDs, " "))
+			fmt.Fprintf(stdout, "lost booking: %s show %s generation %d seats %s\n", b.BookingID, b.ShowID, b.Generation, strings.Join(b.SeatIDs, " "))
 		}
 		fmt.Fprintf(stdout, "resynced %s from the database in %v: %d markers set back, %d lost bookings, %d lost cancellations\n",
 			show, time.Since(start).Round(time.Millisecond), rep.Lowered, len(rep.Lost), rep.LostCancellations)

@@ -16,6 +16,8 @@
 -- it was taken before the booking and can never confirm. A hold taken later (while the
 -- marker was missing) is left to its owner, whose confirmation the claim refuses.
 -- Every marker it moves and every hold it drops goes to the change feed, in one entry.
+-- The booking id of a sale (from the reserved hold it replaces) is kept in
+-- <base>booked by generation until the booking is cancelled.
 -- Returns {markers moved, holds dropped, counter repaired (0/1), feed entry id or ""}.
 
 local F = 2
@@ -48,13 +50,24 @@ for i = 1, n do
     if ng > cg or (ng == cg and nc > cc) then
         redis.call("HSET", sk(i), s, m)
         moved, cur, cg = moved + 1, m, ng
-        if is_sold(m) then sold[#sold + 1] = s else unsold[#unsold + 1] = s end
+        if is_sold(m) then
+            sold[#sold + 1] = s
+        else
+            unsold[#unsold + 1] = s
+            redis.call("HDEL", BASE .. "booked", ng)
+        end
         changed[i] = true
     end
     if is_sold(cur) then
         local v = redis.call("GET", hk(i))
         if v then
-            local _, g, _, tag = parse_hold(v)
+            local _, g, _, tag, _, cid = parse_hold(v)
+            -- The hold that made this booking, reserved by its batch: its commit id is
+            -- the booking's id, kept by generation for reconciliation to name a booking
+            -- a failover lost (<base>booked, dropped again by the cancellation).
+            if g and tonumber(g) == cg and cid ~= "" then
+                redis.call("HSET", BASE .. "booked", g, cid)
+            end
             if not g or tonumber(g) <= cg then
                 redis.call("DEL", hk(i))
                 if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
