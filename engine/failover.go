@@ -265,9 +265,10 @@ var errCommitPending = errors.New("the COMMIT did not return within its bound; i
 // acknowledges. So the COMMIT runs with no deadline; when ctx ends first, the
 // connection is taken out of the pool (Hijack) and left to the COMMIT, which a
 // goroutine waits for and then closes (or the TCP keepalives end, if the server is
-// gone), and commitUncancelled returns errCommitPending: the outcome is settled by
-// resolveCommit. The caller must not use conn or tx afterwards.
-func (e *Engine) commitUncancelled(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
+// gone), and commitUncancelled returns errCommitPending, setting *pending to a channel
+// that delivers the COMMIT's result when it comes: the outcome is settled by
+// resolveCommit meanwhile. The caller must not use conn or tx afterwards.
+func (e *Engine) commitUncancelled(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, pending *<-chan error) error {
 	done := make(chan error, 1)
 	go func() { done <- tx.Commit(context.WithoutCancel(ctx)) }()
 	select {
@@ -281,12 +282,15 @@ func (e *Engine) commitUncancelled(ctx context.Context, conn *pgxpool.Conn, tx p
 	default:
 	}
 	c := conn.Hijack()
+	result := make(chan error, 1)
 	go func() {
-		<-done
+		err := <-done
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = c.Close(cctx)
+		result <- err
 	}()
+	*pending = result
 	return errCommitPending
 }
 

@@ -188,6 +188,42 @@ func TestFailoverStandbyPartitioned(t *testing.T) {
 	t.Logf("COMMITs left waiting for the standby, not acknowledged: %v; first confirmation after the promotion: %v", unproven, ds)
 }
 
+// TestFailoverPendingCommitKeepsItsHold: a COMMIT waits for a partitioned synchronous
+// standby for longer than a hold's reservation. Its confirmation is answered
+// ErrUnavailable; a retry with the same key after the reservation would have ended is
+// still ErrUnavailable — never ErrHoldLost, since the booking may yet commit — and no
+// one else can hold the seat; once the standby is back, the COMMIT completes and the
+// retry gets the booking.
+func TestFailoverPendingCommitKeepsItsHold(t *testing.T) {
+	pair := testsvc.StartPostgresPair(t, true)
+	v := pairEnv(t, pair)
+	ctx := t.Context()
+	v.show("pend", "A1")
+	// A hold shorter than a reservation: only the reservation keeps it.
+	h := v.hold("pend", 3*time.Second, "buyer", "A1")
+	pair.Link.Partition(true)
+	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a confirmation whose COMMIT waits for the cut-off standby: %v, want ErrUnavailable", err)
+	}
+	time.Sleep(v.e.reserveLife() + time.Second)
+	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a retry while its COMMIT is pending: %v, want ErrUnavailable (the booking may still commit)", err)
+	}
+	if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "pend", SeatIDs: []string{"A1"}, TTL: time.Minute, HolderID: "rival"}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("another holder while the COMMIT is pending: %v, want ErrSeatsUnavailable", err)
+	}
+	pair.Link.Partition(false)
+	var b Booking
+	waitFor(t, "the retry gets the booking once the standby is back", time.Minute, func() bool {
+		var err error
+		b, err = v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"})
+		return err == nil
+	})
+	if !b.Replayed || v.bookings("pend") != 1 {
+		t.Errorf("retry: %+v, %d bookings; want the pending COMMIT's booking, replayed", b, v.bookings("pend"))
+	}
+}
+
 // TestFailoverFrozenPrimary: the primary hangs (SIGSTOP of every process: connections
 // stay open, nothing answers) and the standby is promoted. Each engine confirms again
 // a few seconds after the promotion (the batches on the frozen server end at their

@@ -484,13 +484,29 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	// 5. COMMIT. It may wait for a synchronous standby: it is never cancelled
 	// (commitUncancelled), and a COMMIT that did not return is settled, not assumed.
 	guard.step()
-	if err := e.commitUncancelled(ctx, conn, tx); err != nil {
-		pending = errors.Is(err, errCommitPending)
+	var still <-chan error
+	if err := e.commitUncancelled(ctx, conn, tx, &still); err != nil {
+		pending = still != nil
 		if pgCode(err) != "" {
 			return false, e.txErr(err) // the server answered: nothing committed
 		}
+		// A COMMIT still running keeps its holds reserved until it returns, from now:
+		// the settlement below may take longer than what is left of the reservations.
+		stopKeeping := func() {}
+		if still != nil {
+			stop, exited := make(chan struct{}), make(chan struct{})
+			owners := slices.Clone(accepted)
+			go func() {
+				defer close(exited)
+				e.keepReserved(owners, still, stop)
+			}()
+			stopKeeping = func() { close(stop); <-exited }
+		}
 		// The reply is lost: settle the outcome, once for the whole batch.
 		at, err := e.resolveCommit(ctx, ran, accepted[0].id, err)
+		if !errors.Is(err, errCommitUnknown) {
+			stopKeeping() // settled: the batch writes the markers or gives the holds back
+		}
 		for _, r := range accepted {
 			if err != nil {
 				r.err = err
@@ -743,12 +759,7 @@ func (r *confirmReq) booking() db.BookingCreateParams {
 func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	batch = slices.DeleteFunc(slices.Clone(batch), func(r *confirmReq) bool { return r.err != nil })
 	spans := e.steps(batch, "holdfast.confirm.verify")
-	life := e.reserveLife().Milliseconds()
-	calls := make([]scriptCall, len(batch))
-	for i, r := range batch {
-		calls[i] = scriptCall{lua.Reserve, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen, commitID(r.id), life}, r.c.seats)}
-	}
-	for i, cmd := range e.runScripts(ctx, calls) {
+	for i, cmd := range e.runScripts(ctx, e.reserveCalls(batch)) {
 		r := batch[i]
 		cur, _, err := e.verifyReply(cmd)
 		switch {
@@ -765,6 +776,50 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	}
 	if e.hooks.afterReserve != nil {
 		e.hooks.afterReserve(ctx)
+	}
+}
+
+// reserveCalls are the reserve.lua calls of batch's holds: a first reservation, or, for
+// a hold reserved by the same confirmation already, one that lengthens it.
+func (e *Engine) reserveCalls(batch []*confirmReq) []scriptCall {
+	life := e.reserveLife().Milliseconds()
+	calls := make([]scriptCall, len(batch))
+	for i, r := range batch {
+		calls[i] = scriptCall{lua.Reserve, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen, commitID(r.id), life}, r.c.seats)}
+	}
+	return calls
+}
+
+// keepReserved keeps the holds of batch — whose COMMIT is still pending on the server
+// (commitUncancelled left it there, waiting for a synchronous standby, say) — reserved
+// until that COMMIT returns: were the reservations to end first, a retry would find
+// the hold gone and no booking yet, and be refused for good while its booking may
+// still commit. When the COMMIT returns, the marker repair writes the sold markers of
+// a booking that committed; a COMMIT the server refused gives the holds back. stop ends
+// it early, when the batch has settled the outcome itself.
+func (e *Engine) keepReserved(batch []*confirmReq, pending <-chan error, stop <-chan struct{}) {
+	t := time.NewTicker(e.reserveLife() / 3)
+	defer t.Stop()
+	lengthen := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), markSoldTimeout)
+		e.runScripts(ctx, e.reserveCalls(batch))
+		cancel()
+	}
+	lengthen()
+	for {
+		select {
+		case <-stop:
+			return
+		case err := <-pending:
+			if pgCode(err) != "" { // the server answered: nothing committed
+				e.unreserve(batch)
+			}
+			return
+		case <-e.viewCtx.Done():
+			return
+		case <-t.C:
+			lengthen()
+		}
 	}
 }
 
@@ -786,17 +841,20 @@ func commitID(id uuid.UUID) string { return hex.EncodeToString(id[:]) }
 // their bookings may exist; they expire at the end of their reservation, and the marker
 // repair writes the sold markers of a booking that does.
 func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
-	var calls []scriptCall
-	var owners []*confirmReq
-	for _, r := range batch {
-		if !r.reserved || errors.Is(r.err, errCommitUnknown) || (committedOK && r.err == nil) {
-			continue
-		}
-		calls = append(calls, scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id)}, r.c.seats)})
-		owners = append(owners, r)
-	}
-	if len(calls) == 0 {
+	e.unreserve(slices.DeleteFunc(slices.Clone(batch), func(r *confirmReq) bool {
+		return !r.reserved || errors.Is(r.err, errCommitUnknown) || (committedOK && r.err == nil)
+	}))
+}
+
+// unreserve gives back the holds of owners, reserved by their confirmations, in one
+// pipeline.
+func (e *Engine) unreserve(owners []*confirmReq) {
+	if len(owners) == 0 {
 		return
+	}
+	calls := make([]scriptCall, len(owners))
+	for i, r := range owners {
+		calls[i] = scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id)}, r.c.seats)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), markSoldTimeout)
 	defer cancel()

@@ -16,7 +16,8 @@
 -- ARGV[6..]  seat ids
 --
 -- Returns, like verify.lua, {the hold's current generation, its remaining life in ms}
--- once it is reserved for this commit id (again: a retried batch reserves once), {-1, 0}
+-- once it is reserved for this commit id (again: a retried batch, or one whose COMMIT is
+-- pending, only lengthens the reservation to life when it is shorter), {-1, 0}
 -- when every seat is sold by a booking of this very generation, {-2, 0} when another
 -- batch has it reserved, else {0, 0}. Writes a feed entry only when it lengthened the hold.
 
@@ -35,28 +36,39 @@ if not created then
     end
     return {-1, 0}
 end
-if commit == id then return {tonumber(cur), redis.call("PTTL", hk(1))} end
-if commit ~= "" then return {-2, 0} end
+if commit ~= "" and commit ~= id then return {-2, 0} end
 
-local now = now_ms()
-local ttl = redis.call("PTTL", hk(1))
-local exp = now + ttl
-local longer = ttl < life
-for i = 1, n do
-    local v = redis.call("GET", hk(i)) .. "|" .. id .. ":" .. int(exp)
-    if longer then
-        redis.call("SET", hk(i), v, "PXAT", now + life)
+-- lengthen makes every key of the hold live life ms from now (with its holder's entry
+-- and its place in the index), and says so in the feed.
+local function lengthen(now)
+    for i = 1, n do
+        redis.call("PEXPIREAT", hk(i), now + life)
         if tag ~= "" then redis.call("ZADD", KEYS[2], "XX", now + life, seat(i, F)) end
         index_held(i, seat(i, F), now + life)
-    else
-        redis.call("SET", hk(i), v, "KEEPTTL")
     end
-end
-if longer then
     if tag ~= "" and redis.call("EXISTS", KEYS[2]) == 1 and redis.call("PTTL", KEYS[2]) < life then
         redis.call("PEXPIRE", KEYS[2], life)
     end
     feed({"h", seat_list(F), "x", int(now + life)})
+end
+
+local now = now_ms()
+local ttl = redis.call("PTTL", hk(1))
+if commit == id then
+    -- Reserved already by this commit (a retried batch, or one whose COMMIT is still
+    -- pending and keeps its reservation alive): only lengthened, when shorter than life.
+    if ttl < life then
+        lengthen(now)
+        ttl = life
+    end
+    return {tonumber(cur), ttl}
+end
+local exp = now + ttl
+for i = 1, n do
+    redis.call("SET", hk(i), redis.call("GET", hk(i)) .. "|" .. id .. ":" .. int(exp), "KEEPTTL")
+end
+if ttl < life then
+    lengthen(now)
     ttl = life
 end
 return {tonumber(cur), ttl}
