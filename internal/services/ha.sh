@@ -174,12 +174,24 @@ defaults
     timeout tunnel 1h
     retries 2
     option redispatch
+# Ready replicas (/readyz: PostgreSQL and Redis answer, not draining) get the traffic.
+# When none is ready — PostgreSQL failing over is down for all of them at once — the
+# live ones still do: holds and seat maps need only Redis, and a confirmation then
+# answers 503 problem+json itself instead of HAProxy answering 503 to everything.
 frontend holdfast
     bind $LISTEN
-    default_backend replicas
-backend replicas
+    use_backend ready if { nbsrv(ready) gt 0 }
+    default_backend live
+backend ready
     balance roundrobin
     option httpchk GET /readyz
+    http-check expect status 200
+    default-server inter 1s fall 2 rise 2
+    server serve1 127.0.0.1:$((BASE + 81)) check
+    server serve2 127.0.0.1:$((BASE + 82)) check
+backend live
+    balance roundrobin
+    option httpchk GET /livez
     http-check expect status 200
     default-server inter 1s fall 2 rise 2
     server serve1 127.0.0.1:$((BASE + 81)) check
