@@ -29,10 +29,12 @@ import (
 //     a durability barrier (a COMMIT of its own, which waits for the synchronous
 //     standbys the server is set up with, as the lost one had to). A COMMIT waiting for a
 //     synchronous standby is never cancelled or ended by the engine: it stays, holding
-//     its locks, until the standby answers or the server goes; the caller gets
-//     ErrUnavailable and the idempotent retry settles it on whichever primary survives.
-//   - It settles a lost reply only on the server that ran the COMMIT (the same cluster,
-//     timeline and postmaster: serverIdentity); elsewhere the outcome is unknown.
+//     its locks and its holds' reservations, until the standby answers or the server
+//     goes; the caller gets ErrUnavailable and the idempotent retry settles it on
+//     whichever primary survives.
+//   - It settles a lost reply only on the server that ran the COMMIT (the same cluster
+//     and timeline: serverIdentity), and ends a backend only on the same running
+//     postmaster, matched by pid and start time; elsewhere the outcome is unknown.
 //   - Every statement of a batch has a deadline on the client side (stallGuard), so a
 //     hung (not dead) primary costs a batch at most a statement's bound; the pool is then
 //     emptied, so that no other confirmation waits on a connection to it.
