@@ -174,18 +174,15 @@ func TestFailoverStandbyPartitioned(t *testing.T) {
 	w.run(engines, 16, d)
 	fault.Wait()
 	ds := probe.wait()
-	if !errors.Is(cutErr, ErrUnavailable) {
-		t.Errorf("a confirmation whose COMMIT could not reach the synchronous standby: %v, want ErrUnavailable", cutErr)
+	if !errors.Is(cutErr, ErrUnavailable) || !errors.Is(cutErr, errCommitUnknown) {
+		t.Errorf("a confirmation whose COMMIT could not reach the synchronous standby: %v, want ErrUnavailable, its COMMIT's outcome unknown", cutErr)
 	}
 	if n := v.count("SELECT count(*) FROM bookings WHERE show_id = 'cutoff'"); n != 0 {
 		t.Errorf("the new primary has %d bookings of the show confirmed while the standby was cut off", n)
 	}
 	w.check(t, v.e)
 	unproven := testutil.ToFloat64(v.e.m.syncRepWaits) + testutil.ToFloat64(engines[1].m.syncRepWaits)
-	if unproven == 0 {
-		t.Error("no COMMIT was left waiting for the partitioned standby: the scenario tested nothing")
-	}
-	t.Logf("COMMITs left waiting for the standby, not acknowledged: %v; first confirmation after the promotion: %v", unproven, ds)
+	t.Logf("COMMITs found waiting for the standby, not acknowledged: %v (and the cut-off one); first confirmation after the promotion: %v", unproven, ds)
 }
 
 // TestFailoverPendingCommitKeepsItsHold: a COMMIT waits for a partitioned synchronous
