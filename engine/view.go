@@ -202,7 +202,12 @@ func (v *view) follow(ctx context.Context) {
 		}
 		if rebuild || v.resync.Swap(false) {
 			v.e.m.seatMapRebuilds.Inc()
-			if err := v.rebuild(ctx); errors.Is(err, errCatchUpGap) {
+			// Bounded: a hung PostgreSQL (or Redis) fails the rebuild, which is retried,
+			// instead of stopping the view for good.
+			rctx, cancel := context.WithTimeout(ctx, rebuildTimeout)
+			err := v.rebuild(rctx)
+			cancel()
+			if errors.Is(err, errCatchUpGap) {
 				continue // at once: the feed moves, nothing is down
 			} else if err != nil {
 				v.failed(err)
@@ -629,6 +634,10 @@ func (v *view) rebuild(ctx context.Context) error {
 		v.mu.Unlock()
 	}
 }
+
+// rebuildTimeout bounds one rebuild of a view in its loop (a 100,000-seat map takes
+// about a second).
+const rebuildTimeout = 30 * time.Second
 
 // errCatchUpGap: a rebuild's catch-up met a gap (the feed was trimmed past it while it
 // read): the rebuild starts again.
