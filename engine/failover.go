@@ -171,7 +171,7 @@ func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, id uuid.
 			}
 			if err := sleepJitter(rctx, min(attempt, 10)); err != nil {
 				if st.SyncRep {
-					e.m.syncRepWaits.Inc()
+					e.m.unproven.Inc()
 					return unknown(errors.New("the COMMIT waits for a synchronous standby; it is left to finish"))
 				}
 				return unknown(err)
@@ -209,7 +209,7 @@ func (e *Engine) durable(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		e.m.syncRepWaits.Inc()
+		e.m.unproven.Inc()
 		return unavailable("postgres", fmt.Errorf("the booking exists, but its durability could not be proven (a synchronous standby does not answer?): %w", err))
 	}
 	return nil

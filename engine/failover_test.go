@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -38,7 +39,17 @@ import (
 // (TunePool), with short statement bounds so that the scenarios stay short.
 func pairEnv(t *testing.T, pair *testsvc.PostgresPair, tweak ...func(*Config)) *env {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pair.URL("postgres"))
+	return newEnvWith(t, migratedPool(t, pair.URL("postgres")), testsvc.Redis(t), append([]func(*Config){func(c *Config) {
+		c.StatementTimeout = time.Second
+		c.MarkerRepairInterval = 200 * time.Millisecond
+	}}, tweak...)...)
+}
+
+// migratedPool is a pool of 20 on url, tuned for failover as holdfast's own is
+// (TunePool), over a migrated database.
+func migratedPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,10 +62,39 @@ func pairEnv(t *testing.T, pair *testsvc.PostgresPair, tweak ...func(*Config)) *
 	if err := migrations.Up(t.Context(), pool); err != nil {
 		t.Fatal(err)
 	}
-	return newEnvWith(t, pool, testsvc.Redis(t), append([]func(*Config){func(c *Config) {
-		c.StatementTimeout = time.Second
-		c.MarkerRepairInterval = 200 * time.Millisecond
-	}}, tweak...)...)
+	return pool
+}
+
+// sentinelClient is a go-redis failover client for a Sentinel-form URL, as holdfast
+// makes one, with short timeouts.
+func sentinelClient(t *testing.T, url string) redis.UniversalClient {
+	t.Helper()
+	opt, err := redis.ParseFailoverURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	rdb := redis.NewFailoverClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// lostReported is the set of booking ids the engine's JSON log reported lost.
+func lostReported(logs *bytes.Buffer, mu *sync.Mutex) map[string]bool {
+	mu.Lock()
+	defer mu.Unlock()
+	reported := map[string]bool{}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var l struct {
+			Msg       string `json:"msg"`
+			BookingID string `json:"booking_id"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && strings.Contains(l.Msg, "missing from the database") {
+			reported[l.BookingID] = true
+		}
+	}
+	return reported
 }
 
 // confirmProbe holds and confirms one seat after another of show on e, from since on,
@@ -181,7 +221,7 @@ func TestFailoverStandbyPartitioned(t *testing.T) {
 		t.Errorf("the new primary has %d bookings of the show confirmed while the standby was cut off", n)
 	}
 	w.check(t, v.e)
-	unproven := testutil.ToFloat64(v.e.m.syncRepWaits) + testutil.ToFloat64(engines[1].m.syncRepWaits)
+	unproven := testutil.ToFloat64(v.e.m.unproven) + testutil.ToFloat64(engines[1].m.unproven)
 	t.Logf("COMMITs found waiting for the standby, not acknowledged: %v (and the cut-off one); first confirmation after the promotion: %v", unproven, ds)
 }
 
@@ -303,18 +343,7 @@ func TestFailoverAsynchronousReconciles(t *testing.T) {
 		t.Errorf("Reconcile after the engine's own: %+v %v, want nothing to do", rep, err)
 	}
 	// Each lost booking is named, by its id, in an error log line.
-	mu.Lock()
-	reported := map[string]bool{}
-	for _, line := range strings.Split(logs.String(), "\n") {
-		var l struct {
-			Msg       string `json:"msg"`
-			BookingID string `json:"booking_id"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && strings.Contains(l.Msg, "missing from the database") {
-			reported[l.BookingID] = true
-		}
-	}
-	mu.Unlock()
+	reported := lostReported(&logs, &mu)
 	for _, b := range lost {
 		if !reported[b.ID.String()] {
 			t.Errorf("lost booking %s (seats %v) not reported by id in the log", b.ID, b.SeatIDs)
@@ -403,18 +432,7 @@ func TestFailoverAsynchronousDelayedLink(t *testing.T) {
 	if _, err := v.e.Reconcile(context.Background(), "delayed"); err != nil {
 		t.Fatal(err)
 	}
-	reported := map[string]bool{}
-	mu.Lock()
-	for _, line := range strings.Split(logs.String(), "\n") {
-		var l struct {
-			Msg       string `json:"msg"`
-			BookingID string `json:"booking_id"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && strings.Contains(l.Msg, "missing from the database") {
-			reported[l.BookingID] = true
-		}
-	}
-	mu.Unlock()
+	reported := lostReported(&logs, &mu)
 	lost := 0
 	for id, ss := range acked {
 		_, err := v.e.Booking(context.Background(), id)
@@ -491,7 +509,7 @@ func TestReconcile(t *testing.T) {
 	}) || rep.LostCancellations != 1 || rep.Lowered != 3 {
 		t.Errorf("report %+v, want lost %+v, 1 lost cancellation, 3 lowered", rep, want)
 	}
-	if got, want := v.soldMarkers("rc"), v.claimMarks("rc"); !mapsEqual(got, want) {
+	if got, want := v.soldMarkers("rc"), v.claimMarks("rc"); !maps.Equal(got, want) {
 		t.Errorf("markers %v, claims %v", got, want)
 	}
 	if _, ok := v.claimMarks("rc")[seats[3]]; !ok || during.ID == uuid.Nil {
@@ -507,18 +525,6 @@ func TestReconcile(t *testing.T) {
 	if _, err := v.e.Reconcile(ctx, "no such show!"); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("Reconcile(bad id): %v, want ErrInvalidArgument", err)
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, x := range a {
-		if y, ok := b[k]; !ok || x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // TestTunePoolPrefersTheHostThatAnswered: after a connection to the second host of the
@@ -561,15 +567,7 @@ func TestTunePoolPrefersTheHostThatAnswered(t *testing.T) {
 // markers equal the claims; the same engines hold and confirm on the new master.
 func TestRedisSentinelFailover(t *testing.T) {
 	set := testsvc.StartSentinels(t)
-	opt, err := redis.ParseFailoverURL(set.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.ContextTimeoutEnabled = true
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-	rdb := redis.NewFailoverClient(opt)
-	t.Cleanup(func() { rdb.Close() })
-	v := newEnvWith(t, testsvc.Database(t), rdb)
+	v := newEnvWith(t, testsvc.Database(t), sentinelClient(t, set.URL()))
 	engines := []*Engine{v.e, v.twin()}
 	w := newChaosWorkload(v, "sentinel", 30)
 	w.keysLost = true
@@ -604,27 +602,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 // no refused request has a booking, and the same engines confirm again after it.
 func TestFailoverAutoFailoverFormation(t *testing.T) {
 	ha := startHA(t)
-	cfg, err := pgxpool.ParseConfig(ha.env["DATABASE_URL"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	TunePool(cfg)
-	cfg.MaxConns = 20
-	pool, err := pgxNewPool(t, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.Up(t.Context(), pool); err != nil {
-		t.Fatal(err)
-	}
-	opt, err := redis.ParseFailoverURL(ha.env["REDIS_URL"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.ContextTimeoutEnabled = true
-	rdb := redis.NewFailoverClient(opt)
-	t.Cleanup(func() { rdb.Close() })
-	v := newEnvWith(t, pool, rdb, func(c *Config) { c.MarkerRepairInterval = 200 * time.Millisecond })
+	v := newEnvWith(t, migratedPool(t, ha.env["DATABASE_URL"]), sentinelClient(t, ha.env["REDIS_URL"]), func(c *Config) { c.MarkerRepairInterval = 200 * time.Millisecond })
 	engines := []*Engine{v.e, v.twin()}
 	w := newChaosWorkload(v, "formation", 30)
 	probe := newProbes(t, v, engines)

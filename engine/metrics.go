@@ -24,7 +24,7 @@ type metrics struct {
 	feedLag           prometheus.Histogram
 	failovers         prometheus.Counter
 	stalls            prometheus.Counter
-	syncRepWaits      prometheus.Counter
+	unproven          prometheus.Counter
 	lostBookings      prometheus.Counter
 	reconciled        prometheus.Counter
 	children          sync.Map // opResult -> *opMetrics
@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Name: "holdfast_postgres_stalls_total",
 			Help: "Batches whose server stopped answering within a statement's bound (a hung primary, a partition); each empties the pool.",
 		}),
-		syncRepWaits: prometheus.NewCounter(prometheus.CounterOpts{
+		unproven: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "holdfast_commit_durability_unproven_total",
 			Help: "Bookings not acknowledged because their durability could not be proven (a COMMIT waiting for a synchronous standby, a barrier that did not return).",
 		}),
@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Help: "Confirmations waiting in the queue for a batch now.",
 		}, confirmQueue)
 		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize,
-			m.failovers, m.stalls, m.syncRepWaits, m.lostBookings, m.reconciled} {
+			m.failovers, m.stalls, m.unproven, m.lostBookings, m.reconciled} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

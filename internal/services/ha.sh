@@ -112,13 +112,13 @@ start_pg_ha() {
 	autoctl show state --pgdata "$HA/monitor" >&2
 }
 
-redis_pid_alive() { [ -f "$HA/$1.pid" ] && kill -0 "$(cat "$HA/$1.pid")" 2>/dev/null; }
+pid_alive() { [ -f "$HA/$1.pid" ] && kill -0 "$(cat "$HA/$1.pid")" 2>/dev/null; }
 
 start_redis_ha() {
 	local m=$((BASE + 379)) r=$((BASE + 380)) p name
 	for p in $m $r; do
 		name="redis-$p"
-		redis_pid_alive "$name" && continue
+		pid_alive "$name" && continue
 		local args=(--bind 127.0.0.1 --port "$p" --dir "$HA" --save "" --appendonly no
 			--maxmemory-policy noeviction --daemonize yes --pidfile "$HA/$name.pid" --logfile "$HA/$name.log")
 		if [ "$p" = "$r" ]; then args+=(--replicaof 127.0.0.1 "$m"); fi
@@ -132,7 +132,7 @@ start_redis_ha() {
 	done
 	for p in $((BASE + 381)) $((BASE + 382)) $((BASE + 383)); do
 		name="sentinel-$p"
-		redis_pid_alive "$name" && continue
+		pid_alive "$name" && continue
 		if [ ! -f "$HA/$name.conf" ]; then
 			printf 'port %s\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor %s 127.0.0.1 %s 2\nsentinel down-after-milliseconds %s 2000\nsentinel failover-timeout %s 10000\n' \
 				"$p" "$HA" "$MASTER" "$m" "$MASTER" "$MASTER" >"$HA/$name.conf"
@@ -152,6 +152,12 @@ database_url() {
 
 redis_url() {
 	echo "redis://127.0.0.1:$((BASE + 381))/0?master_name=$MASTER&addr=127.0.0.1:$((BASE + 382))&addr=127.0.0.1:$((BASE + 383))"
+}
+
+# backend NAME PATH is an HAProxy backend of the serve replicas, checked on PATH.
+backend() {
+	printf 'backend %s\n    balance roundrobin\n    option httpchk GET %s\n    http-check expect status 200\n    default-server inter 1s fall 2 rise 2\n' "$1" "$2"
+	printf '    server serve1 127.0.0.1:%s check\n    server serve2 127.0.0.1:%s check\n' $((BASE + 81)) $((BASE + 82))
 }
 
 serve_replicas() {
@@ -182,20 +188,8 @@ frontend holdfast
     bind $LISTEN
     use_backend ready if { nbsrv(ready) gt 0 }
     default_backend live
-backend ready
-    balance roundrobin
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 1s fall 2 rise 2
-    server serve1 127.0.0.1:$((BASE + 81)) check
-    server serve2 127.0.0.1:$((BASE + 82)) check
-backend live
-    balance roundrobin
-    option httpchk GET /livez
-    http-check expect status 200
-    default-server inter 1s fall 2 rise 2
-    server serve1 127.0.0.1:$((BASE + 81)) check
-    server serve2 127.0.0.1:$((BASE + 82)) check
+$(backend ready /readyz)
+$(backend live /livez)
 EOF
 	if [ -f "$HA/haproxy.pid" ] && kill -0 "$(cat "$HA/haproxy.pid")" 2>/dev/null; then
 		kill "$(cat "$HA/haproxy.pid")"
@@ -245,7 +239,7 @@ start)
 	;;
 env)
 	# The URLs of a running set-up (for make demo); fails when none runs.
-	redis_pid_alive serve1 || redis_pid_alive serve2 || exit 1
+	pid_alive serve1 || pid_alive serve2 || exit 1
 	echo "DATABASE_URL='$(database_url)'"
 	echo "REDIS_URL='$(redis_url)'"
 	echo "HOLDFAST_URL='http://$LISTEN'"
