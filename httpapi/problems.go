@@ -1,0 +1,173 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/engine"
+)
+
+// etagMatches reports whether an If-None-Match header names etag (weakly, as RFC 9110
+// asks for If-None-Match), or is "*".
+func etagMatches(headers []string, etag string) bool {
+	for _, h := range headers {
+		for _, t := range strings.Split(h, ",") {
+			t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+			if t == etag || t == "*" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ttlFromMillis turns a request's ttl_ms into a duration, refusing what is not
+// positive or would overflow one.
+func ttlFromMillis(ms int64) (time.Duration, error) {
+	if ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return 0, &engine.InvalidArgumentError{Field: "ttl_ms", Rule: strconv.FormatInt(ms, 10) + " is not a positive number of milliseconds that fits a duration"}
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// decode reads one JSON object of at most limit bytes. Strict means strict: unknown
+// fields, field names in another case, duplicate names and trailing data are refused,
+// and the refusal says where.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, "request-too-large", "Request too large",
+				"the body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
+			return false
+		}
+		writeProblem(w, http.StatusBadRequest, "malformed-request", "Malformed request", "the body could not be read")
+		return false
+	}
+	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+		writeProblem(w, http.StatusBadRequest, "malformed-request", "Malformed request",
+			"the body is not the expected JSON object: "+strings.TrimPrefix(err.Error(), "json: "))
+		return false
+	}
+	return true
+}
+
+// problem maps an engine error to its status and stable type.
+func problem(err error) (status int, typ, title string) {
+	switch {
+	case errors.Is(err, engine.ErrInvalidArgument):
+		return http.StatusBadRequest, "invalid-argument", "Invalid argument"
+	case errors.Is(err, engine.ErrNotFound):
+		return http.StatusNotFound, "not-found", "Not found"
+	case errors.Is(err, engine.ErrSeatsUnavailable):
+		return http.StatusConflict, "seats-unavailable", "Seats unavailable"
+	case errors.Is(err, engine.ErrStaleGeneration):
+		return http.StatusConflict, "stale-generation", "Stale generation"
+	case errors.Is(err, engine.ErrHolderLimit):
+		return http.StatusConflict, "holder-limit", "Holder seat limit reached"
+	case errors.Is(err, engine.ErrHoldLost):
+		return http.StatusGone, "hold-lost", "Hold lost"
+	case errors.Is(err, engine.ErrIdempotencyKeyReused):
+		return http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency key reused"
+	case errors.Is(err, engine.ErrExtendLimit):
+		return http.StatusUnprocessableEntity, "extend-limit", "Hold extend limit reached"
+	case errors.Is(err, engine.ErrUnavailable):
+		return http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable"
+	case errors.Is(err, engine.ErrOverloaded):
+		return http.StatusServiceUnavailable, "overloaded", "Overloaded"
+	default:
+		return http.StatusInternalServerError, "internal", "Internal error"
+	}
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, typ, title := problem(err)
+	detail := err.Error()
+	switch {
+	case typ == "overloaded": // shed on purpose: say why, log quietly
+		w.Header().Set("Retry-After", "1")
+		s.log.InfoContext(r.Context(), "request shed", "route", r.Pattern, "error", err)
+	case status >= 500:
+		s.log.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "error", err)
+		w.Header().Set("Retry-After", "1")
+		detail = "a backend failed; retry later"
+		if status == http.StatusInternalServerError {
+			detail = "internal error"
+		}
+	}
+	p := problemJSON{Type: problemPrefix + typ, Title: title, Status: status, Detail: detail}
+	var iae *engine.InvalidArgumentError
+	if errors.As(err, &iae) {
+		// Name what the client sent, not the Go field it became.
+		p.Field = iae.Field
+		if name, ok := wireNames[iae.Field]; ok {
+			p.Field = name
+		}
+		p.Detail = p.Field + ": " + iae.Rule
+	}
+	var spent *engine.HoldSpentError
+	if errors.As(err, &spent) && spent.BookingID != uuid.Nil {
+		p.Booking = "/v1/bookings/" + spent.BookingID.String() // the caller's own booking
+	}
+	var sue *engine.SeatsUnavailableError
+	if errors.As(err, &sue) {
+		p.Seats = sue.SeatIDs
+		if len(sue.SeatIDs) == 0 {
+			p.Available = &sue.Available
+		}
+	}
+	writeJSONType(w, status, "application/problem+json", p)
+}
+
+// wireNames maps the engine's field names in an InvalidArgumentError to what an HTTP
+// client sends: a JSON member, a path segment or a header.
+var wireNames = map[string]string{
+	"HoldRequest.ShowID": "show", "Hold.ShowID": "show", "showID": "show",
+	"HoldRequest.SeatIDs": "seats", "Hold.SeatIDs": "seats", "seatIDs": "seats",
+	"HoldRequest.TTL": "ttl_ms", "ttl": "ttl_ms",
+	"BestRequest.ShowID": "show", "BestRequest.Count": "count", "BestRequest.TTL": "ttl_ms", "BestRequest.Section": "section",
+	"Hold.Token": "token", "Hold.Generation": "generation",
+	"HolderID": HolderHeader, "ConfirmOptions.IdempotencyKey": IdempotencyHeader,
+}
+
+// problemPrefix starts every problem type; the rest is stable per error.
+const problemPrefix = "urn:holdfast:problem:"
+
+// problemJSON is an RFC 9457 problem.
+type problemJSON struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Field  string `json:"field,omitempty"` // the member, path segment or header at fault
+	// Booking points at the booking a presented hold made already (to its holder).
+	Booking string   `json:"booking,omitempty"`
+	Seats   []string `json:"seats,omitempty"`
+	// Available is, when a best-available hold found nothing, how many seats the best
+	// section still had free.
+	Available *int `json:"available,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
+	writeJSONType(w, status, "application/problem+json", problemJSON{Type: problemPrefix + typ, Title: title, Status: status, Detail: detail})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeJSONType(w, status, "application/json", v)
+}
+
+func writeJSONType(w http.ResponseWriter, status int, contentType string, v any) {
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,370 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes returns the routes, all listed here.
+func (s *Server) routes() http.Handler {
+	routes := []struct {
+		method, path string
+		h            http.Handler
+	}{
+		{"PUT", "/v1/shows/{show}", s.operatorOnly(s.putShow)},
+		{"POST", "/v1/shows/{show}/resync", s.operatorOnly(s.postResync)},
+		{"GET", "/v1/shows/{show}/layout", s.reading(s.getLayout)},
+		{"GET", "/v1/shows/{show}/seats", s.reading(s.getSeats)},
+		{"GET", "/v1/shows/{show}/events", s.reading(s.getEvents)},
+		{"POST", "/v1/shows/{show}/holds", s.limited(s.postHold)},
+		{"POST", "/v1/holds/extend", s.limited(s.postExtend)},
+		{"POST", "/v1/holds/release", s.limited(s.postRelease)},
+		{"POST", "/v1/bookings", s.limited(s.postBooking)},
+		{"GET", "/v1/bookings/{id}", s.reading(s.getBooking)},
+		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
+		{"GET", "/livez", http.HandlerFunc(s.livez)},
+		{"GET", "/readyz", http.HandlerFunc(s.readyz)},
+		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
+		{"GET", "/openapi.yaml", http.HandlerFunc(serveOpenAPI)},
+		{"GET", "/{$}", s.reading(s.getIndex)},
+		{"GET", "/shows/{show}", s.reading(s.getShowPage)},
+		{"GET", "/static/{file}", http.HandlerFunc(getStatic)},
+	}
+	mux := http.NewServeMux()
+	allowed := map[string][]string{} // path -> methods, for 405 answers
+	var paths []string
+	for _, r := range routes {
+		mux.Handle(r.method+" "+r.path, r.h)
+		if allowed[r.path] == nil {
+			paths = append(paths, r.path)
+		}
+		allowed[r.path] = append(allowed[r.path], r.method)
+	}
+	// A path with another method is a 405 problem naming the allowed ones (the
+	// method-less pattern is less specific, so it only catches the rest); any other
+	// path is a 404 problem.
+	for _, p := range paths {
+		methods := allowed[p]
+		if slices.Contains(methods, "GET") {
+			methods = append(methods, "HEAD")
+		}
+		allow := strings.Join(methods, ", ")
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
+				r.Method+" is not allowed here; use "+allow)
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
+	})
+	return s.observe(mux)
+}
+
+// holdJSON is a hold on the wire.
+type holdJSON struct {
+	Show       string    `json:"show"`
+	Seats      []string  `json:"seats"`
+	Token      string    `json:"token"`
+	Generation int64     `json:"generation"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// bookingJSON is a booking on the wire.
+type bookingJSON struct {
+	ID          uuid.UUID  `json:"id"`
+	Show        string     `json:"show"`
+	Seats       []string   `json:"seats"`
+	Generation  int64      `json:"generation"`
+	Status      string     `json:"status"`
+	ConfirmedAt time.Time  `json:"confirmed_at"`
+	CancelledAt *time.Time `json:"cancelled_at"`
+}
+
+type seatJSON struct {
+	Seat      string     `json:"seat"`
+	Status    string     `json:"status"`
+	ExpiresAt *time.Time `json:"expires_at"`
+}
+
+func toHoldJSON(h engine.Hold) holdJSON {
+	return holdJSON{Show: h.ShowID, Seats: h.SeatIDs, Token: h.Token, Generation: h.Generation, ExpiresAt: h.ExpiresAt.UTC()}
+}
+
+func toBookingJSON(b engine.Booking) bookingJSON {
+	return bookingJSON{ID: b.ID, Show: b.ShowID, Seats: b.SeatIDs, Generation: b.Generation,
+		Status: string(b.Status), ConfirmedAt: b.ConfirmedAt.UTC(), CancelledAt: b.CancelledAt}
+}
+
+// holdFromJSON turns a presented hold back into an engine Hold of this holder.
+func holdFromJSON(j holdJSON, holder string) engine.Hold {
+	return engine.Hold{ShowID: j.Show, SeatIDs: j.Seats, Token: j.Token, Generation: j.Generation, HolderID: holder}
+}
+
+// layoutSeatJSON is one seat of a layout on the wire.
+type layoutSeatJSON struct {
+	ID       string  `json:"id"`
+	Section  string  `json:"section"`
+	Row      string  `json:"row"`
+	Position int     `json:"position"`
+	Rank     int     `json:"rank"`
+	X        float64 `json:"x"`
+	Y        float64 `json:"y"`
+}
+
+func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Seats  []string         `json:"seats"`
+		Layout []layoutSeatJSON `json:"layout"`
+	}
+	if !s.decode(w, r, s.opts.MaxShowBodyBytes, &body) {
+		return
+	}
+	var created bool
+	var err error
+	switch {
+	case (body.Seats == nil) == (body.Layout == nil):
+		err = &engine.InvalidArgumentError{Field: "seats", Rule: `give exactly one of "seats" (seat ids) and "layout" (seats with their places)`}
+	case body.Layout != nil:
+		layout := make([]engine.Seat, len(body.Layout))
+		for i, l := range body.Layout {
+			layout[i] = engine.Seat{ID: l.ID, Section: l.Section, Row: l.Row, Position: l.Position, Rank: l.Rank, X: l.X, Y: l.Y}
+		}
+		created, err = s.e.EnsureShowLayout(r.Context(), r.PathValue("show"), layout)
+	default:
+		created, err = s.e.EnsureShow(r.Context(), r.PathValue("show"), body.Seats)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, map[string]any{"show": r.PathValue("show"), "seats": len(body.Seats) + len(body.Layout)})
+}
+
+// getLayout serves a show's venue layout. A layout never changes, so it is cacheable
+// for good, and revalidation by ETag answers 304.
+func (s *Server) getLayout(w http.ResponseWriter, r *http.Request) {
+	seats, err := s.e.Layout(r.Context(), r.PathValue("show"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]layoutSeatJSON, len(seats))
+	for i, st := range seats {
+		out[i] = layoutSeatJSON{ID: st.ID, Section: st.Section, Row: st.Row, Position: st.Position, Rank: st.Rank, X: st.X, Y: st.Y}
+	}
+	body, err := json.Marshal(map[string]any{"show": r.PathValue("show"), "seats": out})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sum := sha256.Sum256(body)
+	etag := `"` + hex.EncodeToString(sum[:12]) + `"`
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	if etagMatches(r.Header.Values("If-None-Match"), etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
+	if err := s.e.Resync(r.Context(), r.PathValue("show")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"show": r.PathValue("show"), "resynced": true})
+}
+
+// postHold holds named seats ({"seats": [...]}) or the best available ones
+// ({"count": 4, "section": "B", "adjacent": true}): exactly one of seats and count.
+func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string) {
+	var body struct {
+		Seats    []string `json:"seats"`
+		TTLms    *int64   `json:"ttl_ms"`
+		Count    *int     `json:"count"`
+		Section  *string  `json:"section"`
+		Adjacent *bool    `json:"adjacent"`
+	}
+	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	var ttl time.Duration
+	if body.TTLms != nil {
+		d, err := ttlFromMillis(*body.TTLms)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		ttl = d
+	}
+	best := body.Count != nil || body.Section != nil || body.Adjacent != nil
+	if best == (body.Seats != nil) {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "seats", Rule: `send exactly one of "seats" (named seats) and "count" (the best available, with "section" and "adjacent")`})
+		return
+	}
+	var h engine.Hold
+	var err error
+	if best {
+		if body.Count == nil {
+			s.fail(w, r, &engine.InvalidArgumentError{Field: "count", Rule: "missing: how many seats"})
+			return
+		}
+		req := engine.BestRequest{ShowID: r.PathValue("show"), Count: *body.Count, TTL: ttl, HolderID: holder}
+		if body.Section != nil {
+			req.Section = *body.Section
+		}
+		if body.Adjacent != nil {
+			req.Adjacent = *body.Adjacent
+		}
+		h, err = s.e.HoldBest(r.Context(), req)
+	} else {
+		h, err = s.e.Hold(r.Context(), engine.HoldRequest{ShowID: r.PathValue("show"), SeatIDs: body.Seats, HolderID: holder, TTL: ttl})
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, toHoldJSON(h))
+}
+
+func (s *Server) postExtend(w http.ResponseWriter, r *http.Request, holder string) {
+	var body struct {
+		holdJSON `json:",inline"`
+		TTLms    int64 `json:"ttl_ms"`
+	}
+	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	ttl, err := ttlFromMillis(body.TTLms)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	h, err := s.e.Extend(r.Context(), holdFromJSON(body.holdJSON, holder), ttl)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toHoldJSON(h))
+}
+
+func (s *Server) postRelease(w http.ResponseWriter, r *http.Request, holder string) {
+	var body holdJSON
+	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	if err := s.e.Release(r.Context(), holdFromJSON(body, holder)); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder string) {
+	var body holdJSON
+	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	key, ok := s.singleHeader(w, r, IdempotencyHeader)
+	if !ok {
+		return
+	}
+	b, err := s.e.Confirm(r.Context(), holdFromJSON(body, holder), engine.ConfirmOptions{IdempotencyKey: key})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if b.Replayed {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, toBookingJSON(b))
+}
+
+// ownBooking reads the booking named in the path if it belongs to the caller; another
+// holder's booking is reported as not found.
+func (s *Server) ownBooking(w http.ResponseWriter, r *http.Request) (engine.Booking, bool) {
+	holder, ok := s.holder(w, r)
+	if !ok {
+		return engine.Booking{}, false
+	}
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "id", Rule: "must be a UUID"})
+		return engine.Booking{}, false
+	}
+	b, err := s.e.Booking(r.Context(), id)
+	if err == nil && b.HolderID != holder {
+		err = engine.ErrNotFound
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return engine.Booking{}, false
+	}
+	return b, true
+}
+
+func (s *Server) getBooking(w http.ResponseWriter, r *http.Request) {
+	if b, ok := s.ownBooking(w, r); ok {
+		writeJSON(w, http.StatusOK, toBookingJSON(b))
+	}
+}
+
+func (s *Server) deleteBooking(w http.ResponseWriter, r *http.Request, _ string) {
+	b, ok := s.ownBooking(w, r)
+	if !ok {
+		return
+	}
+	if err := s.e.Cancel(r.Context(), b.ID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	b, err := s.e.Booking(r.Context(), b.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toBookingJSON(b))
+}
+
+func (s *Server) livez(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeProblem(w, http.StatusServiceUnavailable, "draining", "Draining", "the server is shutting down")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.e.Ready(ctx); err != nil {
+		s.log.WarnContext(ctx, "not ready", "error", err)
+		detail := "not ready"
+		if s.isOperator(r) { // the cause is for operators, not for anyone who asks
+			detail = err.Error()
+		}
+		writeProblem(w, http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable", detail)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
