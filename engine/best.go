@@ -34,7 +34,12 @@ const indexPage = 200
 // other.
 func (e *Engine) HoldBest(ctx context.Context, req BestRequest) (Hold, error) {
 	ctx, o := e.begin(ctx, "hold_best", req.ShowID, req.Count)
-	h, err := e.holdBest(ctx, req)
+	var h Hold
+	done, err := e.holdsInFlight.take(req.ShowID, e.cfg.MaxHoldsInFlight)
+	if err == nil {
+		h, err = e.holdBest(ctx, req)
+		done()
+	}
 	o.end(err, "")
 	return h, err
 }

@@ -118,10 +118,17 @@ type Config struct {
 	// MaxWatchedShows bounds how many shows' seat maps the engine keeps in memory and
 	// current from their change feeds (each takes one Redis connection, blocked on the
 	// feed, from the client's pool). Past it, the map least recently read with no open
-	// watch is dropped; when every one is watched, reads of other shows are built from
-	// scratch each time (PostgreSQL and Redis per read) and WatchSeatMap is refused.
+	// watch is dropped; when every one is watched, another show's map is built from
+	// Redis at most once a second and shared by all its readers, and its watchers get
+	// a snapshot of that map whenever it changed (about a second late, not refused).
 	// Defaults to 32.
 	MaxWatchedShows int
+
+	// MaxHoldsInFlight bounds the holds (Hold and HoldBest) of one show being worked
+	// on at once by this engine; past it a hold is refused at once with ErrOverloaded
+	// (nothing changes), so that an on-sale too big for the machine is answered fast
+	// instead of queued for seconds. Defaults to 256.
+	MaxHoldsInFlight int
 
 	// SeatMapIdle is how long a show's seat map is kept current after its last read
 	// with no watch open. Defaults to 1 minute.
@@ -153,6 +160,7 @@ const (
 	defaultMaxCachedShows    = 10_000
 	defaultUnknownShowTTL    = 2 * time.Second
 	defaultMaxWatchedShows   = 32
+	defaultMaxHoldsInFlight  = 256
 	defaultMaxConfirmQueue   = 1024 // at least; New sizes it from the batching (queueRounds)
 	queueRounds              = 64   // full batches of every committer the default queue holds
 	defaultSeatMapIdle       = time.Minute
@@ -221,6 +229,7 @@ func (cfg *Config) withDefaults() (Config, error) {
 		{"Config.MaxSeatsPerShow", &c.MaxSeatsPerShow, defaultMaxSeatsPerShow, 1_000_000},
 		{"Config.MaxCachedShows", &c.MaxCachedShows, defaultMaxCachedShows, 10_000_000},
 		{"Config.MaxWatchedShows", &c.MaxWatchedShows, defaultMaxWatchedShows, 10_000},
+		{"Config.MaxHoldsInFlight", &c.MaxHoldsInFlight, defaultMaxHoldsInFlight, 1_000_000},
 		{"Config.MaxConfirmQueue", &c.MaxConfirmQueue, defaultMaxConfirmQueue, 1_000_000},
 		{"Config.ConfirmBatch", &c.ConfirmBatch, defaultConfirmBatch, maxConfirmBatch},
 		{"Config.ConfirmConns", &c.ConfirmConns, defaultConfirmConns, 1_000},

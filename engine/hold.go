@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,9 +17,40 @@ import (
 // changes nothing. The hold expires by itself after req.TTL (Redis owns the clock).
 func (e *Engine) Hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	ctx, o := e.begin(ctx, "hold", req.ShowID, len(req.SeatIDs))
-	h, err := e.hold(ctx, req)
+	var h Hold
+	done, err := e.holdsInFlight.take(req.ShowID, e.cfg.MaxHoldsInFlight)
+	if err == nil {
+		h, err = e.hold(ctx, req)
+		done()
+	}
 	o.end(err, "")
 	return h, err
+}
+
+// inFlight counts, per show, the holds being worked on (Config.MaxHoldsInFlight).
+type inFlight struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+// take claims a slot of show's, or refuses with ErrOverloaded past max.
+func (f *inFlight) take(show string, max int) (done func(), err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m[show] >= max {
+		return nil, fmt.Errorf("%w: %d holds of show %q in flight already (Config.MaxHoldsInFlight)", ErrOverloaded, max, show)
+	}
+	if f.m == nil {
+		f.m = map[string]int{}
+	}
+	f.m[show]++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.m[show]--; f.m[show] == 0 {
+			delete(f.m, show)
+		}
+	}, nil
 }
 
 func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
@@ -132,8 +164,8 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 	if !validToken(h.Token) {
 		return nil, nil, nil, "", invalid("Hold.Token", "must be 32 lowercase hex digits")
 	}
-	if h.Generation <= 0 {
-		return nil, nil, nil, "", invalid("Hold.Generation", "%d, must be positive", h.Generation)
+	if h.Generation <= 0 || h.Generation > MaxGeneration {
+		return nil, nil, nil, "", invalid("Hold.Generation", "%d, must be from 1 to %d", h.Generation, MaxGeneration)
 	}
 	if err := validateHolderID(h.HolderID); err != nil {
 		return nil, nil, nil, "", err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -101,17 +102,107 @@ func (e *Engine) SeatMap(ctx context.Context, showID string) (*SeatMap, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.cancel == nil { // not watched (every slot is taken): built for this read only
-		err := v.rebuild(ctx)
-		for try := 0; errors.Is(err, errCatchUpGap) && try < 3; try++ {
-			err = v.rebuild(ctx)
-		}
-		if err != nil {
-			return nil, unavailable("redis", err)
-		}
-		return v.read(ctx)
+	if v.cancel == nil { // not watched (every slot is taken): a shared map, about a second old
+		return e.polledSeatMap(ctx, sh)
 	}
 	return v.read(ctx)
+}
+
+// pollEvery is how often the seat map of a show past the watched-shows pool is built
+// again, for all its readers and watchers together.
+const pollEvery = time.Second
+
+// polledMaps are the seat maps of shows the engine does not watch (every slot of
+// Config.MaxWatchedShows is taken by a watched show): each built from Redis at most
+// once per pollEvery and shared by every reader and watcher, so that a show past the
+// pool is served a little late rather than refused, and a crowd reading it costs one
+// build a second.
+type polledMaps struct {
+	mu sync.Mutex
+	m  map[string]*polledMap
+}
+
+type polledMap struct {
+	mu sync.Mutex // held while building: concurrent readers wait for one build
+	m  *SeatMap
+	at time.Time
+}
+
+// maxPolledMaps bounds the polled maps kept; past it they are all dropped (each is
+// rebuilt by its next reader).
+const maxPolledMaps = 1024
+
+func (e *Engine) polledSeatMap(ctx context.Context, sh *show) (*SeatMap, error) {
+	e.polled.mu.Lock()
+	if e.polled.m == nil || len(e.polled.m) >= maxPolledMaps {
+		e.polled.m = map[string]*polledMap{}
+	}
+	p := e.polled.m[sh.id]
+	if p == nil {
+		p = &polledMap{}
+		e.polled.m[sh.id] = p
+	}
+	e.polled.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m != nil && time.Since(p.at) < pollEvery {
+		return p.m, nil
+	}
+	v := newView(e, sh)
+	err := v.rebuild(ctx)
+	for try := 0; errors.Is(err, errCatchUpGap) && try < 3; try++ {
+		err = v.rebuild(ctx)
+	}
+	if err != nil {
+		return nil, unavailable("redis", err)
+	}
+	m, err := v.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.m, p.at = m, time.Now()
+	return m, nil
+}
+
+// pollWatch watches a show past the watched-shows pool: a snapshot now, and another
+// whenever the shared map (polledSeatMap), looked at every pollEvery, has changed.
+// It ends (the channel closes) with ctx, the engine, or a failed build.
+func (e *Engine) pollWatch(ctx context.Context, sh *show) (<-chan SeatMapEvent, error) {
+	m, err := e.polledSeatMap(ctx, sh)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan SeatMapEvent, 1)
+	ch <- SeatMapEvent{Version: m.Version, Snapshot: m}
+	go func() {
+		defer close(ch)
+		t := time.NewTicker(pollEvery)
+		defer t.Stop()
+		last := m
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.viewCtx.Done():
+				return
+			case <-t.C:
+			}
+			m, err := e.polledSeatMap(ctx, sh)
+			if err != nil {
+				return // the client reconnects
+			}
+			if m == last || (slices.Equal(m.States, last.States) && slices.EqualFunc(m.Expires, last.Expires, time.Time.Equal)) {
+				continue
+			}
+			last = m
+			select {
+			case ch <- SeatMapEvent{Version: m.Version, Snapshot: m}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
 }
 
 // WatchSeatMap delivers a show's seat-map changes until ctx ends (or the engine
@@ -163,8 +254,8 @@ func (e *Engine) watch(ctx context.Context, showID string, resume func(v *view) 
 	if err != nil {
 		return nil, err
 	}
-	if v.cancel == nil {
-		return nil, fmt.Errorf("%w: the engine watches %d shows already (Config.MaxWatchedShows)", ErrUnavailable, e.cfg.MaxWatchedShows)
+	if v.cancel == nil { // every slot is taken: snapshots of a shared map, about once a second
+		return e.pollWatch(ctx, sh)
 	}
 	defer v.watches.Add(-1)
 	if _, err := v.read(ctx); err != nil { // wait for the first build

@@ -89,3 +89,8 @@ type SeatState struct {
 	Status    SeatStatus
 	ExpiresAt *time.Time // when held
 }
+
+// MaxGeneration is the largest generation there can be: 2^53-1, the largest integer a
+// JSON number carries exactly (and Redis Lua's numbers). A presented hold with a
+// larger one is an InvalidArgumentError.
+const MaxGeneration = 1<<53 - 1

@@ -3,94 +3,271 @@ package httpapi
 import (
 	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/time/rate"
 )
 
-// limited wraps a holder's operation with its rate limit.
+// Limits. Every limit is per client address, always; a holder's bucket is a second
+// one on top, never the only one (a holder id is whatever an unsigned client says).
+// Each table of buckets is a size-capped LRU, so a flood of fresh ids or addresses
+// costs a bounded amount of memory: the least recently seen bucket goes first.
+
+// buckets keeps one token bucket per key.
+type buckets struct {
+	limit rate.Limit
+	burst int
+	m     *lru.Cache[string, *rate.Limiter]
+}
+
+func newBuckets(limit rate.Limit, burst, size int) *buckets {
+	m, _ := lru.New[string, *rate.Limiter](size) // size > 0: New checks it
+	return &buckets{limit: limit, burst: burst, m: m}
+}
+
+func (b *buckets) get(key string) *rate.Limiter {
+	if l, ok := b.m.Get(key); ok {
+		return l
+	}
+	l := rate.NewLimiter(b.limit, b.burst)
+	if prev, ok, _ := b.m.PeekOrAdd(key, l); ok {
+		return prev
+	}
+	return l
+}
+
+// allow takes a token from key's bucket.
+func (b *buckets) allow(key string) bool { return b.get(key).Allow() }
+
+// has reports whether key's bucket has a token, without taking it (for limits on
+// outcomes: a failure takes the token afterwards).
+func (b *buckets) has(key string) bool {
+	l, ok := b.m.Peek(key)
+	return !ok || l.Tokens() >= 1
+}
+
+// clientAddr is the request's client address: its peer, or, when the peer is a
+// trusted proxy, the rightmost X-Forwarded-For address that is not one.
+func (s *Server) clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil || !s.trusted(peer) {
+		return host
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // a malformed hop: what is left of it cannot be believed
+		}
+		if !s.trusted(a) {
+			return a.Unmap().String()
+		}
+	}
+	return host
+}
+
+func (s *Server) trusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range s.opts.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// refuse answers 429 for a limit (reason names it in the metric), with Retry-After.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason, detail string) {
+	s.refused.WithLabelValues(reason).Inc()
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", detail)
+}
+
+// limited wraps a holder's operation with its limits: the client address's write
+// bucket, then the holder's.
 func (s *Server) limited(fn func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		holder, ok := s.holder(w, r)
 		if !ok {
 			return
 		}
-		if !s.limiters.get(holder).Allow() {
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests from this holder")
-			return
+		switch {
+		case !s.addrWrites.allow(clientAddrOf(r)):
+			s.refuse(w, r, "address-writes", "too many requests from this address")
+		case !s.holderWrites.allow(holder):
+			s.refuse(w, r, "holder-writes", "too many requests from this holder")
+		default:
+			fn(w, r, holder)
 		}
-		fn(w, r, holder)
 	}
 }
 
-// reading applies a read route's rate limit: per holder when the request names one, else per
-// client address.
+// reading applies a read route's limits: the client address's read bucket, and the
+// holder's too when the request names one.
 func (s *Server) reading(fn http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		key, ok := s.singleHeader(w, r, HolderHeader)
+		holder, ok := s.singleHeader(w, r, HolderHeader)
 		if !ok {
 			return
 		}
-		if key == "" || len(key) > 128 {
-			key = "addr " + clientAddr(r)
+		switch {
+		case !s.addrReads.allow(clientAddrOf(r)):
+			s.refuse(w, r, "address-reads", "too many reads from this address")
+		case holder != "" && len(holder) <= maxHolderBytes && !s.holderReads.allow(holder):
+			s.refuse(w, r, "holder-reads", "too many reads from this holder")
+		default:
+			fn(w, r)
 		}
-		if !s.reads.get(key).Allow() {
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many reads from this client")
+	}
+}
+
+// showLookups limits, per client address, the requests for shows that do not exist:
+// each costs a database query (the engine remembers an unknown id for a while, but a
+// flood of fresh ids misses that). It wraps a route whose path names a show.
+func (s *Server) showLookups(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		addr := clientAddrOf(r)
+		if !s.unknownShows.has(addr) {
+			s.refuse(w, r, "unknown-shows", "too many requests for shows that do not exist from this address")
 			return
 		}
-		fn(w, r)
-	}
-}
-
-// clientAddr is the request's peer address without its port.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-// limiters keeps one token bucket per holder, dropping those idle for a while.
-type limiters struct {
-	mu    sync.Mutex
-	limit rate.Limit
-	burst int
-	m     map[string]*limiterEntry
-	swept time.Time
-}
-
-type limiterEntry struct {
-	l    *rate.Limiter
-	seen time.Time
-}
-
-func newLimiters(limit rate.Limit, burst int) *limiters {
-	return &limiters{limit: limit, burst: burst, m: map[string]*limiterEntry{}, swept: time.Now()}
-}
-
-const limiterIdle = 10 * time.Minute
-
-func (l *limiters) get(holder string) *rate.Limiter {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.swept) > limiterIdle {
-		for k, e := range l.m {
-			if now.Sub(e.seen) > limiterIdle {
-				delete(l.m, k)
-			}
+		rec := &statusRecorder{ResponseWriter: w}
+		fn(rec, r)
+		if rec.status == http.StatusNotFound {
+			s.unknownShows.allow(addr)
 		}
-		l.swept = now
 	}
-	e, ok := l.m[holder]
+}
+
+// addrHolds counts, per show and client address, the seats held through this server
+// (holds granted, minus those released, confirmed or expired), so that one address
+// cannot hold a show's seats under many holder ids. It is per process: N replicas
+// behind a balancer allow up to N times the cap.
+type addrHolds struct {
+	max int
+	m   *lru.Cache[string, *heldSeats]
+}
+
+type heldSeats struct {
+	mu    sync.Mutex
+	holds map[int64]heldHold // by generation; negative keys are holds being asked for
+	next  int64
+}
+
+type heldHold struct {
+	seats int
+	until time.Time
+}
+
+func newAddrHolds(max, size int) *addrHolds {
+	m, _ := lru.New[string, *heldSeats](size)
+	return &addrHolds{max: max, m: m}
+}
+
+func (a *addrHolds) of(show, addr string) *heldSeats {
+	k := show + "\x00" + addr
+	if h, ok := a.m.Get(k); ok {
+		return h
+	}
+	h := &heldSeats{holds: map[int64]heldHold{}}
+	if prev, ok, _ := a.m.PeekOrAdd(k, h); ok {
+		return prev
+	}
+	return h
+}
+
+// reserve counts n more seats, or reports false past the cap; done settles the
+// reservation with the hold's generation and expiry (ok) or drops it.
+func (a *addrHolds) reserve(show, addr string, n int) (done func(gen int64, until time.Time, ok bool), allowed bool) {
+	h := a.of(show, addr)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now, held := time.Now(), 0
+	for g, x := range h.holds {
+		if x.until.Before(now) {
+			delete(h.holds, g)
+			continue
+		}
+		held += x.seats
+	}
+	if held+n > a.max {
+		return nil, false
+	}
+	h.next--
+	key := h.next
+	h.holds[key] = heldHold{seats: n, until: now.Add(time.Minute)} // until the engine answers
+	return func(gen int64, until time.Time, ok bool) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.holds, key)
+		if ok {
+			h.holds[gen] = heldHold{seats: n, until: until}
+		}
+	}, true
+}
+
+// update moves a hold's expiry (an extension) or, with a zero until, forgets it (a
+// release or confirmation).
+func (a *addrHolds) update(show, addr string, gen int64, until time.Time) {
+	h, ok := a.m.Peek(show + "\x00" + addr)
 	if !ok {
-		e = &limiterEntry{l: rate.NewLimiter(l.limit, l.burst)}
-		l.m[holder] = e
+		return
 	}
-	e.seen = now
-	return e.l
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	x, ok := h.holds[gen]
+	switch {
+	case !ok:
+	case until.IsZero():
+		delete(h.holds, gen)
+	default:
+		x.until = until
+		h.holds[gen] = x
+	}
+}
+
+// streamSlots counts open event streams, in all and per client address.
+type streamSlots struct {
+	mu      sync.Mutex
+	total   int
+	perAddr map[string]int
+}
+
+// take claims a stream slot for addr, or says which limit refused it.
+func (c *streamSlots) take(addr string, max, maxPerAddr int) (release func(), refusal string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.total >= max:
+		return nil, "server"
+	case c.perAddr[addr] >= maxPerAddr:
+		return nil, "address"
+	}
+	if c.perAddr == nil {
+		c.perAddr = map[string]int{}
+	}
+	c.total++
+	c.perAddr[addr]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.total--
+		if c.perAddr[addr]--; c.perAddr[addr] == 0 {
+			delete(c.perAddr, addr)
+		}
+	}, ""
+}
+
+func (c *streamSlots) open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
 }

@@ -1,13 +1,23 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// RequestIDHeader carries each response's request id: the same id is on every log
+// line of the request and on its trace.
+const RequestIDHeader = "X-Request-Id"
 
 // statusRecorder remembers the status a handler wrote.
 type statusRecorder struct {
@@ -33,13 +43,76 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
-// observe logs one line per request (route, status, duration, holder hashed; never a
-// token, key or body) and counts it by route and status.
+// requestInfo is what every log line of a request carries, kept in its context.
+type requestInfo struct {
+	id   string // random, per request
+	addr string // the client address (limits key on it)
+	peer string // what logs show of the address: a keyed hash
+}
+
+type requestInfoKey struct{}
+
+// clientAddrOf is the client address observe found for r.
+func clientAddrOf(r *http.Request) string {
+	if ri, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+		return ri.addr
+	}
+	return r.RemoteAddr
+}
+
+// LogHandler wraps a slog handler so that every line logged with a request's context
+// (the server's and the engine's) carries its request_id and peer. holdfast serve
+// wraps its one logger with it.
+func LogHandler(h slog.Handler) slog.Handler { return requestLogHandler{h} }
+
+type requestLogHandler struct{ slog.Handler }
+
+func (h requestLogHandler) Handle(ctx context.Context, r slog.Record) error {
+	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
+		r.AddAttrs(slog.String("request_id", ri.id), slog.String("peer", ri.peer))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h requestLogHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return requestLogHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h requestLogHandler) WithGroup(name string) slog.Handler {
+	return requestLogHandler{h.Handler.WithGroup(name)}
+}
+
+// observe gives each request its id and client address, sets the headers every
+// response carries, logs one line per request (route, status, duration, peer and
+// holder hashed; never a token, key or body; refusals sampled) and counts it by route
+// and status.
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		id := make([]byte, 8)
+		_, _ = rand.Read(id)
+		addr := s.clientAddr(r)
+		ri := &requestInfo{id: hex.EncodeToString(id), addr: addr, peer: s.hashHolder("addr " + addr)}
+		ctx := context.WithValue(r.Context(), requestInfoKey{}, ri)
+		var span trace.Span
+		if s.tracer != nil {
+			ctx, span = s.tracer.Start(ctx, "http", trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(attribute.String("holdfast.request_id", ri.id), attribute.String("http.request.method", r.Method)))
+		}
+		orig := r
+		r = r.WithContext(ctx)
+		h := w.Header()
+		h.Set(RequestIDHeader, ri.id)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Content-Security-Policy", apiCSP) // pages set their own, stricter for scripts
+		h.Set("Referrer-Policy", "no-referrer")
+		if s.opts.TLS {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
 		rec := &statusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
+		orig.Pattern = r.Pattern // a wrapper outside sees the route, as with a bare ServeMux
 		route := r.Pattern
 		if route == "" {
 			route = "unmatched"
@@ -48,8 +121,16 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			rec.status = http.StatusOK
 		}
 		d := time.Since(start)
+		if span != nil {
+			span.SetName("http " + route)
+			span.SetAttributes(attribute.String("http.route", route), attribute.Int("http.response.status_code", rec.status))
+			span.End()
+		}
 		s.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
 		s.latency.WithLabelValues(route).Observe(d.Seconds())
+		if rec.status == http.StatusTooManyRequests && !s.refusalLogs.Allow() {
+			return // a flood of refusals is counted (holdfast_http_refused_total), logged sampled
+		}
 		attrs := []any{"route", route, "status", rec.status, "duration_ms", float64(d.Microseconds()) / 1000}
 		if h := r.Header.Get(HolderHeader); h != "" {
 			attrs = append(attrs, "holder", s.hashHolder(h))
@@ -58,8 +139,13 @@ func (s *Server) observe(next http.Handler) http.Handler {
 	})
 }
 
-// hashHolder is what logs show of a holder: enough to correlate, not to identify. It
-// is keyed (HMAC with Options.LogKey), so a list of guessed ids cannot be matched.
+// apiCSP is the Content-Security-Policy of every response that is not a page: nothing
+// may load from it, and no origin may frame it.
+const apiCSP = "default-src 'none'; frame-ancestors 'none'"
+
+// hashHolder is what logs show of a holder (or an address): enough to correlate, not
+// to identify. It is keyed (HMAC with Options.LogKey), so a list of guessed ids
+// cannot be matched.
 func (s *Server) hashHolder(h string) string {
 	m := hmac.New(sha256.New, s.opts.LogKey)
 	m.Write([]byte(h))

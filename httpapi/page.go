@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // The seat-map page: GET / (an index), GET /shows/{show} (the venue drawn from its
@@ -23,17 +24,20 @@ var static = func() http.Handler {
 	return http.StripPrefix("/static/", http.FileServerFS(sub))
 }()
 
+// pageCSP is the Content-Security-Policy of every HTML response: the page's own
+// scripts and styles only, and no origin may frame it (no clickjacking).
+const pageCSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
 func servePage(w http.ResponseWriter, name string) {
 	body, err := webFiles.ReadFile("web/" + name)
 	if err != nil {
-		http.Error(w, "missing page", http.StatusInternalServerError)
+		writeProblem(w, http.StatusInternalServerError, "internal", "Internal error", "the page is missing from this build")
 		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:")
-	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", pageCSP)
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
 }
@@ -49,8 +53,16 @@ func (s *Server) getShowPage(w http.ResponseWriter, r *http.Request) {
 	servePage(w, "show.html")
 }
 
+// getStatic serves the page's files; anything else is a 404 problem (not the file
+// server's text/plain one).
 func getStatic(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("file")
+	f, err := webFiles.Open("web/" + name)
+	if err != nil || strings.HasSuffix(name, ".html") {
+		writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no static file "+name)
+		return
+	}
+	_ = f.Close()
 	w.Header().Set("Cache-Control", "public, max-age=300")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	static.ServeHTTP(w, r)
 }

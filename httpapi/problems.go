@@ -6,11 +6,13 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 
 	"github.com/holdfast/holdfast/engine"
@@ -56,10 +58,78 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v a
 	}
 	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true)); err != nil {
 		writeProblem(w, http.StatusBadRequest, "malformed-request", "Malformed request",
-			"the body is not the expected JSON object: "+strings.TrimPrefix(err.Error(), "json: "))
+			"the body is not the expected JSON object: "+describeDecodeError(err))
 		return false
 	}
 	return true
+}
+
+// describeDecodeError says where a body went wrong (a JSON pointer) and what JSON was
+// expected there, in the client's terms: never a Go type or a decoder's internals.
+func describeDecodeError(err error) string {
+	at := func(p jsontext.Pointer) string {
+		if p == "" {
+			return "at the top level"
+		}
+		return "at " + string(p)
+	}
+	var se *jsonv2.SemanticError
+	if errors.As(err, &se) {
+		if errors.Is(se.Err, jsonv2.ErrUnknownName) {
+			return at(se.JSONPointer) + ": unknown member"
+		}
+		if want := jsonType(se.GoType); want != "" {
+			return at(se.JSONPointer) + ": want " + want
+		}
+		return at(se.JSONPointer) + ": a value of the wrong type"
+	}
+	var syn *jsontext.SyntacticError
+	if errors.As(err, &syn) {
+		switch {
+		case errors.Is(syn.Err, io.ErrUnexpectedEOF):
+			return "the body ends before its JSON does"
+		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
+			return at(syn.JSONPointer) + ": a member sent twice"
+		}
+		return at(syn.JSONPointer) + " (byte " + strconv.FormatInt(syn.ByteOffset, 10) + "): not valid JSON"
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return "the body ends before its JSON does"
+	}
+	return "not valid JSON"
+}
+
+// jsonType names the JSON a Go type is decoded from.
+func jsonType(t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == reflect.TypeFor[time.Time]():
+		return "a string with an RFC 3339 time"
+	case t == reflect.TypeFor[uuid.UUID]():
+		return "a string with a UUID"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer (at most 2^53-1 in magnitude)"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return ""
 }
 
 // problem maps an engine error to its status and stable type.

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,18 +18,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// routes returns the routes, all listed here.
-func (s *Server) routes() http.Handler {
-	routes := []struct {
+// routes returns the public and the admin routes, all listed here.
+func (s *Server) routes() (public, admin http.Handler) {
+	type route struct {
 		method, path string
 		h            http.Handler
-	}{
-		{"PUT", "/v1/shows/{show}", s.operatorOnly(s.putShow)},
-		{"POST", "/v1/shows/{show}/resync", s.operatorOnly(s.postResync)},
-		{"GET", "/v1/shows/{show}/layout", s.reading(s.getLayout)},
-		{"GET", "/v1/shows/{show}/seats", s.reading(s.getSeats)},
-		{"GET", "/v1/shows/{show}/events", s.reading(s.getEvents)},
-		{"POST", "/v1/shows/{show}/holds", s.limited(s.postHold)},
+	}
+	shows := func(fn http.HandlerFunc) http.HandlerFunc { return s.reading(s.showLookups(fn)) }
+	pub := []route{
+		{"GET", "/v1/shows/{show}/layout", shows(s.getLayout)},
+		{"GET", "/v1/shows/{show}/seats", shows(s.getSeats)},
+		{"GET", "/v1/shows/{show}/events", shows(s.getEvents)},
+		{"POST", "/v1/shows/{show}/holds", s.showLookups(s.limited(s.postHold))},
 		{"POST", "/v1/holds/extend", s.limited(s.postExtend)},
 		{"POST", "/v1/holds/release", s.limited(s.postRelease)},
 		{"POST", "/v1/bookings", s.limited(s.postBooking)},
@@ -35,41 +37,53 @@ func (s *Server) routes() http.Handler {
 		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
 		{"GET", "/livez", http.HandlerFunc(s.livez)},
 		{"GET", "/readyz", http.HandlerFunc(s.readyz)},
-		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
 		{"GET", "/openapi.yaml", http.HandlerFunc(serveOpenAPI)},
 		{"GET", "/{$}", s.reading(s.getIndex)},
-		{"GET", "/shows/{show}", s.reading(s.getShowPage)},
+		{"GET", "/shows/{show}", shows(s.getShowPage)},
 		{"GET", "/static/{file}", http.HandlerFunc(getStatic)},
 	}
-	mux := http.NewServeMux()
-	allowed := map[string][]string{} // path -> methods, for 405 answers
-	var paths []string
-	for _, r := range routes {
-		mux.Handle(r.method+" "+r.path, r.h)
-		if allowed[r.path] == nil {
-			paths = append(paths, r.path)
-		}
-		allowed[r.path] = append(allowed[r.path], r.method)
+	if s.opts.DemoIdentity {
+		pub = append(pub, route{"POST", "/v1/demo/identity", http.HandlerFunc(s.postDemoIdentity)})
 	}
-	// A path with another method is a 405 problem naming the allowed ones (the
-	// method-less pattern is less specific, so it only catches the rest); any other
-	// path is a 404 problem.
-	for _, p := range paths {
-		methods := allowed[p]
-		if slices.Contains(methods, "GET") {
-			methods = append(methods, "HEAD")
+	adm := []route{
+		{"PUT", "/v1/shows/{show}", s.operatorOnly(s.putShow)},
+		{"POST", "/v1/shows/{show}/resync", s.operatorOnly(s.postResync)},
+		{"GET", "/livez", http.HandlerFunc(s.livez)},
+		{"GET", "/readyz", http.HandlerFunc(s.readyzDetailed)},
+		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
+	}
+	mux := func(routes []route) http.Handler {
+		mux := http.NewServeMux()
+		allowed := map[string][]string{} // path -> methods, for 405 answers
+		var paths []string
+		for _, r := range routes {
+			mux.Handle(r.method+" "+r.path, r.h)
+			if allowed[r.path] == nil {
+				paths = append(paths, r.path)
+			}
+			allowed[r.path] = append(allowed[r.path], r.method)
 		}
-		allow := strings.Join(methods, ", ")
-		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", allow)
-			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
-				r.Method+" is not allowed here; use "+allow)
+		// A path with another method is a 405 problem naming the allowed ones (the
+		// method-less pattern is less specific, so it only catches the rest); any other
+		// path is a 404 problem.
+		for _, p := range paths {
+			methods := allowed[p]
+			if slices.Contains(methods, "GET") {
+				methods = append(methods, "HEAD")
+			}
+			allow := strings.Join(methods, ", ")
+			mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Allow", allow)
+				writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
+					r.Method+" is not allowed here; use "+allow)
+			})
+		}
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
 		})
+		return s.observe(mux)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
-	})
-	return s.observe(mux)
+	return mux(pub), mux(adm)
 }
 
 // holdJSON is a hold on the wire.
@@ -156,34 +170,33 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, map[string]any{"show": r.PathValue("show"), "seats": len(body.Seats) + len(body.Layout)})
 }
 
-// getLayout serves a show's venue layout. A layout never changes, so it is cacheable
-// for good, and revalidation by ETag answers 304.
+// getLayout serves a show's venue layout, encoded (and gzipped) once per show. A
+// layout never changes, so it is cacheable for good, and revalidation by ETag answers
+// 304 without touching the engine's layout again.
 func (s *Server) getLayout(w http.ResponseWriter, r *http.Request) {
-	seats, err := s.e.Layout(r.Context(), r.PathValue("show"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	show := r.PathValue("show")
+	enc := s.layouts.get(show)
+	if enc == nil {
+		seats, err := s.e.Layout(r.Context(), show)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		out := make([]layoutSeatJSON, len(seats))
+		for i, st := range seats {
+			out[i] = layoutSeatJSON{ID: st.ID, Section: st.Section, Row: st.Row, Position: st.Position, Rank: st.Rank, X: st.X, Y: st.Y}
+		}
+		body, err := json.Marshal(map[string]any{"show": show, "seats": out})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		sum := sha256.Sum256(body)
+		enc = newEncoded(`"`+hex.EncodeToString(sum[:12])+`"`, append(body, '\n'), true)
+		s.layouts.put(show, enc)
 	}
-	out := make([]layoutSeatJSON, len(seats))
-	for i, st := range seats {
-		out[i] = layoutSeatJSON{ID: st.ID, Section: st.Section, Row: st.Row, Position: st.Position, Rank: st.Rank, X: st.X, Y: st.Y}
-	}
-	body, err := json.Marshal(map[string]any{"show": r.PathValue("show"), "seats": out})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	sum := sha256.Sum256(body)
-	etag := `"` + hex.EncodeToString(sum[:12]) + `"`
-	w.Header().Set("ETag", etag)
 	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
-	if etagMatches(r.Header.Values("If-None-Match"), etag) {
-		w.WriteHeader(http.StatusNotModified)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(body, '\n'))
+	writeEncoded(w, r, enc)
 }
 
 func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
@@ -221,13 +234,24 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 		s.fail(w, r, &engine.InvalidArgumentError{Field: "seats", Rule: `send exactly one of "seats" (named seats) and "count" (the best available, with "section" and "adjacent")`})
 		return
 	}
+	if best && body.Count == nil {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "count", Rule: "missing: how many seats"})
+		return
+	}
+	n := len(body.Seats)
+	if best {
+		n = max(*body.Count, 0)
+	}
+	done, ok := s.addrHolds.reserve(r.PathValue("show"), clientAddrOf(r), n)
+	if !ok {
+		s.refused.WithLabelValues("address-seats").Inc()
+		writeProblem(w, http.StatusConflict, "address-limit", "Address seat limit reached",
+			"this address holds too many seats of the show already ("+strconv.Itoa(s.opts.MaxSeatsPerAddress)+" at most); confirm or release some")
+		return
+	}
 	var h engine.Hold
 	var err error
 	if best {
-		if body.Count == nil {
-			s.fail(w, r, &engine.InvalidArgumentError{Field: "count", Rule: "missing: how many seats"})
-			return
-		}
 		req := engine.BestRequest{ShowID: r.PathValue("show"), Count: *body.Count, TTL: ttl, HolderID: holder}
 		if body.Section != nil {
 			req.Section = *body.Section
@@ -239,6 +263,7 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 	} else {
 		h, err = s.e.Hold(r.Context(), engine.HoldRequest{ShowID: r.PathValue("show"), SeatIDs: body.Seats, HolderID: holder, TTL: ttl})
 	}
+	done(h.Generation, h.ExpiresAt, err == nil)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -264,6 +289,7 @@ func (s *Server) postExtend(w http.ResponseWriter, r *http.Request, holder strin
 		s.fail(w, r, err)
 		return
 	}
+	s.addrHolds.update(h.ShowID, clientAddrOf(r), h.Generation, h.ExpiresAt)
 	writeJSON(w, http.StatusOK, toHoldJSON(h))
 }
 
@@ -276,6 +302,7 @@ func (s *Server) postRelease(w http.ResponseWriter, r *http.Request, holder stri
 		s.fail(w, r, err)
 		return
 	}
+	s.addrHolds.update(body.Show, clientAddrOf(r), body.Generation, time.Time{})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -293,6 +320,7 @@ func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder stri
 		s.fail(w, r, err)
 		return
 	}
+	s.addrHolds.update(body.Show, clientAddrOf(r), body.Generation, time.Time{}) // sold, no longer held
 	status := http.StatusCreated
 	if b.Replayed {
 		status = http.StatusOK
@@ -350,21 +378,57 @@ func (s *Server) livez(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// readyz tells anyone only whether this server is ready, from a check at most a second
+// old: a flood of probes costs one check a second.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
 		writeProblem(w, http.StatusServiceUnavailable, "draining", "Draining", "the server is shutting down")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.e.Ready(ctx); err != nil {
-		s.log.WarnContext(ctx, "not ready", "error", err)
-		detail := "not ready"
-		if s.isOperator(r) { // the cause is for operators, not for anyone who asks
-			detail = err.Error()
-		}
-		writeProblem(w, http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable", detail)
+	if err := s.ready.check(r.Context(), s.checkReady); err != nil {
+		writeProblem(w, http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable", "not ready")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// readyzDetailed, on the admin listener, checks now and says why it is not ready.
+func (s *Server) readyzDetailed(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeProblem(w, http.StatusServiceUnavailable, "draining", "Draining", "the server is shutting down")
+		return
+	}
+	if err := s.checkReady(r.Context()); err != nil {
+		writeProblem(w, http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) checkReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err := s.e.Ready(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "not ready", "error", err)
+	}
+	return err
+}
+
+// readyCache keeps the last readiness check for a second; concurrent probes share one.
+type readyCache struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+func (c *readyCache) check(ctx context.Context, check func(context.Context) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) < time.Second {
+		return c.err
+	}
+	c.err = check(context.WithoutCancel(ctx))
+	c.at = time.Now()
+	return c.err
 }

@@ -72,37 +72,111 @@ type seatMapJSON struct {
 	Seats   []seatJSON `json:"seats"`
 }
 
-// encodedMap is a show's compact map at one version, encoded once for every reader.
-type encodedMap struct {
-	version uint64
-	body    []byte
-	gz      []byte
+// encoded is a response body encoded once for every reader: its ETag, the body and
+// (for larger bodies) its gzip.
+type encoded struct {
+	etag string
+	body []byte
+	gz   []byte
 }
 
-// mapCache keeps each show's last encoded compact map.
+// gzipAbove is the body size from which an encoded body is gzipped too.
+const gzipAbove = 1024
+
+func newEncoded(etag string, body []byte, compress bool) *encoded {
+	e := &encoded{etag: etag, body: body}
+	if compress && len(body) >= gzipAbove {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+		_, _ = zw.Write(body)
+		_ = zw.Close()
+		e.gz = buf.Bytes()
+	}
+	return e
+}
+
+// writeEncoded answers with an encoded body: 304 when If-None-Match names its ETag,
+// else the body, gzipped when the client takes it.
+func writeEncoded(w http.ResponseWriter, r *http.Request, e *encoded) {
+	h := w.Header()
+	h.Set("ETag", e.etag)
+	h.Set("Vary", "Accept-Encoding")
+	if etagMatches(r.Header.Values("If-None-Match"), e.etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	body := e.body
+	if e.gz != nil && acceptsGzip(r) {
+		h.Set("Content-Encoding", "gzip")
+		body = e.gz
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}
+
+// mapCache keeps each show's last encoded seat maps (compact and per seat), by
+// version; layoutCache keeps shows' layouts (they never change). Both are bounded.
 type mapCache struct {
 	mu sync.Mutex
-	m  map[string]*encodedMap
+	m  map[mapKey]*encodedMap
 }
 
-func (c *mapCache) get(show string, version uint64) *encodedMap {
+type mapKey struct {
+	show, format string
+	stale        bool
+}
+
+type encodedMap struct {
+	version uint64
+	*encoded
+}
+
+// maxCachedMaps bounds the maps (and the layouts) kept encoded; past it they are all
+// dropped, and encoded again by their next reader.
+const maxCachedMaps = 2048
+
+func (c *mapCache) get(k mapKey, version uint64) *encoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.m[show]; e != nil && e.version == version {
-		return e
+	if e := c.m[k]; e != nil && e.version == version {
+		return e.encoded
 	}
 	return nil
 }
 
-func (c *mapCache) put(show string, e *encodedMap) {
+func (c *mapCache) put(k mapKey, version uint64, e *encoded) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) > 10_000 {
-		c.m = map[string]*encodedMap{}
+	if c.m == nil || len(c.m) >= maxCachedMaps {
+		c.m = map[mapKey]*encodedMap{}
 	}
-	if old := c.m[show]; old == nil || old.version < e.version {
-		c.m[show] = e
+	if old := c.m[k]; old == nil || old.version < version {
+		c.m[k] = &encodedMap{version: version, encoded: e}
 	}
+}
+
+type layoutCache struct {
+	mu sync.Mutex
+	m  map[string]*encoded
+}
+
+func (c *layoutCache) get(show string) *encoded {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[show]
+}
+
+func (c *layoutCache) put(show string, e *encoded) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedMaps {
+		c.m = map[string]*encoded{}
+	}
+	c.m[show] = e
 }
 
 // eventID is the SSE id (and ETag body) of a version of this server's engine.
@@ -127,60 +201,37 @@ func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
 			format = "compact"
 		}
 	}
-	etag := `"` + s.eventID(m.Version) + "-" + format + `"`
 	h := w.Header()
-	h.Set("ETag", etag)
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Vary", "Accept-Encoding")
 	h.Set("Holdfast-As-Of", m.AsOf.UTC().Format(time.RFC3339Nano))
 	h.Set("Holdfast-Stale", strconv.FormatBool(m.Stale))
-	if etagMatches(r.Header.Values("If-None-Match"), etag) {
-		w.WriteHeader(http.StatusNotModified)
-		return
-	}
-	var enc *encodedMap
-	if format == "compact" {
-		enc = s.maps.get(m.ShowID, m.Version)
-		if enc == nil {
-			body, err := json.Marshal(compactJSON{Show: m.ShowID, Version: s.eventID(m.Version), Format: "compact",
-				Seats: len(m.States), States: compactStates(m.States)})
-			if err != nil {
-				s.fail(w, r, err)
-				return
+	k := mapKey{show: m.ShowID, format: format, stale: m.Stale}
+	enc := s.maps.get(k, m.Version)
+	if enc == nil {
+		var v any
+		if format == "compact" {
+			v = compactJSON{Show: m.ShowID, Version: s.eventID(m.Version), Format: "compact",
+				Seats: len(m.States), States: compactStates(m.States)}
+		} else {
+			out := seatMapJSON{Show: m.ShowID, Version: s.eventID(m.Version), Format: "json", AsOf: m.AsOf, Stale: m.Stale,
+				Seats: make([]seatJSON, len(m.Layout))}
+			for i, st := range m.Layout {
+				out.Seats[i] = seatJSON{Seat: st.ID, Status: string(m.States[i])}
+				if m.States[i] == engine.SeatHeld {
+					out.Seats[i].ExpiresAt = &m.Expires[i]
+				}
 			}
-			enc = &encodedMap{version: m.Version, body: append(body, '\n')}
-			var buf bytes.Buffer
-			zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-			_, _ = zw.Write(enc.body)
-			_ = zw.Close()
-			enc.gz = buf.Bytes()
-			s.maps.put(m.ShowID, enc)
+			v = out
 		}
-	} else {
-		out := seatMapJSON{Show: m.ShowID, Version: s.eventID(m.Version), Format: "json", AsOf: m.AsOf, Stale: m.Stale,
-			Seats: make([]seatJSON, len(m.Layout))}
-		for i, st := range m.Layout {
-			out.Seats[i] = seatJSON{Seat: st.ID, Status: string(m.States[i])}
-			if m.States[i] == engine.SeatHeld {
-				out.Seats[i].ExpiresAt = &m.Expires[i]
-			}
-		}
-		body, err := json.Marshal(out)
+		body, err := json.Marshal(v)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		enc = &encodedMap{body: append(body, '\n')}
+		enc = newEncoded(`"`+s.eventID(m.Version)+"-"+format+`"`, append(body, '\n'), true)
+		s.maps.put(k, m.Version, enc)
 	}
-	h.Set("Content-Type", "application/json")
-	body := enc.body
-	if enc.gz != nil && acceptsGzip(r) {
-		h.Set("Content-Encoding", "gzip")
-		body = enc.gz
-	}
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
+	writeEncoded(w, r, enc)
 }
 
 // acceptsGzip reports whether the request's Accept-Encoding takes gzip.
@@ -232,14 +283,25 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 			after, position = n, 0
 		}
 	}
-	if s.streams.Add(1) > int64(s.opts.MaxStreams) {
-		s.streams.Add(-1)
+	release, refusal := s.streams.take(clientAddrOf(r), s.opts.MaxStreams, s.opts.MaxStreamsPerAddress)
+	switch refusal {
+	case "server":
+		s.refused.WithLabelValues("streams").Inc()
 		w.Header().Set("Retry-After", "5")
 		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
 			fmt.Sprintf("this server has %d event streams open, its limit", s.opts.MaxStreams))
 		return
+	case "address":
+		s.refuse(w, r, "address-streams", fmt.Sprintf("this address has %d event streams open, its limit", s.opts.MaxStreamsPerAddress))
+		return
 	}
-	defer s.streams.Add(-1)
+	defer release()
+	if c, ok := r.Context().Value(connKey{}).(interface{ SetWriteBuffer(int) error }); ok {
+		// A small send buffer: a client that stops reading fills it fast, the next
+		// write waits, and the write deadline cuts it (instead of the kernel buffering
+		// hundreds of KB per stalled reader).
+		_ = c.SetWriteBuffer(s.opts.StreamSendBuffer)
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	var events <-chan engine.SeatMapEvent

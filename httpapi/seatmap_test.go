@@ -168,9 +168,9 @@ func (a *api) openEvents(show, lastID string) (*sseStream, *http.Response) {
 func (a *api) waitStreams(n int64) {
 	a.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for a.s.streams.Load() != n {
+	for int64(a.s.streams.open()) != n {
 		if time.Now().After(deadline) {
-			a.t.Fatalf("%d event streams open, want %d", a.s.streams.Load(), n)
+			a.t.Fatalf("%d event streams open, want %d", int64(a.s.streams.open()), n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -9,11 +9,27 @@
   const $ = (id) => document.getElementById(id);
   const SVG = 'http://www.w3.org/2000/svg';
 
+  // The demo holder: with signed holders on, a signed demo identity from the server
+  // (kept until it expires); else an id made here, sent as Holder-Id.
   let holder = localStorage.getItem('holdfast-holder');
+  let token = null;
+  const signed = JSON.parse(localStorage.getItem('holdfast-identity') || 'null');
+  if (signed && Date.parse(signed.expires_at) > Date.now() + 60000) {
+    holder = signed.holder;
+    token = signed.token;
+  }
   if (!holder) {
     holder = 'page-' + Array.from(crypto.getRandomValues(new Uint8Array(8)), (b) => b.toString(16).padStart(2, '0')).join('');
     localStorage.setItem('holdfast-holder', holder);
   }
+  const identity = token ? Promise.resolve() : fetch('/v1/demo/identity', { method: 'POST' }).then(async (res) => {
+    if (res.status !== 201) return; // signing is off: Holder-Id it is
+    const id = await res.json();
+    localStorage.setItem('holdfast-identity', JSON.stringify(id));
+    holder = id.holder;
+    token = id.token;
+    $('holder').textContent = holder;
+  }).catch(() => {});
   const holdsKey = 'holdfast-holds-' + show;
   let myHolds = JSON.parse(localStorage.getItem(holdsKey) || '[]'); // hold JSON, as the API gave it
   const saveHolds = () => localStorage.setItem(holdsKey, JSON.stringify(myHolds));
@@ -156,7 +172,9 @@
   }
 
   async function call(method, path, body, extra) {
-    const headers = Object.assign({ 'Holder-Id': holder, 'Content-Type': 'application/json' }, extra || {});
+    await identity;
+    const auth = token ? { Authorization: 'Bearer ' + token } : { 'Holder-Id': holder };
+    const headers = Object.assign(auth, { 'Content-Type': 'application/json' }, extra || {});
     const res = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined });
     const text = await res.text();
     const data = text ? JSON.parse(text) : null;
