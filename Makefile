@@ -73,8 +73,13 @@ fuzz: ## Run every fuzz target FUZZTIME executions (a count: Go 1.26 can fail a 
 build: ## Build bin/holdfast
 	go build -o $(BIN) ./cmd/holdfast
 
+# make run and make demo are one machine playing every buyer, from one address: the
+# per-address limits (meant for a crowd of real clients) are lifted for them.
+LOCAL_LIMITS = --addr-rate-limit 1000000 --addr-rate-burst 1000000 --read-rate-limit 1000000 \
+	--read-rate-burst 1000000 --max-seats-per-addr 1000000 --max-streams-per-addr 1000
+
 run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are set), migrate, serve the demo show on LISTEN_ADDR (127.0.0.1:8080)
-	@$(with-services) $(with-operator-token) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo
+	@$(with-services) $(with-operator-token) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo $(LOCAL_LIMITS)
 
 bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL, the on-sale vs a database-only design; charts in docs/bench (BENCH_FLAGS=…)
 	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --json bench.json --svg docs/bench $(BENCH_FLAGS)
@@ -88,7 +93,7 @@ demo: build ## Simulate a sale opening against `make run`'s (or `make run-ha`'s)
 
 run-ha: build ## Highly available on loopback: a pg_auto_failover formation, Redis with Sentinel, two serve replicas behind HAProxy on LISTEN_ADDR
 	@set -a; svc="$$($(HA) start)" || exit 1; eval "$$svc"; set +a; $(with-operator-token) \
-	./$(BIN) migrate up && $(HA) serve ./$(BIN) --demo-show demo && $(HA) status && \
+	./$(BIN) migrate up && $(HA) serve ./$(BIN) --demo-show demo $(LOCAL_LIMITS) && $(HA) status && \
 	echo "serving on http://$${LISTEN_ADDR:-127.0.0.1:8080} — sell with: make demo DEMO_FLAGS='--seats 20000 --buyers 100'" && \
 	echo "fail over with: $(HA) failover | $(HA) crash | $(HA) redis-failover | $(HA) kill-replica 1; stop: make ha-down"
 

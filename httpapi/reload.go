@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"crypto/tls"
 	"fmt"
 	"os"
 	"sync"
@@ -90,4 +91,18 @@ func (f *fileValue[T]) get() T {
 		}
 	}
 	return f.val
+}
+
+// CertificateFiles serves a TLS certificate from a PEM chain and key, read again
+// when either file changes (a renewed certificate needs no restart): set it as a
+// tls.Config's GetCertificate. onError hears of a change that does not load.
+func CertificateFiles(certFile, keyFile string, onError func(error)) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	v, err := newFileValue(func(c [][]byte) (*tls.Certificate, error) {
+		cert, err := tls.X509KeyPair(c[0], c[1])
+		return &cert, err
+	}, onError, certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return v.get(), nil }, nil
 }

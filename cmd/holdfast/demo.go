@@ -23,6 +23,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		backends backendFlags
 		eng      engineFlags
 		baseURL  = fs.String("url", getenv("HOLDFAST_URL"), "a running `holdfast serve` (env HOLDFAST_URL); empty: start one in-process")
+		adminURL = fs.String("admin-url", envOr(getenv, "HOLDFAST_ADMIN_URL", "http://127.0.0.1:9090"), "that server's admin listener (serve --admin-addr), where the show is created (env HOLDFAST_ADMIN_URL)")
 		show     = fs.String("show", fmt.Sprintf("sale-%d", time.Now().Unix()), "show to create and sell")
 		seats    = fs.Int("seats", 500, "seats of the show")
 		buyers   = fs.Int("buyers", 200, "concurrent buyers")
@@ -47,7 +48,9 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if url == "" {
 		*opToken = rand.Text()
 		svc, err := openService(ctx, &backends, &eng, slog.New(slog.DiscardHandler), httpapi.Options{
-			RateLimit: 1000, RateBurst: 1000, ReadRateLimit: 1000, ReadRateBurst: 1000, OperatorToken: *opToken})
+			RateLimit: 1000, RateBurst: 1000, OperatorToken: *opToken,
+			// Every buyer is this process, one address: the per-address limits are off.
+			AddrRateLimit: 1e6, AddrRateBurst: 1e6, ReadRateLimit: 1e6, ReadRateBurst: 1e6, MaxSeatsPerAddress: 1e6})
 		if err != nil {
 			return err
 		}
@@ -60,11 +63,19 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		go srv.Serve(ln)
 		defer srv.Close()
 		url = "http://" + ln.Addr().String()
+		aln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		adm := &http.Server{Handler: svc.api.Admin(), ReadHeaderTimeout: 5 * time.Second}
+		go adm.Serve(aln)
+		defer adm.Close()
+		*adminURL = "http://" + aln.Addr().String()
 		fmt.Fprintf(stdout, "demo: serving in-process on %s\n", url)
 	}
 	fmt.Fprintf(stdout, "demo: %d buyers open the sale of %s (%d seats) at %s\n", *buyers, *show, *seats, url)
 	sum, err := demo.Run(ctx, demo.Options{BaseURL: url, Pool: pool, ShowID: *show, Seats: *seats, Buyers: *buyers,
-		HoldTTL: *ttl, Duration: *duration, Progress: stderr, OperatorToken: *opToken})
+		HoldTTL: *ttl, Duration: *duration, Progress: stderr, AdminURL: *adminURL, OperatorToken: *opToken})
 	if err != nil {
 		return err
 	}

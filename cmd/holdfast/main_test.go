@@ -104,7 +104,7 @@ func TestServeRefusesAnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	_, url := testsvc.EmptyDatabase(t)
 	vars := env(map[string]string{"DATABASE_URL": url, "REDIS_URL": testsvc.RedisURL()})
-	err := run(t.Context(), []string{"serve", "--addr", "127.0.0.1:0"}, vars, io.Discard, io.Discard)
+	err := run(t.Context(), []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, vars, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "migrate up") {
 		t.Fatalf("serve on an unmigrated database: %v", err)
 	}
@@ -160,11 +160,14 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	out := &lineWriter{lines: make(chan string, 64)}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--demo-show", "gala", "--demo-seats", "50"}, vars, out, io.Discard)
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--demo-show", "gala", "--demo-seats", "50"}, vars, out, io.Discard)
 	}()
 	var base string
 	select {
 	case line := <-out.lines:
+		for !strings.HasPrefix(line, "holdfast: listening on ") {
+			line = <-out.lines
+		}
 		base = strings.TrimPrefix(line, "holdfast: listening on ")
 	case err := <-done:
 		t.Fatalf("serve ended: %v", err)

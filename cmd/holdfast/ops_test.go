@@ -67,7 +67,7 @@ func TestResyncCommand(t *testing.T) {
 // one closes.
 func TestServeCapsConnections(t *testing.T) {
 	t.Parallel()
-	base, _ := startServe(t, migratedEnv(t, nil), "--max-conns", "2")
+	base, _, _ := startServe(t, migratedEnv(t, nil), "--max-conns", "2")
 	get := func() error {
 		c := &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
 		resp, err := c.Get(base + "/livez")
@@ -156,11 +156,11 @@ func TestCLIConventions(t *testing.T) {
 func TestDemoReportsADeadServer(t *testing.T) {
 	t.Parallel()
 	vars := migratedEnv(t, map[string]string{"HOLDFAST_OPERATOR_TOKEN": "demo-operator-token-0123456789"})
-	base, stop := startServe(t, vars, "--shutdown-timeout", "1s", "--rate-limit", "1000", "--rate-burst", "1000")
+	base, admin, stop := startServe(t, vars, "--shutdown-timeout", "1s", "--rate-limit", "1000", "--rate-burst", "1000")
 	var progress bytes.Buffer
 	demoDone := make(chan error, 1)
 	go func() {
-		demoDone <- run(t.Context(), []string{"demo", "--url", base, "--show", "doomed", "--seats", "2000", "--buyers", "20",
+		demoDone <- run(t.Context(), []string{"demo", "--url", base, "--admin-url", admin, "--show", "doomed", "--seats", "2000", "--buyers", "20",
 			"--hold-ttl", "5s", "--duration", "60s"}, vars, io.Discard, &progress)
 	}()
 	// Once the sale is on (its show exists), the server goes away.
@@ -206,7 +206,7 @@ func TestServeExportsTraces(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer collector.Close()
-	base, stop := startServe(t, migratedEnv(t, nil), "--demo-show", "gala", "--demo-seats", "10", "--otlp-endpoint", collector.URL)
+	base, _, stop := startServe(t, migratedEnv(t, nil), "--demo-show", "gala", "--demo-seats", "10", "--otlp-endpoint", collector.URL)
 	req, _ := http.NewRequest("POST", base+"/v1/shows/gala/holds", strings.NewReader(`{"seats":["R01-001"]}`))
 	req.Header.Set("Holder-Id", "alice")
 	resp, err := http.DefaultClient.Do(req)
@@ -252,13 +252,13 @@ func migratedEnv(t *testing.T, extra map[string]string) func(string) string {
 // startServe runs holdfast serve on a free loopback port with args, and returns its base
 // URL and a function that stops it and returns what serve returned (called at the end
 // of the test if the test did not).
-func startServe(t *testing.T, vars func(string) string, args ...string) (base string, stop func() error) {
+func startServe(t *testing.T, vars func(string) string, args ...string) (base, admin string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &lineWriter{lines: make(chan string, 64)}
 	served := make(chan error, 1)
 	go func() {
-		served <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), vars, out, io.Discard)
+		served <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...), vars, out, io.Discard)
 	}()
 	var once sync.Once
 	var err error
@@ -267,14 +267,20 @@ func startServe(t *testing.T, vars func(string) string, args ...string) (base st
 		return err
 	}
 	t.Cleanup(func() { _ = stop() })
-	select {
-	case line := <-out.lines:
-		return strings.TrimPrefix(line, "holdfast: listening on "), stop
-	case e := <-served:
-		once.Do(func() { err = e })
-		t.Fatalf("serve ended: %v", e)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not start")
+	for {
+		select {
+		case line := <-out.lines:
+			if rest, ok := strings.CutPrefix(line, "holdfast: admin (metrics, show creation) on "); ok {
+				admin = rest
+			}
+			if rest, ok := strings.CutPrefix(line, "holdfast: listening on "); ok {
+				return rest, admin, stop
+			}
+		case e := <-served:
+			once.Do(func() { err = e })
+			t.Fatalf("serve ended: %v", e)
+		case <-time.After(20 * time.Second):
+			t.Fatal("serve did not start")
+		}
 	}
-	return "", stop
 }

@@ -221,6 +221,7 @@ func (f *engineFlags) config() engine.Config {
 // maxArgs of them. -h / --help prints the command's flags on stdout and ends with exit
 // 0; a bad flag or an extra argument is a usage error on stderr.
 func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, maxArgs int) ([]string, error) {
+	hideSecretDefaults(fs)
 	var msgs bytes.Buffer
 	fs.SetOutput(&msgs)
 	var positional []string
@@ -289,4 +290,22 @@ func version() string {
 		v += ")"
 	}
 	return v + " " + info.GoVersion
+}
+
+// secretFlags are the flags whose defaults (from the environment) may hold a secret.
+var secretFlags = map[string]bool{"database-url": true, "redis-url": true, "operator-token": true, "log-key": true}
+
+// hideSecretDefaults keeps secrets out of --help and usage errors: a URL's default is
+// printed without its password, a token's not at all.
+func hideSecretDefaults(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if !secretFlags[f.Name] || f.DefValue == "" {
+			return
+		}
+		if strings.HasSuffix(f.Name, "-url") {
+			f.DefValue = redactURL(f.DefValue)
+			return
+		}
+		f.DefValue = "(set from the environment, not shown)"
+	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -35,13 +37,29 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		backends  backendFlags
 		eng       engineFlags
 		addr      = fs.String("addr", envOr(getenv, "LISTEN_ADDR", "127.0.0.1:8080"), "listen address host:port (env LISTEN_ADDR)")
-		rateLimit = fs.Float64("rate-limit", 20, "holds and confirmations per second per holder")
-		rateBurst = fs.Int("rate-burst", 40, "burst of holds and confirmations per holder")
-		readLimit = fs.Float64("read-rate-limit", 50, "reads per second per holder, or per client address without a Holder-Id")
-		readBurst = fs.Int("read-rate-burst", 100, "burst of reads per holder or client address")
-		maxConns  = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted")
-		opToken   = fs.String("operator-token", getenv("HOLDFAST_OPERATOR_TOKEN"),
+		adminAddr = fs.String("admin-addr", envOr(getenv, "HOLDFAST_ADMIN_ADDR", "127.0.0.1:9090"),
+			"listen address of the admin listener: /metrics, show creation, resync, the detailed /readyz; keep it off the public network (env HOLDFAST_ADMIN_ADDR)")
+		rateLimit  = fs.Float64("rate-limit", 20, "holds and confirmations per second per holder")
+		rateBurst  = fs.Int("rate-burst", 40, "burst of holds and confirmations per holder")
+		addrLimit  = fs.Float64("addr-rate-limit", 100, "holds and confirmations per second per client address (all its holders)")
+		addrBurst  = fs.Int("addr-rate-burst", 200, "burst of holds and confirmations per client address")
+		readLimit  = fs.Float64("read-rate-limit", 50, "reads per second per client address, and per holder when one is named")
+		readBurst  = fs.Int("read-rate-burst", 100, "burst of reads per client address or holder")
+		addrSeats  = fs.Int("max-seats-per-addr", 100, "seats one client address may hold at once in one show, whatever holder ids it uses")
+		proxies    = fs.String("trusted-proxy", getenv("HOLDFAST_TRUSTED_PROXY"), "comma-separated CIDRs of proxies whose X-Forwarded-For is believed (env HOLDFAST_TRUSTED_PROXY)")
+		maxConns   = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted")
+		maxStreams = fs.Int("max-streams", 1024, "most seat-map event streams open at once (at most half of --max-conns)")
+		addrStream = fs.Int("max-streams-per-addr", 16, "most event streams open at once from one client address")
+		jwtSecret  = fs.String("holder-jwt-secret-file", getenv("HOLDFAST_HOLDER_JWT_SECRET_FILE"),
+			"file with the HS256 secret of signed holders (Authorization: Bearer <JWT>, sub the holder); read again when it changes (env HOLDFAST_HOLDER_JWT_SECRET_FILE)")
+		jwtKey = fs.String("holder-jwt-key", getenv("HOLDFAST_HOLDER_JWT_KEY"),
+			"file with the PEM public key (RSA, ECDSA P-256 or Ed25519) of signed holders; read again when it changes (env HOLDFAST_HOLDER_JWT_KEY)")
+		tlsCert = fs.String("tls-cert", getenv("HOLDFAST_TLS_CERT"), "PEM certificate chain: serve HTTPS (and HTTP/2) on --addr; read again when it changes (env HOLDFAST_TLS_CERT)")
+		tlsKey  = fs.String("tls-key", getenv("HOLDFAST_TLS_KEY"), "PEM private key of --tls-cert (env HOLDFAST_TLS_KEY)")
+		opToken = fs.String("operator-token", getenv("HOLDFAST_OPERATOR_TOKEN"),
 			"bearer token of the operator routes (show creation, resync); empty turns them off (env HOLDFAST_OPERATOR_TOKEN)")
+		opTokenFile = fs.String("operator-token-file", getenv("HOLDFAST_OPERATOR_TOKEN_FILE"),
+			"file with the operator token instead, read again when it changes: rotation without a restart (env HOLDFAST_OPERATOR_TOKEN_FILE)")
 		logKey = fs.String("log-key", getenv("HOLDFAST_LOG_KEY"),
 			"secret that keys the holder hash in logs; random per process when empty (env HOLDFAST_LOG_KEY)")
 		logLevel  = fs.String("log-level", envOr(getenv, "HOLDFAST_LOG_LEVEL", "info"), "least level logged: debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
@@ -58,11 +76,37 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
 		return usageErr("--addr %q is not host:port (for example 127.0.0.1:8080)", *addr)
 	}
-	if *rateLimit <= 0 || *rateBurst < 1 || *readLimit <= 0 || *readBurst < 1 {
-		return usageErr("--rate-limit and --read-rate-limit must be positive, --rate-burst and --read-rate-burst at least 1")
+	if *rateLimit <= 0 || *rateBurst < 1 || *readLimit <= 0 || *readBurst < 1 || *addrLimit <= 0 || *addrBurst < 1 {
+		return usageErr("--rate-limit, --addr-rate-limit and --read-rate-limit must be positive, their bursts at least 1")
 	}
 	if *maxConns < 1 {
 		return usageErr("--max-conns must be at least 1")
+	}
+	streamsSet := false
+	fs.Visit(func(f *flag.Flag) { streamsSet = streamsSet || f.Name == "max-streams" })
+	if !streamsSet {
+		*maxStreams = max(1, min(*maxStreams, *maxConns/2))
+	}
+	if *maxStreams < 1 || (streamsSet && *maxStreams > *maxConns/2) || *addrStream < 1 || *addrSeats < 1 {
+		return usageErr("--max-streams must be from 1 to half of --max-conns (%d), so that streams never starve other requests; --max-streams-per-addr and --max-seats-per-addr at least 1", *maxConns/2)
+	}
+	trusted, err := parseCIDRs(*proxies)
+	if err != nil {
+		return usageErr("--trusted-proxy: %v", err)
+	}
+	if *jwtSecret != "" && *jwtKey != "" {
+		return usageErr("give one of --holder-jwt-secret-file and --holder-jwt-key")
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageErr("--tls-cert and --tls-key go together")
+	}
+	if *opToken != "" && *opTokenFile != "" {
+		return usageErr("give one of --operator-token and --operator-token-file")
+	}
+	if *adminAddr != "" {
+		if _, _, err := net.SplitHostPort(*adminAddr); err != nil {
+			return usageErr("--admin-addr %q is not host:port (for example 127.0.0.1:9090)", *adminAddr)
+		}
 	}
 	if *opToken != "" && len(*opToken) < 16 {
 		return usageErr("--operator-token must be at least 16 characters (for example: openssl rand -hex 16)")
@@ -74,10 +118,33 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := requestLevel.UnmarshalText([]byte(*reqLevel)); err != nil || (requestLevel != slog.LevelDebug && requestLevel != slog.LevelInfo) {
 		return usageErr("--request-log-level %q: want debug or info", *reqLevel)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	svc, err := openService(ctx, &backends, &eng, log, httpapi.Options{RateLimit: *rateLimit, RateBurst: *rateBurst,
-		ReadRateLimit: *readLimit, ReadRateBurst: *readBurst, OperatorToken: *opToken, LogKey: []byte(*logKey),
-		RequestLogLevel: requestLevel})
+	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
+	opts := httpapi.Options{RateLimit: *rateLimit, RateBurst: *rateBurst, AddrRateLimit: *addrLimit, AddrRateBurst: *addrBurst,
+		ReadRateLimit: *readLimit, ReadRateBurst: *readBurst, MaxSeatsPerAddress: *addrSeats, TrustedProxies: trusted,
+		MaxStreams: *maxStreams, MaxStreamsPerAddress: *addrStream,
+		OperatorToken: *opToken, OperatorTokenFile: *opTokenFile, LogKey: []byte(*logKey),
+		RequestLogLevel: requestLevel, TLS: *tlsCert != ""}
+	reloadFailed := func(what string) func(error) {
+		return func(err error) { log.Error(what+" changed but does not load; the last good one stays", "error", err) }
+	}
+	switch {
+	case *jwtSecret != "":
+		if opts.HolderAuth, err = httpapi.HolderSecretFile(*jwtSecret, reloadFailed("--holder-jwt-secret-file")); err != nil {
+			return usageErr("--holder-jwt-secret-file: %v", err)
+		}
+		opts.DemoIdentity = *demoShow != ""
+	case *jwtKey != "":
+		if opts.HolderAuth, err = httpapi.HolderPublicKeyFile(*jwtKey, reloadFailed("--holder-jwt-key")); err != nil {
+			return usageErr("--holder-jwt-key: %v", err)
+		}
+	}
+	var certs func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	if *tlsCert != "" {
+		if certs, err = httpapi.CertificateFiles(*tlsCert, *tlsKey, reloadFailed("--tls-cert/--tls-key")); err != nil {
+			return usageErr("--tls-cert/--tls-key: %v", err)
+		}
+	}
+	svc, err := openService(ctx, &backends, &eng, log, opts)
 	if err != nil {
 		return err
 	}
@@ -93,27 +160,62 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
 	ln = netutil.LimitListener(ln, *maxConns)
-	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       15 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       60 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			ConnContext:       api.ConnContext,
+		}
 	}
+	srv := newServer(api)
 	if wrap, ok := ctx.Value(handlerWrapKey{}).(func(http.Handler) http.Handler); ok {
 		srv.Handler = wrap(srv.Handler) // a test watching its request reach the handler
 	}
-	fmt.Fprintf(stdout, "holdfast: listening on http://%s\n", ln.Addr())
-	if *demoShow != "" {
-		printWalkthrough(stdout, ln.Addr().String(), *demoShow)
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+		srv.TLSConfig = &tls.Config{GetCertificate: certs, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 	}
-	log.Info("serving", "addr", ln.Addr().String())
+	servers := []*http.Server{srv}
+	served := make(chan error, 2)
+	if *adminAddr != "" {
+		aln, err := net.Listen("tcp", *adminAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on --admin-addr %s: %w", *adminAddr, err)
+		}
+		adm := newServer(api.Admin())
+		servers = append(servers, adm)
+		fmt.Fprintf(stdout, "holdfast: admin (metrics, show creation) on http://%s\n", aln.Addr())
+		go func() { served <- adm.Serve(aln) }()
+	}
+	fmt.Fprintf(stdout, "holdfast: listening on %s://%s\n", scheme, ln.Addr())
+	if opts.HolderAuth == nil {
+		const warning = "holder ids are not signed: anyone can claim any Holder-Id, so this service belongs behind a backend that sets it (or start it with --holder-jwt-secret-file / --holder-jwt-key)"
+		fmt.Fprintln(stdout, "holdfast: warning: "+warning)
+		log.Warn(warning)
+	}
+	if *demoShow != "" {
+		printWalkthrough(stdout, scheme, ln.Addr().String(), *adminAddr, *demoShow, opts.HolderAuth != nil)
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "admin_addr", *adminAddr, "tls", certs != nil, "signed_holders", opts.HolderAuth != nil)
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if certs != nil {
+			served <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-served:
+		for _, s := range servers {
+			_ = s.Close()
+		}
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -122,11 +224,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log.Info("shutting down", "timeout", drainWait.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *drainWait)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	for _, s := range servers {
+		if err := s.Shutdown(sctx); err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
 	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
+	for range servers {
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
 	}
 	log.Info("stopped")
 	return nil
@@ -136,8 +242,36 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 // server's handler.
 type handlerWrapKey struct{}
 
+// parseCIDRs reads --trusted-proxy: CIDRs or single addresses, comma-separated.
+func parseCIDRs(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			a, aerr := netip.ParseAddr(f)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q is not a CIDR (10.0.0.0/8) or an address", f)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
 // printWalkthrough shows a new user the API in three curl commands.
-func printWalkthrough(w io.Writer, addr, show string) {
+func printWalkthrough(w io.Writer, scheme, addr, adminAddr, show string, signed bool) {
+	if signed {
+		fmt.Fprintf(w, `
+The seat map, live: %[1]s://%[2]s/shows/%[3]s (it gets a signed demo identity)
+Holders are signed: send Authorization: Bearer <JWT> (sub the holder, exp required).
+`, scheme, addr, show)
+		return
+	}
+	_ = adminAddr
 	fmt.Fprintf(w, `
 The seat map, live: http://%[1]s/shows/%[2]s
 

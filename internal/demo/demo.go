@@ -33,7 +33,9 @@ type Options struct {
 	HoldTTL  time.Duration // TTL buyers ask for; late payers wait past it
 	Duration time.Duration // stop by then even if seats remain
 	Progress io.Writer     // a live progress line, or nil
-	// OperatorToken authorizes the show creation (holdfast serve --operator-token).
+	// AdminURL is the server's admin listener (holdfast serve --admin-addr), where the
+	// show is created; OperatorToken authorizes that (--operator-token).
+	AdminURL      string
 	OperatorToken string
 }
 
@@ -61,6 +63,7 @@ type client struct {
 	base          string
 	http          *http.Client
 	operatorToken string
+	admin         string // the admin listener's base URL
 	failed        atomic.Int64 // requests that got no response
 }
 
@@ -100,7 +103,11 @@ func (c *client) once(ctx context.Context, method, path, holder, key string, bod
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	base := c.base
+	if method == http.MethodPut { // show creation, the demo's one operator route
+		base = c.admin
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return 0, problem{}, err
 	}
@@ -181,7 +188,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if o.Seats < 1 || o.Buyers < 1 {
 		return Summary{}, fmt.Errorf("demo needs seats and buyers")
 	}
-	c := &client{base: strings.TrimRight(o.BaseURL, "/"), operatorToken: o.OperatorToken, http: &http.Client{
+	c := &client{base: strings.TrimRight(o.BaseURL, "/"), admin: strings.TrimRight(o.AdminURL, "/"), operatorToken: o.OperatorToken, http: &http.Client{
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: o.Buyers, MaxConnsPerHost: o.Buyers},
 	}}

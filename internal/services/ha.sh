@@ -166,7 +166,9 @@ serve_replicas() {
 	for i in 1 2; do
 		port=$((BASE + 80 + i))
 		if [ -f "$HA/serve$i.pid" ] && kill -0 "$(cat "$HA/serve$i.pid")" 2>/dev/null; then continue; fi
-		LISTEN_ADDR="127.0.0.1:$port" setsid "$bin" serve "$@" >>"$HA/serve$i.log" 2>&1 &
+		# HAProxy is the peer of every request: its X-Forwarded-For names the client.
+		LISTEN_ADDR="127.0.0.1:$port" HOLDFAST_ADMIN_ADDR="127.0.0.1:$((BASE + 90 + i))" HOLDFAST_TRUSTED_PROXY=127.0.0.1/32 \
+			setsid "$bin" serve "$@" >>"$HA/serve$i.log" 2>&1 &
 		echo $! >"$HA/serve$i.pid"
 	done
 	cat >"$HA/haproxy.cfg" <<EOF
@@ -180,6 +182,7 @@ defaults
     timeout tunnel 1h
     retries 2
     option redispatch
+    option forwardfor
 # Ready replicas (/readyz: PostgreSQL and Redis answer, not draining) get the traffic.
 # When none is ready — PostgreSQL failing over is down for all of them at once — the
 # live ones still do: holds and seat maps need only Redis, and a confirmation then
@@ -243,6 +246,7 @@ env)
 	echo "DATABASE_URL='$(database_url)'"
 	echo "REDIS_URL='$(redis_url)'"
 	echo "HOLDFAST_URL='http://$LISTEN'"
+	echo "HOLDFAST_ADMIN_URL='http://127.0.0.1:$((BASE + 91))'"
 	;;
 serve)
 	[ -n "${2:-}" ] || die "usage: ha.sh serve BIN [SERVE FLAGS...]"
