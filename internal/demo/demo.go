@@ -63,7 +63,7 @@ type client struct {
 	base          string
 	http          *http.Client
 	operatorToken string
-	admin         string // the admin listener's base URL
+	admin         string       // the admin listener's base URL
 	failed        atomic.Int64 // requests that got no response
 }
 
