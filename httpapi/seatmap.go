@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -377,9 +378,10 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 // eventCache keeps the last events formatted (by show and version), for every other
 // stream of the show: each stream gets the same events at the same versions.
 type eventCache struct {
-	mu    sync.Mutex
-	m     map[eventKey][]byte
-	order []eventKey
+	mu      sync.Mutex
+	m       map[eventKey][]byte
+	order   []eventKey
+	encodes atomic.Int64 // snapshots encoded (a reconnect storm at one version: one)
 }
 
 type eventKey struct {
@@ -426,6 +428,7 @@ func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEve
 	kind := "changes"
 	if ev.Snapshot != nil {
 		kind = "snapshot"
+		s.events.encodes.Add(1)
 		data, err = json.Marshal(compactJSON{Show: show, Version: s.eventID(ev.Version), Format: "compact",
 			Seats: len(ev.Snapshot.States), States: compactStates(ev.Snapshot.States)})
 	} else {
