@@ -15,9 +15,10 @@ import (
 
 // designColors keeps each design's colour the same on every chart.
 var designColors = map[string]color.Color{
-	"holdfast":                color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	"database-only":           color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	"holdfast, twice too big": color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"holdfast":                             color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	"database-only":                        color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	"holdfast, twice too big":              color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"holdfast, twice too big, no hold cap": color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 }
 
 // WriteCharts draws the run's series as SVG files in dir: the on-sale's seats sold over
