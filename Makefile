@@ -18,7 +18,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick chaos
+.PHONY: help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -83,6 +83,9 @@ run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are se
 
 bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL, the on-sale vs a database-only design; charts in docs/bench (BENCH_FLAGS=…)
 	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --json bench.json --svg docs/bench $(BENCH_FLAGS)
+
+abuse: build ## Run the attacks of docs/RELIABILITY.md ("Abuse") against two servers with default limits; prints a table (~4 min)
+	@$(with-services) ./$(BIN) abuse
 
 bench-quick: build ## A short on-sale (2,000 seats) for CI: it runs, and no seat is booked twice
 	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --quick

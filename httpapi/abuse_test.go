@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/net/netutil"
 
 	"github.com/holdfast/holdfast/engine"
 	"github.com/holdfast/holdfast/internal/testsvc"
@@ -406,6 +407,52 @@ func TestStreamCaps(t *testing.T) {
 		t.Fatalf("a stream past the server's cap: %d, want 503", got)
 	}
 	a.want(a.do("GET", "/livez", "", "", nil), 200, "")
+}
+
+// TestStreamConnectRate: a reconnect storm from many addresses is bounded by the
+// streams opened per second in all (503 with Retry-After past it).
+func TestStreamConnectRate(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{TrustedProxies: loopback, StreamConnectRate: 0.5})
+	a.want(a.do("PUT", "/v1/shows/s", "", "", map[string]any{"seats": seats(5)}), 201, "")
+	st, _ := a.openEvents("s", "")
+	st.next(5 * time.Second)
+	st.close()
+	r := a.doHeaders("GET", "/v1/shows/s/events", from("198.51.100.99", nil), nil)
+	a.want(r, 503, "too-many-streams")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+}
+
+// TestStreamBufferBehindAConnectionLimit: the stream's connection is found under the
+// connection limit serve puts on its listener, so that its send buffer can shrink.
+func TestStreamBufferBehindAConnectionLimit(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	limited := netutil.LimitListener(ln, 4)
+	go func() {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err == nil {
+			defer c.Close()
+			time.Sleep(time.Second)
+		}
+	}()
+	c, err := limited.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*net.TCPConn); ok {
+		t.Fatal("the limit no longer wraps its connections: this test tests nothing")
+	}
+	if tcpConn(c) == nil {
+		t.Fatal("the TCP connection under the connection limit was not found")
+	}
 }
 
 // TestStreamsPastTheWatchedPool: with every watched-show slot taken by open streams,

@@ -124,6 +124,10 @@ type Options struct {
 	// MaxStreamsPerAddress bounds one client address's open event streams (429 past
 	// it). Defaults to 16.
 	MaxStreamsPerAddress int
+	// StreamConnectRate bounds the event streams opened per second, from all clients
+	// together (503 with Retry-After past it): a reconnect storm, each connect a
+	// snapshot, cannot crowd out bookings. Defaults to 200 (burst 200).
+	StreamConnectRate float64
 	// Heartbeat is how often an idle event stream gets a comment line, so that
 	// proxies keep it open and a client notices a dead one. Defaults to 15 seconds.
 	Heartbeat time.Duration
@@ -157,6 +161,7 @@ type Server struct {
 	opFailures               *buckets // wrong operator tokens, per address
 	demoIDs                  *buckets // demo identities given, per address
 	refusalLogs              *rate.Limiter
+	streamConnects           *rate.Limiter // event streams opened, all clients
 	addrHolds                *addrHolds
 	opToken                  *fileValue[string] // nil without OperatorTokenFile
 
@@ -189,7 +194,7 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 	for _, d := range []struct {
 		v   *float64
 		def float64
-	}{{&opts.RateLimit, 20}, {&opts.AddrRateLimit, 100}, {&opts.ReadRateLimit, 50}, {&opts.UnknownShowRate, 5}} {
+	}{{&opts.RateLimit, 20}, {&opts.AddrRateLimit, 100}, {&opts.ReadRateLimit, 50}, {&opts.UnknownShowRate, 5}, {&opts.StreamConnectRate, 200}} {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
@@ -236,15 +241,16 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 	_, _ = rand.Read(epoch)
 	size := opts.LimiterSize
 	s := &Server{e: e, log: opts.Logger, reg: opts.Registry, opts: opts, epoch: hex.EncodeToString(epoch),
-		addrWrites:   newBuckets(rate.Limit(opts.AddrRateLimit), opts.AddrRateBurst, size),
-		holderWrites: newBuckets(rate.Limit(opts.RateLimit), opts.RateBurst, size),
-		addrReads:    newBuckets(rate.Limit(opts.ReadRateLimit), opts.ReadRateBurst, size),
-		holderReads:  newBuckets(rate.Limit(opts.ReadRateLimit), opts.ReadRateBurst, size),
-		unknownShows: newBuckets(rate.Limit(opts.UnknownShowRate), 4*int(opts.UnknownShowRate), size),
-		opFailures:   newBuckets(rate.Every(10*time.Second), opts.OperatorFailures, size),
-		demoIDs:      newBuckets(rate.Every(20*time.Second), 3, size),
-		refusalLogs:  rate.NewLimiter(5, 5),
-		addrHolds:    newAddrHolds(opts.MaxSeatsPerAddress, size),
+		addrWrites:     newBuckets(rate.Limit(opts.AddrRateLimit), opts.AddrRateBurst, size),
+		holderWrites:   newBuckets(rate.Limit(opts.RateLimit), opts.RateBurst, size),
+		addrReads:      newBuckets(rate.Limit(opts.ReadRateLimit), opts.ReadRateBurst, size),
+		holderReads:    newBuckets(rate.Limit(opts.ReadRateLimit), opts.ReadRateBurst, size),
+		unknownShows:   newBuckets(rate.Limit(opts.UnknownShowRate), 4*int(opts.UnknownShowRate), size),
+		opFailures:     newBuckets(rate.Every(10*time.Second), opts.OperatorFailures, size),
+		demoIDs:        newBuckets(rate.Every(20*time.Second), 3, size),
+		refusalLogs:    rate.NewLimiter(5, 5),
+		streamConnects: rate.NewLimiter(rate.Limit(opts.StreamConnectRate), max(1, int(opts.StreamConnectRate))),
+		addrHolds:      newAddrHolds(opts.MaxSeatsPerAddress, size),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_http_requests_total", Help: "HTTP requests by route and status code.",
 		}, []string{"route", "code"}),
@@ -274,7 +280,10 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 		}
 		s.opToken = tok
 	}
-	for _, c := range []prometheus.Collector{s.requests, s.latency, s.refused} {
+	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "holdfast_http_event_streams", Help: "Seat-map event streams open now.",
+	}, func() float64 { return float64(s.streams.open()) })
+	for _, c := range []prometheus.Collector{s.requests, s.latency, s.refused, streams} {
 		if err := s.reg.Register(c); err != nil {
 			return nil, err
 		}

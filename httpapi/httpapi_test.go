@@ -100,6 +100,9 @@ func newAPIOn(t *testing.T, pool *pgxpool.Pool, rdb redis.UniversalClient, cfg e
 	if opts.MaxSeatsPerAddress == 0 {
 		opts.MaxSeatsPerAddress = 1_000_000
 	}
+	if opts.StreamConnectRate == 0 {
+		opts.StreamConnectRate = 1e6
+	}
 	if opts.UnknownShowRate == 0 {
 		opts.UnknownShowRate = 1000
 	}

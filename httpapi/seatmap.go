@@ -5,7 +5,9 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,6 +286,13 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 			after, position = n, 0
 		}
 	}
+	if !s.streamConnects.Allow() {
+		s.refused.WithLabelValues("stream-connects").Inc()
+		w.Header().Set("Retry-After", "2")
+		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
+			"too many event streams opened this second; retry")
+		return
+	}
 	release, refusal := s.streams.take(clientAddrOf(r), s.opts.MaxStreams, s.opts.MaxStreamsPerAddress)
 	switch refusal {
 	case "server":
@@ -297,11 +306,13 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if c, ok := r.Context().Value(connKey{}).(interface{ SetWriteBuffer(int) error }); ok {
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
 		// A small send buffer: a client that stops reading fills it fast, the next
 		// write waits, and the write deadline cuts it (instead of the kernel buffering
 		// hundreds of KB per stalled reader).
-		_ = c.SetWriteBuffer(s.opts.StreamSendBuffer)
+		if tc := tcpConn(c); tc != nil {
+			_ = tc.SetWriteBuffer(s.opts.StreamSendBuffer)
+		}
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -450,4 +461,32 @@ func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEve
 	}
 	buf.Write(b)
 	return true
+}
+
+// tcpConn finds the TCP connection under a listener's wrappers (a connection limit
+// embeds the net.Conn it wraps), or nil.
+func tcpConn(c net.Conn) *net.TCPConn {
+	for range 4 {
+		switch x := c.(type) {
+		case *net.TCPConn:
+			return x
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+			continue
+		}
+		v := reflect.ValueOf(c)
+		if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+			return nil
+		}
+		f := v.Elem().FieldByName("Conn") // an embedded net.Conn (netutil.LimitListener's)
+		if !f.IsValid() || f.Kind() != reflect.Interface || f.IsNil() {
+			return nil
+		}
+		inner, ok := f.Interface().(net.Conn)
+		if !ok {
+			return nil
+		}
+		c = inner
+	}
+	return nil
 }

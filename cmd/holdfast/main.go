@@ -5,6 +5,7 @@
 //	holdfast migrate up|down|status
 //	holdfast demo    [--url http://127.0.0.1:8080] [flags]
 //	holdfast bench   [flags]
+//	holdfast abuse   [flags]
 //	holdfast resync  --show SHOW [--from-database]
 //	holdfast version
 //

@@ -45,6 +45,7 @@ Usage:
   holdfast resync  --show SHOW          rebuild a show's Redis state from PostgreSQL
   holdfast demo    [flags]              simulate a sale opening against a live server
   holdfast bench   [flags]              measure throughput against raw Redis and PostgreSQL
+  holdfast abuse   [flags]              run the attacks of docs/RELIABILITY.md ("Abuse") against two servers it starts
   holdfast version                      the module version and the source revision
 
 Every command reads DATABASE_URL and REDIS_URL (or --database-url / --redis-url).
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDemo(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], getenv, stdout, stderr)
+	case "abuse":
+		return runAbuse(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

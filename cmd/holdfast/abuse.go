@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast/holdfast/httpapi"
+	"github.com/holdfast/holdfast/internal/abuse"
+)
+
+// runAbuse runs the attacks of docs/RELIABILITY.md ("Abuse") against two holdfast
+// serve processes it starts with default limits (one with signed holders), behind a
+// trusted proxy (this process), and prints what each attack got.
+func runAbuse(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("holdfast abuse", flag.ContinueOnError)
+	var backends backendFlags
+	seats := fs.Int("seats", 100_000, "seats of the show attacked (and sold by honest buyers meanwhile)")
+	backends.register(fs, getenv)
+	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
+		return err
+	}
+	if backends.databaseURL == "" || backends.redisURL == "" {
+		return usageErr("DATABASE_URL and REDIS_URL must be set (make services prints them)")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "holdfast-abuse")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	secretFile := filepath.Join(dir, "holder.secret")
+	if err := os.WriteFile(secretFile, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
+		return err
+	}
+	opToken := rand.Text()
+	show := fmt.Sprintf("abuse-%d", time.Now().Unix())
+	common := []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--trusted-proxy", "127.0.0.1",
+		"--demo-show", show, "--demo-seats", fmt.Sprint(*seats), "--operator-token", opToken, "--database-url", backends.databaseURL, "--redis-url", backends.redisURL}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var logLines atomic.Int64
+	start := func(extra ...string) (public, admin string, err error) {
+		cmd := exec.CommandContext(ctx, exe, append(common, extra...)...)
+		cmd.Env = append(os.Environ(), "HOLDFAST_KEY_PREFIX="+getenv("HOLDFAST_KEY_PREFIX"))
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		out, _ := cmd.StdoutPipe()
+		logs, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			return "", "", err
+		}
+		go func() {
+			sc := bufio.NewScanner(logs)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				logLines.Add(1)
+			}
+		}()
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			if rest, ok := strings.CutPrefix(line, "holdfast: admin (metrics, show creation) on "); ok {
+				admin = rest
+			}
+			if rest, ok := strings.CutPrefix(line, "holdfast: listening on "); ok {
+				public = rest
+				go io.Copy(io.Discard, out)
+				return public, admin, nil
+			}
+		}
+		return "", "", fmt.Errorf("serve %v did not start", extra)
+	}
+	public, admin, err := start()
+	if err != nil {
+		return err
+	}
+	signed, _, err := start("--holder-jwt-secret-file", secretFile)
+	if err != nil {
+		return err
+	}
+	auth, err := httpapi.HolderSecretFile(secretFile, nil)
+	if err != nil {
+		return err
+	}
+	token, _, err := auth.Sign("hoarder", time.Hour)
+	if err != nil {
+		return err
+	}
+	if err := createShows(ctx, admin, opToken, 40); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "abuse: servers %s (unsigned) and %s (signed), show %s of %d seats\n", public, signed, show, *seats)
+	// The log line counter counts both servers; the flood row reads its difference,
+	// and the signed server is idle then.
+	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: token, Show: show,
+		LogLines: logLines.Load, Out: stdout})
+	fmt.Fprintln(stdout, "\n| attack | measured |\n|---|---|")
+	for _, r := range rows {
+		fmt.Fprintf(stdout, "| %s | %s |\n", r.Attack, r.Result)
+	}
+	return err
+}
+
+// createShows creates the small shows pool-0 … pool-(n-1) over the admin listener.
+func createShows(ctx context.Context, admin, token string, n int) error {
+	for i := range n {
+		body := `{"seats":["A1","A2","A3","A4","A5"]}`
+		if err := adminPut(ctx, admin+"/v1/shows/"+fmt.Sprintf("pool-%d", i), token, body); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func adminPut(ctx context.Context, url, token, body string) error {
+	req, _ := http.NewRequestWithContext(ctx, "PUT", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("PUT %s: %d", url, resp.StatusCode)
+	}
+	return nil
+}
