@@ -554,6 +554,27 @@ func TestReadsEncodedOnce(t *testing.T) {
 	if a.s.layouts.get("s") == nil {
 		t.Fatal("the layout is not kept encoded")
 	}
+	// The per-seat form of a large show is encoded at most once a second while the map
+	// changes, and it catches up: a hold shows in it within a few seconds.
+	a.want(a.do("POST", "/v1/shows/s/holds", "h", "", map[string]any{"seats": []string{"A7"}}), 201, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := a.do("GET", "/v1/shows/s/seats?format=json", "", "", nil)
+		seats, _ := r.body["seats"].([]any)
+		held := false
+		for _, x := range seats {
+			if m := x.(map[string]any); m["seat"] == "A7" {
+				held = m["status"] == "held"
+			}
+		}
+		if held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the per-seat form never showed the hold")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestUnknownShowsLimited: requests for shows that do not exist are limited per

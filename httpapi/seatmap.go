@@ -135,8 +135,15 @@ type mapKey struct {
 
 type encodedMap struct {
 	version uint64
+	at      time.Time // when it was encoded
+	asOf    time.Time // the map's
 	*encoded
 }
+
+// perSeatEvery is how often the per-seat form of a large show (above compactAbove
+// seats: megabytes of JSON) is encoded again while its map keeps changing; readers in
+// between get the last one, which names its own version and as_of.
+const perSeatEvery = time.Second
 
 // maxCachedMaps bounds the maps (and the layouts) kept encoded; past it they are all
 // dropped, and encoded again by their next reader.
@@ -151,14 +158,25 @@ func (c *mapCache) get(k mapKey, version uint64) *encoded {
 	return nil
 }
 
-func (c *mapCache) put(k mapKey, version uint64, e *encoded) {
+// recent returns the last encoding of k, whatever its version, if it is younger than
+// maxAge.
+func (c *mapCache) recent(k mapKey, maxAge time.Duration) *encodedMap {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[k]; e != nil && time.Since(e.at) < maxAge {
+		return e
+	}
+	return nil
+}
+
+func (c *mapCache) put(k mapKey, version uint64, asOf time.Time, e *encoded) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCachedMaps {
 		c.m = map[mapKey]*encodedMap{}
 	}
 	if old := c.m[k]; old == nil || old.version < version {
-		c.m[k] = &encodedMap{version: version, encoded: e}
+		c.m[k] = &encodedMap{version: version, at: time.Now(), asOf: asOf, encoded: e}
 	}
 }
 
@@ -206,10 +224,16 @@ func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Holdfast-As-Of", m.AsOf.UTC().Format(time.RFC3339Nano))
+	asOf := m.AsOf
 	h.Set("Holdfast-Stale", strconv.FormatBool(m.Stale))
 	k := mapKey{show: m.ShowID, format: format, stale: m.Stale}
 	enc := s.maps.get(k, m.Version)
+	if enc == nil && format == "json" && len(m.Layout) > compactAbove {
+		if e := s.maps.recent(k, perSeatEvery); e != nil {
+			enc, asOf = e.encoded, e.asOf // a second old at most: as of then
+		}
+	}
+	h.Set("Holdfast-As-Of", asOf.UTC().Format(time.RFC3339Nano))
 	if enc == nil {
 		var v any
 		if format == "compact" {
@@ -232,7 +256,7 @@ func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		enc = newEncoded(`"`+s.eventID(m.Version)+"-"+format+`"`, append(body, '\n'), true)
-		s.maps.put(k, m.Version, enc)
+		s.maps.put(k, m.Version, m.AsOf, enc)
 	}
 	writeEncoded(w, r, enc)
 }

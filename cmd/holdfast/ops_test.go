@@ -214,15 +214,19 @@ func TestServeExportsTraces(t *testing.T) {
 		t.Fatalf("hold: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	requestID := resp.Header.Get("X-Request-Id")
 	if err := stop(); err != nil { // shutdown flushes the batched spans
 		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	var sawHold bool
+	var sawHold, sawRequest bool
 	for _, p := range posts {
 		if strings.HasPrefix(p, "/v1/traces ") && strings.Contains(p, "holdfast.hold") {
 			sawHold = true
+		}
+		if requestID != "" && strings.Contains(p, "holdfast.request_id") && strings.Contains(p, requestID) {
+			sawRequest = true // the request's server span, with the id the response carried
 		}
 		if strings.Contains(p, "alice") {
 			t.Fatal("a span carries the holder id")
@@ -233,6 +237,9 @@ func TestServeExportsTraces(t *testing.T) {
 			t.Logf("post %.60q (%d bytes)", p, len(p))
 		}
 		t.Fatalf("no holdfast.hold span reached the collector (%d posts)", len(posts))
+	}
+	if !sawRequest {
+		t.Fatalf("no span carries the request id %q of the response", requestID)
 	}
 }
 

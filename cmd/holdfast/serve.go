@@ -348,6 +348,9 @@ func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, 
 		return nil, fmt.Errorf("not starting: the database is not migrated (%v); run `holdfast migrate up`", err)
 	}
 	opts.Logger, opts.Registry = log, reg
+	if svc.tp != nil {
+		opts.TracerProvider = svc.tp // a server span per request, the engine's spans in it
+	}
 	if svc.api, err = httpapi.New(svc.engine, opts); err != nil {
 		svc.close()
 		return nil, err

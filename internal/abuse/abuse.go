@@ -105,6 +105,9 @@ func (r *runner) req(ctx context.Context, base, method, path, addr string, h htt
 	}
 	resp, err := r.c.Do(q)
 	if err != nil {
+		if ctx.Err() != nil {
+			return -1, nil, nil // the attack's time was up: not the server's answer
+		}
 		return 0, nil, nil
 	}
 	defer resp.Body.Close()
@@ -119,6 +122,9 @@ type counts struct {
 }
 
 func (c *counts) add(s int) {
+	if s < 0 {
+		return
+	}
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[int]int{}
@@ -231,20 +237,24 @@ func (h *honest) stop() { h.cancel(); <-h.done }
 // time just before it (the baseline).
 func (r *runner) during(ctx context.Context, fn func()) string {
 	h := r.honest
+	cpu := func() float64 { return r.gauge(ctx, "process_cpu_seconds_total") }
 	h.mu.Lock()
 	start := len(h.lat)
 	h.mu.Unlock()
-	t := time.Now()
+	t, c0 := time.Now(), cpu()
 	fn()
-	d := time.Since(t)
+	d, c1 := time.Since(t), cpu()
 	h.mu.Lock()
 	under := slices.Clone(h.lat[start:])
 	h.mu.Unlock()
-	time.Sleep(min(d, 10*time.Second)) // a quiet stretch as long as the attack, after it
+	quiet := min(d, 10*time.Second)
+	time.Sleep(quiet) // a quiet stretch as long as the attack, after it
+	c2 := cpu()
 	h.mu.Lock()
 	after := slices.Clone(h.lat[start+len(under):])
 	h.mu.Unlock()
-	return fmt.Sprintf("honest confirm p50/p99 %s ms under attack, %s ms after it", pct(under), pct(after))
+	return fmt.Sprintf("honest confirm p50/p99 %s ms under attack, %s ms after it; server CPU %.2f cores under attack, %.2f after",
+		pct(under), pct(after), (c1-c0)/d.Seconds(), (c2-c1)/quiet.Seconds())
 }
 
 func pct(ds []time.Duration) string {
@@ -434,7 +444,9 @@ func (r *runner) reconnectStorm(ctx context.Context) string {
 			resp, err := r.c.Do(q)
 			if err != nil {
 				cancel()
-				c.add(0)
+				if ctx.Err() == nil {
+					c.add(0)
+				}
 				return
 			}
 			if resp.StatusCode == 200 {
@@ -471,7 +483,7 @@ func (r *runner) limiterMemory(ctx context.Context) string {
 	const ids = 350_000
 	parallel(ctx, ids, 64, func(ctx context.Context, id int) {
 		// A fresh address and a fresh holder each time: every table of limits sees a new key.
-		r.req(ctx, r.o.URL, "GET", "/v1/shows/"+r.o.Show+"/seats?format=compact", fmt.Sprintf("100.%d.%d.%d", 96+id/65536, id/256%256, id%256),
+		r.req(ctx, r.o.URL, "GET", "/v1/shows/pool-0/seats", fmt.Sprintf("100.%d.%d.%d", 96+id/65536, id/256%256, id%256),
 			http.Header{"Holder-Id": {fmt.Sprintf("mem-%d", id)}}, "")
 	})
 	return fmt.Sprintf("heap in use %.0f MB before, %.0f MB after %d distinct ids and addresses", before, heap(), ids)
@@ -499,7 +511,6 @@ func (r *runner) uncachedReads(ctx context.Context) string {
 	if h != nil {
 		etag = h.Get("ETag")
 	}
-	cpu0 := r.gauge(ctx, "process_cpu_seconds_total")
 	res := r.during(ctx, func() {
 		tick := time.NewTicker(time.Second / 26)
 		defer tick.Stop()
@@ -525,8 +536,7 @@ func (r *runner) uncachedReads(ctx context.Context) string {
 		}
 		wg.Wait()
 	})
-	cpu := r.gauge(ctx, "process_cpu_seconds_total") - cpu0
-	return fmt.Sprintf("layout (half revalidations): %s; per-seat JSON: %s; server CPU %.2f s over the attack; %s", layout.String(), js.String(), cpu, res)
+	return fmt.Sprintf("layout (half revalidations): %s; per-seat JSON: %s; %s", layout.String(), js.String(), res)
 }
 
 func (r *runner) unknownShows(ctx context.Context) string {
@@ -582,7 +592,11 @@ func (r *runner) framing(ctx context.Context) string {
 }
 
 func (r *runner) logFlood(ctx context.Context) string {
+	// The honest sale logs its own lines: count them in a quiet 5 s first.
+	quiet := r.o.LogLines()
+	time.Sleep(5 * time.Second)
 	before := r.o.LogLines()
+	quiet = before - quiet
 	var c counts
 	flood(ctx, 32, 5*time.Second, func(ctx context.Context, w, i int) {
 		st, _, _ := r.req(ctx, r.o.URL, "GET", "/v1/shows/"+r.o.Show+"/seats?format=compact", "198.51.100.46", nil, "")
@@ -590,7 +604,8 @@ func (r *runner) logFlood(ctx context.Context) string {
 	})
 	time.Sleep(500 * time.Millisecond)
 	refused := r.gauge(ctx, `holdfast_http_refused_total{reason="address-reads"}`)
-	return fmt.Sprintf("%s; %d log lines written meanwhile; refusals counted in all (address-reads): %.0f", c.String(), r.o.LogLines()-before, refused)
+	return fmt.Sprintf("%s; %d log lines written in those 5 s, %d in the 5 s before (the honest sale's); refusals counted in all (address-reads): %.0f",
+		c.String(), r.o.LogLines()-before, quiet, refused)
 }
 
 func (r *runner) errorDetails(ctx context.Context) string {
