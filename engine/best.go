@@ -34,12 +34,7 @@ const indexPage = 200
 // other.
 func (e *Engine) HoldBest(ctx context.Context, req BestRequest) (Hold, error) {
 	ctx, o := e.begin(ctx, "hold_best", req.ShowID, req.Count)
-	var h Hold
-	done, err := e.holdsInFlight.take(req.ShowID, e.cfg.MaxHoldsInFlight)
-	if err == nil {
-		h, err = e.holdBest(ctx, req)
-		done()
-	}
+	h, err := e.holdBest(ctx, req)
 	o.end(err, "")
 	return h, err
 }
@@ -62,6 +57,11 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
+	done, err := e.admitHold(ctx, sh)
+	if err != nil {
+		return Hold{}, err
+	}
+	defer done()
 	var sections []string
 	if req.Section != "" {
 		n, ok := sh.sections[req.Section]

@@ -39,12 +39,11 @@ type Engine struct {
 	stop   func()        // ends the background loop
 	done   chan struct{} // closed when it has ended
 
-	gc            *committer      // the confirmations' queue and batches (groupcommit.go)
-	views         views           // the seat maps kept current (view.go)
-	viewCtx       context.Context // ends when the engine closes
-	polled        polledMaps      // seat maps of shows past the watched-shows pool
-	holdsInFlight inFlight        // holds being worked on, per show (Config.MaxHoldsInFlight)
-	closed        bool            // under views.mu
+	gc      *committer      // the confirmations' queue and batches (groupcommit.go)
+	views   views           // the seat maps kept current (view.go)
+	viewCtx context.Context // ends when the engine closes
+	polled  polledMaps      // seat maps of shows past the watched-shows pool
+	closed  bool            // under views.mu
 
 	backends    backends    // the server and backend of each pooled connection (failover.go)
 	reconciling atomic.Bool // a reconciliation after a failover runs (reconcile.go)

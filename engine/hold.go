@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,40 +16,35 @@ import (
 // changes nothing. The hold expires by itself after req.TTL (Redis owns the clock).
 func (e *Engine) Hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	ctx, o := e.begin(ctx, "hold", req.ShowID, len(req.SeatIDs))
-	var h Hold
-	done, err := e.holdsInFlight.take(req.ShowID, e.cfg.MaxHoldsInFlight)
-	if err == nil {
-		h, err = e.hold(ctx, req)
-		done()
-	}
+	h, err := e.hold(ctx, req)
 	o.end(err, "")
 	return h, err
 }
 
-// inFlight counts, per show, the holds being worked on (Config.MaxHoldsInFlight).
-type inFlight struct {
-	mu sync.Mutex
-	m  map[string]int
-}
+// holdAdmissionWait is how long a hold waits for one of its show's slots
+// (Config.MaxHoldsInFlight) before it is shed: a moment's peak is queued, a sustained
+// overload answered at once.
+const holdAdmissionWait = 50 * time.Millisecond
 
-// take claims a slot of show's, or refuses with ErrOverloaded past max.
-func (f *inFlight) take(show string, max int) (done func(), err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m[show] >= max {
-		return nil, fmt.Errorf("%w: %d holds of show %q in flight already (Config.MaxHoldsInFlight)", ErrOverloaded, max, show)
+// admitHold takes one of the show's hold slots, waiting up to holdAdmissionWait; past
+// that the hold is refused with ErrOverloaded (nothing changed). done gives it back.
+func (e *Engine) admitHold(ctx context.Context, sh *show) (done func(), err error) {
+	slots := sh.holdSlots(e.cfg.MaxHoldsInFlight)
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
+	default:
 	}
-	if f.m == nil {
-		f.m = map[string]int{}
+	t := time.NewTimer(holdAdmissionWait)
+	defer t.Stop()
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
+	case <-t.C:
+		return nil, fmt.Errorf("%w: %d holds of show %q in flight (Config.MaxHoldsInFlight)", ErrOverloaded, e.cfg.MaxHoldsInFlight, sh.id)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for a hold slot: %v", ErrOverloaded, ctx.Err())
 	}
-	f.m[show]++
-	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.m[show]--; f.m[show] == 0 {
-			delete(f.m, show)
-		}
-	}, nil
 }
 
 func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
@@ -72,6 +66,11 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
+	done, err := e.admitHold(ctx, sh)
+	if err != nil {
+		return Hold{}, err
+	}
+	defer done()
 	tag := holderTag(req.HolderID)
 	ks, err := sh.scriptKeys(tag, seats)
 	if err != nil {

@@ -25,6 +25,15 @@ type show struct {
 	sections map[string]int    // section -> its number, in layout order
 	meta     []string          // by layout index: the seat's best-available meta (internal/lua/common.lua)
 	bucket   []int             // by layout index: the seat's sold bucket
+
+	slotsOnce sync.Once
+	slots     chan struct{} // holds in flight (Config.MaxHoldsInFlight): a semaphore
+}
+
+// holdSlots is the show's semaphore of holds in flight, of n slots.
+func (sh *show) holdSlots(n int) chan struct{} {
+	sh.slotsOnce.Do(func() { sh.slots = make(chan struct{}, n) })
+	return sh.slots
 }
 
 // show returns a show's inventory, loading it from PostgreSQL on first use. An unknown

@@ -16,6 +16,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -793,4 +795,24 @@ func testCounter(t *testing.T, a *api, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkLimiterMemory reports the heap a table of limits keeps after 350,000
+// distinct keys (the review's rotating-ids attack kept ~470 B per id for minutes):
+// go test -run '^$' -bench LimiterMemory ./httpapi
+func BenchmarkLimiterMemory(b *testing.B) {
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		t := newBuckets(10, 10, 65_536)
+		for i := range 350_000 {
+			t.allow("holder-" + strconv.Itoa(i))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "MB/table")
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(t.m.Len()), "B/key")
+		runtime.KeepAlive(t)
+	}
 }

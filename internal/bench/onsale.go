@@ -65,9 +65,11 @@ type onsaleParams struct {
 type onsaleResult struct {
 	arrived, turnedAway   int64 // arrived is read by the progress display meanwhile (atomic)
 	holdAttempts, refused int64
-	shed                  int64 // confirmations shed (ErrOverloaded) and tried again
-	holdShed              int64 // holds shed (ErrOverloaded: too many in flight) and tried again
-	confRefused           int64 // confirmations refused (the hold lost, expired while queued)
+	shed                  int64           // confirmations shed (ErrOverloaded) and tried again
+	holdShed              int64           // holds shed (ErrOverloaded: too many in flight) and tried again
+	holdGaveUp            int64           // buyers who left after being shed 50 times
+	grantLat              []time.Duration // from a buyer's first hold attempt to a granted hold, retries included
+	confRefused           int64           // confirmations refused (the hold lost, expired while queued)
 	bookings, seatsSold   int64
 	soldOutAfter          time.Duration // 0: not sold out
 	elapsed               time.Duration
@@ -131,6 +133,7 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64,
 		}
 		n := []int{1, 2, 2, 2, 3, 4, 4, 5, 6}[rng.IntN(9)]
 		var h any
+		firstTry := time.Now()
 		for attempt, shed := 0, 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 			t = time.Now()
 			if rng.IntN(100) < 80 {
@@ -143,9 +146,14 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64,
 			record(&res.holdLat, time.Since(t))
 			atomic.AddInt64(&res.holdAttempts, 1)
 			if err == nil {
+				record(&res.grantLat, time.Since(firstTry))
 				break
 			}
-			if errors.Is(err, errOnsaleShed) && shed < 50 {
+			if errors.Is(err, errOnsaleShed) {
+				if shed == 50 { // a real buyer would have left long ago
+					atomic.AddInt64(&res.holdGaveUp, 1)
+					return
+				}
 				// Shed at once (503 with Retry-After over HTTP): try again shortly.
 				atomic.AddInt64(&res.holdShed, 1)
 				shed++
@@ -296,7 +304,7 @@ arrivals:
 	wg.Wait()
 	res.elapsed = time.Since(start)
 	res.seatsSold = booked.Load()
-	for _, l := range [][]time.Duration{res.mapLat, res.holdLat, res.confLat, res.shedLat} {
+	for _, l := range [][]time.Duration{res.mapLat, res.holdLat, res.confLat, res.shedLat, res.grantLat} {
 		slices.Sort(l)
 	}
 	return res
@@ -480,8 +488,9 @@ func saleNote(p onsaleParams, res *onsaleResult, sold int) string {
 		note += fmt.Sprintf("; confirmations shed %d times (told in p50 %.2f / p99 %.2f ms) and tried again", res.shed, p50(res.shedLat), p99(res.shedLat))
 	}
 	if res.holdShed > 0 {
-		note += fmt.Sprintf("; holds shed %d times (too many of the show in flight) and tried again", res.holdShed)
+		note += fmt.Sprintf("; holds shed %d times (too many of the show in flight) and tried again, %d buyers left after 50", res.holdShed, res.holdGaveUp)
 	}
+	note += fmt.Sprintf("; first try to a granted hold p50 %.1f / p99 %.1f ms", p50(res.grantLat), p99(res.grantLat))
 	if res.confRefused > 0 {
 		note += fmt.Sprintf("; %d confirmations refused (the hold lost, expired, or about to while queued)", res.confRefused)
 	}
