@@ -125,7 +125,7 @@ type Config struct {
 	MaxWatchedShows int
 
 	// MaxHoldsInFlight bounds the holds (Hold and HoldBest) of one show being worked
-	// on at once by this engine; past it a hold waits up to 50 ms for a slot, then is
+	// on at once by this engine; past it a hold waits up to 250 ms for a slot, then is
 	// refused with ErrOverloaded (nothing changes), so that an on-sale too big for the
 	// machine is answered fast instead of queued for seconds. Defaults to 256.
 	MaxHoldsInFlight int

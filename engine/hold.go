@@ -24,7 +24,7 @@ func (e *Engine) Hold(ctx context.Context, req HoldRequest) (Hold, error) {
 // holdAdmissionWait is how long a hold waits for one of its show's slots
 // (Config.MaxHoldsInFlight) before it is shed: a moment's peak is queued, a sustained
 // overload answered at once.
-const holdAdmissionWait = 50 * time.Millisecond
+const holdAdmissionWait = 250 * time.Millisecond
 
 // admitHold takes one of the show's hold slots, waiting up to holdAdmissionWait; past
 // that the hold is refused with ErrOverloaded (nothing changed). done gives it back.
