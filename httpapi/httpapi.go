@@ -245,7 +245,7 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 		holderWrites:   newBuckets(rate.Limit(opts.RateLimit), opts.RateBurst, size),
 		addrReads:      newBuckets(rate.Limit(opts.ReadRateLimit), opts.ReadRateBurst, size),
 		holderReads:    newBuckets(rate.Limit(opts.ReadRateLimit), opts.ReadRateBurst, size),
-		unknownShows:   newBuckets(rate.Limit(opts.UnknownShowRate), 4*int(opts.UnknownShowRate), size),
+		unknownShows:   newBuckets(rate.Limit(opts.UnknownShowRate), max(1, int(4*opts.UnknownShowRate)), size),
 		opFailures:     newBuckets(rate.Every(10*time.Second), opts.OperatorFailures, size),
 		demoIDs:        newBuckets(rate.Every(20*time.Second), 3, size),
 		refusalLogs:    rate.NewLimiter(5, 5),
