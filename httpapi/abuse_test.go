@@ -831,3 +831,20 @@ func BenchmarkLimiterMemory(b *testing.B) {
 		runtime.KeepAlive(t)
 	}
 }
+
+// TestEventCacheIsBounded: formatted events are kept up to a count and a byte size: a
+// storm across many versions of a large show's snapshots does not pile them up.
+func TestEventCacheIsBounded(t *testing.T) {
+	t.Parallel()
+	var c eventCache
+	big := make([]byte, 100<<10) // a 100,000-seat snapshot
+	for v := range 500 {
+		c.put(eventKey{show: "s", version: uint64(v), snapshot: true}, big)
+	}
+	if c.bytes > eventCacheBytes || len(c.m) != len(c.order) || len(c.m) != eventCacheBytes/len(big) {
+		t.Fatalf("%d events, %d bytes kept (bound %d)", len(c.m), c.bytes, eventCacheBytes)
+	}
+	if c.get(eventKey{show: "s", version: 499, snapshot: true}) == nil || c.get(eventKey{show: "s", version: 0, snapshot: true}) != nil {
+		t.Fatal("not the newest events kept")
+	}
+}

@@ -416,6 +416,7 @@ type eventCache struct {
 	mu      sync.Mutex
 	m       map[eventKey][]byte
 	order   []eventKey
+	bytes   int          // of the events in m
 	encodes atomic.Int64 // snapshots encoded (a reconnect storm at one version: one)
 }
 
@@ -426,6 +427,10 @@ type eventKey struct {
 }
 
 const eventCacheSize = 512
+
+// eventCacheBytes bounds the formatted events kept, whatever their number: a snapshot
+// of a 100,000-seat show is ~100 KB.
+const eventCacheBytes = 8 << 20
 
 func (c *eventCache) get(k eventKey) []byte {
 	c.mu.Lock()
@@ -442,11 +447,13 @@ func (c *eventCache) put(k eventKey, b []byte) {
 	if _, ok := c.m[k]; ok {
 		return
 	}
-	if len(c.order) == eventCacheSize {
+	for len(c.order) > 0 && (len(c.order) >= eventCacheSize || c.bytes+len(b) > eventCacheBytes) {
+		c.bytes -= len(c.m[c.order[0]])
 		delete(c.m, c.order[0])
 		c.order = c.order[1:]
 	}
 	c.m[k] = b
+	c.bytes += len(b)
 	c.order = append(c.order, k)
 }
 
