@@ -103,7 +103,8 @@ func (e *Engine) SeatMap(ctx context.Context, showID string) (*SeatMap, error) {
 		return nil, err
 	}
 	if v.cancel == nil { // not watched (every slot is taken): a shared map, about a second old
-		return e.polledSeatMap(ctx, sh)
+		m, _, err := e.polledSeatMap(ctx, sh)
+		return m, err
 	}
 	return v.read(ctx)
 }
@@ -123,16 +124,20 @@ type polledMaps struct {
 }
 
 type polledMap struct {
-	mu sync.Mutex // held while building: concurrent readers wait for one build
-	m  *SeatMap
-	at time.Time
+	mu      sync.Mutex // held while building: concurrent readers wait for one build
+	m       *SeatMap   // the last build
+	changed *SeatMap   // the last build whose seats differed from the build before it
+	at      time.Time
 }
 
 // maxPolledMaps bounds the polled maps kept; past it they are all dropped (each is
 // rebuilt by its next reader).
 const maxPolledMaps = 1024
 
-func (e *Engine) polledSeatMap(ctx context.Context, sh *show) (*SeatMap, error) {
+// polledSeatMap returns the show's shared map (m, for readers: its AsOf is the last
+// build's) and the last one whose seats changed (changed, for watchers: a new pointer
+// means a snapshot to send), compared once per build rather than once per watcher.
+func (e *Engine) polledSeatMap(ctx context.Context, sh *show) (m, changed *SeatMap, err error) {
 	e.polled.mu.Lock()
 	if e.polled.m == nil || len(e.polled.m) >= maxPolledMaps {
 		e.polled.m = map[string]*polledMap{}
@@ -146,39 +151,40 @@ func (e *Engine) polledSeatMap(ctx context.Context, sh *show) (*SeatMap, error) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m != nil && time.Since(p.at) < pollEvery {
-		return p.m, nil
+		return p.m, p.changed, nil
 	}
 	v := newView(e, sh)
-	err := v.rebuild(ctx)
+	err = v.rebuild(ctx)
 	for try := 0; errors.Is(err, errCatchUpGap) && try < 3; try++ {
 		err = v.rebuild(ctx)
 	}
 	if err != nil {
-		return nil, unavailable("redis", err)
+		return nil, nil, unavailable("redis", err)
 	}
-	m, err := v.read(ctx)
-	if err != nil {
-		return nil, err
+	if m, err = v.read(ctx); err != nil {
+		return nil, nil, err
+	}
+	if c := p.changed; c == nil || !slices.Equal(m.States, c.States) || !slices.EqualFunc(m.Expires, c.Expires, time.Time.Equal) {
+		p.changed = m
 	}
 	p.m, p.at = m, time.Now()
-	return m, nil
+	return p.m, p.changed, nil
 }
 
 // pollWatch watches a show past the watched-shows pool: a snapshot now, and another
 // whenever the shared map (polledSeatMap), looked at every pollEvery, has changed.
 // It ends (the channel closes) with ctx, the engine, or a failed build.
 func (e *Engine) pollWatch(ctx context.Context, sh *show) (<-chan SeatMapEvent, error) {
-	m, err := e.polledSeatMap(ctx, sh)
+	_, last, err := e.polledSeatMap(ctx, sh)
 	if err != nil {
 		return nil, err
 	}
 	ch := make(chan SeatMapEvent, 1)
-	ch <- SeatMapEvent{Version: m.Version, Snapshot: m}
+	ch <- SeatMapEvent{Version: last.Version, Snapshot: last}
 	go func() {
 		defer close(ch)
 		t := time.NewTicker(pollEvery)
 		defer t.Stop()
-		last := m
 		for {
 			select {
 			case <-ctx.Done():
@@ -187,16 +193,16 @@ func (e *Engine) pollWatch(ctx context.Context, sh *show) (<-chan SeatMapEvent, 
 				return
 			case <-t.C:
 			}
-			m, err := e.polledSeatMap(ctx, sh)
+			_, changed, err := e.polledSeatMap(ctx, sh)
 			if err != nil {
 				return // the client reconnects
 			}
-			if m == last || (slices.Equal(m.States, last.States) && slices.EqualFunc(m.Expires, last.Expires, time.Time.Equal)) {
+			if changed == last {
 				continue
 			}
-			last = m
+			last = changed
 			select {
-			case ch <- SeatMapEvent{Version: m.Version, Snapshot: m}:
+			case ch <- SeatMapEvent{Version: changed.Version, Snapshot: changed}:
 			case <-ctx.Done():
 				return
 			}

@@ -197,7 +197,8 @@ func TestSignedHoldersPublicKeys(t *testing.T) {
 func TestHolderKeyRotation(t *testing.T) {
 	t.Parallel()
 	path, secret := writeSecret(t)
-	auth, err := HolderSecretFile(path, nil)
+	reloadFailed := make(chan error, 10)
+	auth, err := HolderSecretFile(path, func(err error) { reloadFailed <- err })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,17 @@ func TestHolderKeyRotation(t *testing.T) {
 	if err := os.WriteFile(path, []byte("short"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // past the reload check
+	// Verify until the reload has looked at the broken file (it reports it), then once more.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(reloadFailed) == 0 {
+		if _, err := auth.Verify(old); err != nil {
+			t.Fatalf("a broken secret file dropped the last good secret: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the broken secret file was never reported")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if _, err := auth.Verify(old); err != nil {
 		t.Fatalf("a broken secret file dropped the last good secret: %v", err)
 	}
@@ -218,7 +229,7 @@ func TestHolderKeyRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	newTok := sign(t, jwt.SigningMethodHS256, fresh, jwt.MapClaims{"sub": "dave", "exp": exp})
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for {
 		_, errOld := auth.Verify(old)
 		sub, errNew := auth.Verify(newTok)
