@@ -58,6 +58,13 @@ type CommitBarrier struct {
 	Writes int64
 }
 
+type HolderSeat struct {
+	ShowID   string
+	HolderID string
+	Seats    int32
+	Version  int64
+}
+
 type MarkerOutbox struct {
 	ShowID     string
 	Seq        int64
@@ -95,6 +102,11 @@ type SeatFence struct {
 }
 
 type Show struct {
-	ShowID    string
-	CreatedAt time.Time
+	ShowID              string
+	CreatedAt           time.Time
+	HolderLimit         int32
+	QueueOpensAt        *time.Time
+	QueueAdmitPerSecond float64
+	QueueAdmissionTtlMs int64
+	RulesVersion        int64
 }

@@ -41,6 +41,10 @@ type Querier interface {
 	// server is set up with: once it returns, everything the server committed before it is
 	// as durable as its settings promise.
 	DurabilityBarrier(ctx context.Context, slot int32) (int64, error)
+	// HolderSeatsByShow pages through a show's holders with booked seats.
+	HolderSeatsByShow(ctx context.Context, arg HolderSeatsByShowParams) ([]HolderSeatsByShowRow, error)
+	// HolderSeatsFind reads the booked-seat counts of (show, holder) pairs.
+	HolderSeatsFind(ctx context.Context, arg HolderSeatsFindParams) ([]HolderSeat, error)
 	// MarkerOutboxAnyDue says whether a row has waited at least @min_age_seconds: the repair
 	// opens a transaction only when there is something to take.
 	MarkerOutboxAnyDue(ctx context.Context, minAgeSeconds float64) (bool, error)
@@ -98,6 +102,10 @@ type Querier interface {
 	ShowExists(ctx context.Context, showID string) (bool, error)
 	// ShowInsert creates a show; 0 rows when it exists already.
 	ShowInsert(ctx context.Context, showID string) (int64, error)
+	// ShowRulesGet reads a show's sale rules and their version.
+	ShowRulesGet(ctx context.Context, showID string) (ShowRulesGetRow, error)
+	// ShowRulesSet replaces a show's sale rules and moves their version forward.
+	ShowRulesSet(ctx context.Context, arg ShowRulesSetParams) (int64, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -7,7 +7,86 @@ package db
 
 import (
 	"context"
+	"time"
 )
+
+const holderSeatsByShow = `-- name: HolderSeatsByShow :many
+SELECT holder_id, seats, version FROM holder_seats
+WHERE show_id = $1 AND holder_id > $2
+ORDER BY holder_id
+LIMIT $3
+`
+
+type HolderSeatsByShowParams struct {
+	ShowID  string
+	After   string
+	MaxRows int32
+}
+
+type HolderSeatsByShowRow struct {
+	HolderID string
+	Seats    int32
+	Version  int64
+}
+
+// HolderSeatsByShow pages through a show's holders with booked seats.
+func (q *Queries) HolderSeatsByShow(ctx context.Context, arg HolderSeatsByShowParams) ([]HolderSeatsByShowRow, error) {
+	rows, err := q.db.Query(ctx, holderSeatsByShow, arg.ShowID, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []HolderSeatsByShowRow{}
+	for rows.Next() {
+		var i HolderSeatsByShowRow
+		if err := rows.Scan(&i.HolderID, &i.Seats, &i.Version); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const holderSeatsFind = `-- name: HolderSeatsFind :many
+SELECT h.show_id, h.holder_id, h.seats, h.version
+FROM holder_seats h
+WHERE (h.show_id, h.holder_id) IN (
+    SELECT unnest($1::text[]), unnest($2::text[]))
+`
+
+type HolderSeatsFindParams struct {
+	ShowIds   []string
+	HolderIds []string
+}
+
+// HolderSeatsFind reads the booked-seat counts of (show, holder) pairs.
+func (q *Queries) HolderSeatsFind(ctx context.Context, arg HolderSeatsFindParams) ([]HolderSeat, error) {
+	rows, err := q.db.Query(ctx, holderSeatsFind, arg.ShowIds, arg.HolderIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []HolderSeat{}
+	for rows.Next() {
+		var i HolderSeat
+		if err := rows.Scan(
+			&i.ShowID,
+			&i.HolderID,
+			&i.Seats,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const showExists = `-- name: ShowExists :one
 SELECT EXISTS (SELECT 1 FROM shows WHERE show_id = $1)
@@ -32,4 +111,64 @@ func (q *Queries) ShowInsert(ctx context.Context, showID string) (int64, error) 
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const showRulesGet = `-- name: ShowRulesGet :one
+SELECT sh.holder_limit, sh.queue_opens_at, sh.queue_admit_per_second, sh.queue_admission_ttl_ms, sh.rules_version,
+    (SELECT count(*) FROM seats s WHERE s.show_id = sh.show_id)::bigint AS seat_count
+FROM shows sh WHERE sh.show_id = $1
+`
+
+type ShowRulesGetRow struct {
+	HolderLimit         int32
+	QueueOpensAt        *time.Time
+	QueueAdmitPerSecond float64
+	QueueAdmissionTtlMs int64
+	RulesVersion        int64
+	SeatCount           int64
+}
+
+// ShowRulesGet reads a show's sale rules and their version.
+func (q *Queries) ShowRulesGet(ctx context.Context, showID string) (ShowRulesGetRow, error) {
+	row := q.db.QueryRow(ctx, showRulesGet, showID)
+	var i ShowRulesGetRow
+	err := row.Scan(
+		&i.HolderLimit,
+		&i.QueueOpensAt,
+		&i.QueueAdmitPerSecond,
+		&i.QueueAdmissionTtlMs,
+		&i.RulesVersion,
+		&i.SeatCount,
+	)
+	return i, err
+}
+
+const showRulesSet = `-- name: ShowRulesSet :one
+UPDATE shows SET holder_limit = $1, queue_opens_at = $2,
+    queue_admit_per_second = $3, queue_admission_ttl_ms = $4,
+    rules_version = rules_version + 1
+WHERE show_id = $5
+RETURNING rules_version
+`
+
+type ShowRulesSetParams struct {
+	HolderLimit         int32
+	QueueOpensAt        *time.Time
+	QueueAdmitPerSecond float64
+	QueueAdmissionTtlMs int64
+	ShowID              string
+}
+
+// ShowRulesSet replaces a show's sale rules and moves their version forward.
+func (q *Queries) ShowRulesSet(ctx context.Context, arg ShowRulesSetParams) (int64, error) {
+	row := q.db.QueryRow(ctx, showRulesSet,
+		arg.HolderLimit,
+		arg.QueueOpensAt,
+		arg.QueueAdmitPerSecond,
+		arg.QueueAdmissionTtlMs,
+		arg.ShowID,
+	)
+	var rules_version int64
+	err := row.Scan(&rules_version)
+	return rules_version, err
 }

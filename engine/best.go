@@ -85,7 +85,7 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	}
 	token := newToken()
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
-	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " ")}
+	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), e.rulesOf(ctx, sh).arg}
 	for attempt, rounds := 0, 0; ; {
 		res, err := lua.Best.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
@@ -107,7 +107,10 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 		case "NONE":
 			left, _ := res[1].(int64)
 			return Hold{}, &SeatsUnavailableError{ShowID: sh.id, Available: int(left)}
-		case "LIMIT":
+		case "LIMIT", "NOTADMITTED":
+			if err := e.saleRefusal(sh, res, req.Count); err != nil {
+				return Hold{}, err
+			}
 			return Hold{}, e.holderLimit(sh, res[1], req.Count)
 		case "LOST":
 			return Hold{}, fmt.Errorf("%w: the hold this call made is gone", ErrHoldLost)

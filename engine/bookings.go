@@ -49,6 +49,7 @@ type cancellation struct {
 	seats  []string
 	gen    int64
 	seq    int64 // its marker_outbox row; 0 when the booking was cancelled already
+	holder string
 }
 
 func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
@@ -71,6 +72,16 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 	sh, err := e.show(ctx, c.showID)
 	if err != nil {
 		return err
+	}
+	if c.seq != 0 && c.holder != "" && e.limited(ctx, sh) {
+		// The holder's seats come back under the show's holder limit. Read after the
+		// commit; the version keeps a late write from undoing a later one.
+		if cs, err := e.findCounts(ctx, e.q, map[*show]map[string]bool{sh: {c.holder: true}}); err == nil {
+			err = e.writeCounts(ctx, sh, cs[sh.id])
+		}
+		if err != nil {
+			e.log.WarnContext(ctx, "holder's booked seats not written to Redis: its holds count them until a resync", "show_id", sh.id, "error", err)
+		}
 	}
 	if c.seq != 0 {
 		err = e.afterCommit(ctx, sh, c.seats, c.gen, false, c.seq, 0)
@@ -98,7 +109,7 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (cancella
 	if err != nil {
 		return cancellation{}, err
 	}
-	c := cancellation{showID: b.ShowID, seats: detail.SeatIds, gen: b.Generation}
+	c := cancellation{showID: b.ShowID, seats: detail.SeatIds, gen: b.Generation, holder: b.HolderID}
 	if b.Status != string(BookingConfirmed) {
 		return c, nil
 	}

@@ -22,6 +22,9 @@ var (
 	errSeatClaimed      = errors.New("a seat is claimed already")
 	errKeyConflict      = errors.New("idempotency key used already")
 	errSpent            = errors.New("the hold made a booking already")
+	// errOverLimit: the database refused the booking past the show's holder limit
+	// (holder_seats_within_limit, migration 00006).
+	errOverLimit = errors.New("the holder's booked seats would pass the show's holder limit")
 	errLostBeforeCommit = errors.New("hold lost before commit")
 	// errCommitting: another batch has the hold reserved (reserve.lua) and has not
 	// decided yet.
@@ -171,6 +174,9 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 
 		case err == nil:
 			if !marked { // the batch could not write its sold markers: try again, then leave them to the repair
+				if len(r.counts) > 0 {
+					_ = e.writeCounts(ctx, sh, r.counts)
+				}
 				_ = e.afterCommit(ctx, sh, c.seats, gen, true, r.seq, markSoldTimeout)
 			}
 			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
@@ -214,6 +220,13 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		case errors.Is(err, errSpent):
 			return spentHold()
 
+		case errors.Is(err, errOverLimit):
+			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+				return b, err
+			}
+			return Booking{}, fmt.Errorf("%w: confirm: the holder's booked seats of show %s would pass its holder limit (the database counts them)",
+				ErrHolderLimit, sh.id)
+
 		case errors.Is(err, errKeyConflict):
 			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
 				return b, err
@@ -237,6 +250,9 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 type committed struct {
 	at  time.Time
 	seq int64
+	// counts is the holder's booked seats after it, when the show has a holder limit:
+	// written to Redis before the sold markers.
+	counts []holderCount
 }
 
 // confirmTx confirms in a batch's transaction (groupcommit.go) and returns its outcome:
@@ -257,8 +273,12 @@ func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id u
 
 // claimErr maps the unique violations of BookingCreate: a seat claimed already
 // (errSeatClaimed), an idempotency key used already (errKeyConflict), a hold that made a
-// booking already (errSpent); nil otherwise.
+// booking already (errSpent), and the holder limit's check violation (errOverLimit);
+// nil otherwise.
 func claimErr(err error) error {
+	if pgCode(err) == "23514" && pgConstraint(err) == "holder_seats_within_limit" {
+		return errOverLimit
+	}
 	if pgCode(err) != "23505" {
 		return nil
 	}

@@ -47,6 +47,7 @@ type Engine struct {
 
 	backends    backends    // the server and backend of each pooled connection (failover.go)
 	reconciling atomic.Bool // a reconciliation after a failover runs (reconcile.go)
+	queues      queueWatch  // the waiting rooms the engine admits for (queue.go)
 
 	hooks hooks
 }

@@ -30,8 +30,12 @@ var (
 	// ErrExtendLimit reports an extension past the maximum total age of a hold.
 	ErrExtendLimit = errors.New("engine: hold extend limit reached")
 	// ErrHolderLimit reports a hold that would take a holder past its cap of seats held
-	// at once in one show.
+	// at once in one show (Config.MaxSeatsPerHolder), or a hold or confirmation past
+	// the show's SaleRules.HolderLimit of seats held plus booked.
 	ErrHolderLimit = errors.New("engine: holder seat limit reached")
+	// ErrNotAdmitted reports a hold (Hold, HoldBest) on a show with a waiting room by a
+	// holder not admitted now: Join, and hold once the Ticket says admitted.
+	ErrNotAdmitted = errors.New("engine: holder not admitted")
 	// ErrUnavailable reports that Redis or PostgreSQL failed or timed out; the outcome
 	// is not success and the seats are not known to be taken. The cause is wrapped.
 	ErrUnavailable = errors.New("engine: backend unavailable")

@@ -480,6 +480,12 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	if err != nil || len(accepted) == 0 {
 		return false, err
 	}
+	// The booked seats of holders with a holder limit, as this transaction leaves them
+	// (their rows are locked until it ends), for Redis.
+	guard.step()
+	if err := e.batchCounts(ctx, q, accepted); err != nil {
+		return false, e.txErr(err)
+	}
 
 	// 5. COMMIT. It may wait for a synchronous standby: it is never cancelled
 	// (commitUncancelled), and a COMMIT that did not return is settled, not assumed.
@@ -517,6 +523,36 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 		return err == nil, nil
 	}
 	return true, nil
+}
+
+// batchCounts sets, for each accepted confirmation of a show with a holder limit, its
+// holder's booked-seat count as the transaction leaves it.
+func (e *Engine) batchCounts(ctx context.Context, q *db.Queries, accepted []*confirmReq) error {
+	pairs := map[*show]map[string]bool{}
+	for _, r := range accepted {
+		if e.limited(ctx, r.c.sh) && r.c.h.HolderID != "" {
+			if pairs[r.c.sh] == nil {
+				pairs[r.c.sh] = map[string]bool{}
+			}
+			pairs[r.c.sh][r.c.h.HolderID] = true
+		}
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	found, err := e.findCounts(ctx, q, pairs)
+	if err != nil {
+		return err
+	}
+	for _, r := range accepted {
+		tag := holderTag(r.c.h.HolderID)
+		for _, c := range found[r.c.sh.id] {
+			if c.tag == tag {
+				r.res.counts = []holderCount{c}
+			}
+		}
+	}
+	return nil
 }
 
 // lockFences locks the fences of the (show, seat) pairs (sorted, distinct) that no other transaction holds
@@ -889,6 +925,18 @@ func (e *Engine) markBatch(ctx context.Context, batch []*confirmReq) {
 	}
 	var calls []scriptCall
 	var owners []*confirmReq
+	// The holder counts go first: a seat leaves its holder's holds (mark.lua) only once
+	// it is counted as booked.
+	counts := map[*show][]holderCount{}
+	for _, r := range batch {
+		if r.err == nil && len(r.res.counts) > 0 {
+			counts[r.c.sh] = append(counts[r.c.sh], r.res.counts...)
+		}
+	}
+	var countShows []*show
+	for sh, cs := range counts {
+		calls, countShows = append(calls, countsCall(sh, cs)), append(countShows, sh)
+	}
 	for _, r := range batch {
 		if r.err != nil {
 			continue
@@ -905,9 +953,19 @@ func (e *Engine) markBatch(ctx context.Context, batch []*confirmReq) {
 	spans := e.steps(owners, "holdfast.markers")
 	mctx, cancel := context.WithTimeout(ctx, markSoldTimeout)
 	defer cancel()
-	for i, cmd := range e.runScripts(mctx, calls) {
+	cmds := e.runScripts(mctx, calls)
+	uncounted := map[*show]bool{} // its counts did not make it: its confirmations write them again
+	for i, sh := range countShows {
+		if cmds[i].Err() != nil {
+			uncounted[sh] = true
+		}
+	}
+	for i, cmd := range cmds[len(countShows):] {
 		r := owners[i]
 		_, _, err := e.markReply(r.c.sh, cmd)
+		if err == nil && uncounted[r.c.sh] && len(r.res.counts) > 0 {
+			err = fmt.Errorf("%w: holder counts not written", ErrUnavailable)
+		}
 		endStep(spans[i], err)
 		if err == nil {
 			e.outbox.applied(r.c.sh.id, r.res.seq)

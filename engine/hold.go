@@ -80,7 +80,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 		return Hold{}, err
 	}
 	token := newToken()
-	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder}, seats)
+	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, e.rulesOf(ctx, sh).arg}, seats)
 	for attempt := 0; ; attempt++ {
 		res, err := lua.Hold.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
@@ -102,7 +102,10 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 				taken = append(taken, s)
 			}
 			return Hold{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
-		case "LIMIT":
+		case "LIMIT", "NOTADMITTED":
+			if err := e.saleRefusal(sh, res, len(seats)); err != nil {
+				return Hold{}, err
+			}
 			return Hold{}, e.holderLimit(sh, res[1], len(seats))
 		case "NOSTATE":
 			// Redis has no counter for the show: it lost its data (restart without

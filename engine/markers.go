@@ -269,6 +269,17 @@ func (e *Engine) repayRound(ctx context.Context) (int, bool, error) {
 		}
 		e.m.markerRepairs.Add(float64(len(seqs)))
 		e.log.InfoContext(ctx, "sold markers repaired from the outbox", "rows", len(seqs))
+		// Their bookings' holders' counts may be missing too (the process that
+		// committed them did not write them): every count of those shows again.
+		seen := map[*show]bool{}
+		for _, sh := range owners {
+			if !seen[sh] && e.limited(rctx, sh) {
+				seen[sh] = true
+				if err := e.syncCounts(rctx, sh); err != nil {
+					e.log.WarnContext(ctx, "repair the booked seats per holder", "show_id", sh.id, "error", err)
+				}
+			}
+		}
 	}
 	return len(seqs), failed == nil && len(rows) == markerRepairBatch, failed
 }

@@ -73,6 +73,18 @@ func (e *Engine) resync(ctx context.Context, sh *show) error {
 			if err := e.buildIndex(ctx, sh); err != nil {
 				return err
 			}
+			// The sale rules and the seats booked per holder, before the counter: the
+			// first hold after it is checked against them.
+			st, err := e.loadRules(ctx, sh)
+			if err != nil {
+				return err
+			}
+			if err := e.pushRules(ctx, sh, st); err != nil {
+				return err
+			}
+			if err := e.syncCounts(ctx, sh); err != nil {
+				return err
+			}
 			_, repaired, err := e.writeMarkers(ctx, sh, nil, nil, strconv.FormatInt(floor, 10))
 			if err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +29,9 @@ type show struct {
 
 	slotsOnce sync.Once
 	slots     chan struct{} // holds in flight (Config.MaxHoldsInFlight): a semaphore
+
+	rules showRules                 // the sale rules (sale.go)
+	queue atomic.Pointer[queueRead] // the last read of its waiting room (queue.go)
 }
 
 // holdSlots is the show's semaphore of holds in flight, of n slots.

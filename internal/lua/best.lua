@@ -13,14 +13,17 @@
 -- ARGV[5]    count, 1..1000
 -- ARGV[6]    adjacent: "1" for count seats side by side in one row, "0" for any
 -- ARGV[7]    the sections to look in: their numbers, space-separated
+-- ARGV[8]    the show's sale rules as the engine has them (see sale_rules in common.lua)
 --
 -- Returns {"OK", generation, expires_ms, created_ms, feed entry id, seat, ...},
--- {"NONE", free seats left in the best section}, {"LIMIT", held}, {"LOST"} (a retry
+-- {"NONE", free seats left in the best section}, {"LIMIT", held} (the holder cap),
+-- {"LIMIT", held and booked, limit} (the sale's holder limit), {"NOTADMITTED"} (the show
+-- has a waiting room and the holder is not admitted now), {"LOST"} (a retry
 -- whose hold is gone), {"NOSTATE"} or {"NOINDEX"} (the index is not built), or {"AGAIN"}:
 -- it gave back REAP_MAX expired holds and has more to give back before it may choose
 -- (call again; what it gave back stays given back).
 
-local F = 7
+local F = 8
 local _, err = layout(F, 1, 0)
 if err then return err end
 local tag, token = ARGV[1], ARGV[2]
@@ -36,8 +39,11 @@ for sec in string.gmatch(ARGV[7], "%S+") do
 end
 if #sections == 0 then return bad("sections") end
 local ttl, cap, count, adjacent = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == "1"
+local given = rules_parse(ARGV[8])
+if not given then return bad("rules") end
 
 if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+local rules = sale_rules(given, ARGV[8])
 if redis.call("EXISTS", BASE .. "ix") == 0 then return {"NOINDEX"} end
 local now = now_ms()
 local tok = BASE .. "tok:" .. token
@@ -55,12 +61,17 @@ if prev then
     return out
 end
 
-local capped = tag ~= "" and cap > 0
+local refused = sale_admitted(rules, tag, now)
+if refused then return refused end
+local capped = tag ~= "" and (cap > 0 or rules.limit > 0)
+local held = 0
 if capped then
     redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
-    local held = redis.call("ZCARD", KEYS[2])
-    if held + count > cap then return {"LIMIT", held} end
+    held = redis.call("ZCARD", KEYS[2])
+    if cap > 0 and held + count > cap then return {"LIMIT", held} end
 end
+refused = sale_limit(rules, tag, held, count)
+if refused then return refused end
 
 -- reap gives back up to limit seats of sec whose hold expired; returns how many it saw.
 local function reap(sec, limit)
@@ -193,6 +204,7 @@ for k, m in ipairs(chosen) do
     ids[k] = m.seat
 end
 if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
+sale_granted(rules, tag, ids, now + ttl)
 local list = table.concat(ids, " ")
 redis.call("SET", tok, list, "PX", ttl)
 local id = feed({"h", list, "x", int(now + ttl)})

@@ -285,3 +285,75 @@ local function index_state(i, seat_id, now)
     local m = meta_get(seat_id, bucket_of(i))
     if m then index_fix(m, now) end
 end
+
+-- Sale rules (engine/sale.go). A show's rules are one string, "<version> <holder limit>
+-- <queue opens ms or -1> <admissions per second> <admission ttl ms> <seats>", kept in
+-- <base>rules. Every script that needs them is given the engine's copy (read from the
+-- database) and keeps the newer of the two: a Redis that lost its copy, or missed a
+-- change in a failover, is given it back before the script decides anything.
+local function rules_parse(s)
+    if type(s) ~= "string" then return nil end
+    local v, lim, opens, rate, ttl, seats = string.match(s, "^(%d+) (%d+) (%-?%d+) (%d+%.?%d*) (%d+) (%d+)$")
+    if not v then return nil end
+    return {v = tonumber(v), limit = tonumber(lim), opens = tonumber(opens), rate = tonumber(rate),
+        ttl = tonumber(ttl), seats = tonumber(seats), queue = tonumber(opens) >= 0}
+end
+
+-- sale_rules returns the show's rules: the given ones (ARGV, already checked by
+-- rules_parse) or Redis's when those are at least as new.
+local function sale_rules(given, raw)
+    local key = BASE .. "rules"
+    local have = rules_parse(redis.call("GET", key))
+    if have and have.v >= given.v then return have end
+    redis.call("SET", key, raw)
+    return given
+end
+
+-- booked returns the seats tag's confirmed bookings hold in the show, as the database
+-- last said (<base>hc: tag -> "<version>:<seats>", see counts.lua).
+local function booked(tag)
+    local v = redis.call("HGET", BASE .. "hc", tag)
+    if not v then return 0 end
+    return tonumber(string.match(v, ":(%d+)$")) or 0
+end
+
+-- sale_admitted: nil when tag may take a hold now under rules r, else the refusal.
+-- With a waiting room only a holder admitted now (<base>q:adm: tag -> until ms) may.
+local function sale_admitted(r, tag, now)
+    if not r.queue then return nil end
+    if tag == "" then return {"NOTADMITTED"} end
+    local u = redis.call("ZSCORE", BASE .. "q:adm", tag)
+    if not u or tonumber(u) <= now then return {"NOTADMITTED"} end
+    return nil
+end
+
+-- sale_limit: nil when tag, who holds held seats now, may hold n more under the holder
+-- limit of rules r (seats held plus seats booked), else the refusal.
+local function sale_limit(r, tag, held, n)
+    if r.limit == 0 then return nil end
+    if tag == "" then return {"LIMIT", 0, r.limit} end
+    local have = held + booked(tag)
+    if have + n > r.limit then return {"LIMIT", have, r.limit} end
+    return nil
+end
+
+-- sale_granted records a granted hold of the given seats until exp for the waiting
+-- room: the seats held (<base>held: seat -> expiry ms, which admission counts), the
+-- admission used, and the seats per hold it estimates demand with.
+local function sale_granted(r, tag, seats, exp)
+    if not r.queue then return end
+    for _, s in ipairs(seats) do redis.call("ZADD", BASE .. "held", exp, s) end
+    redis.call("SADD", BASE .. "q:used", tag)
+    redis.call("HINCRBY", BASE .. "q:st", "hs", #seats)
+    redis.call("HINCRBY", BASE .. "q:st", "hn", 1)
+end
+
+-- held_gone: seat's hold is gone (released, sold, expired); held_until: it lives until exp.
+local function held_gone(s) redis.call("ZREM", BASE .. "held", s) end
+local function held_until(s, exp) redis.call("ZADD", BASE .. "held", "XX", exp, s) end
+
+-- nsold_add moves the show's count of sold seats (<base>nsold) by d, when it is kept
+-- (the waiting room counts it once, then it is kept up).
+local function nsold_add(d)
+    if redis.call("EXISTS", BASE .. "nsold") == 1 then redis.call("INCRBY", BASE .. "nsold", d) end
+end

@@ -28,6 +28,7 @@ if now + ttl > created + max_age then return {"LIMIT", created + max_age} end
 for i = 1, n do
     redis.call("PEXPIREAT", hk(i), now + ttl)
     if tag ~= "" then redis.call("ZADD", KEYS[2], "XX", now + ttl, seat(i, F)) end
+    held_until(seat(i, F), now + ttl)
     index_held(i, seat(i, F), now + ttl)
 end
 if tag ~= "" and redis.call("EXISTS", KEYS[2]) == 1 and redis.call("PTTL", KEYS[2]) < ttl then

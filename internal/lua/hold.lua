@@ -7,13 +7,16 @@
 -- ARGV[2]    token: 32 lowercase hex digits
 -- ARGV[3]    ttl in milliseconds, 1..86400000
 -- ARGV[4]    holder cap: seats this holder may hold at once in this show, 0 = no cap
--- ARGV[5..]  seat ids
+-- ARGV[5]    the show's sale rules as the engine has them (see sale_rules in common.lua)
+-- ARGV[6..]  seat ids
 --
 -- Returns {"OK", generation, expires_ms, created_ms, feed entry id} (a retried call
 -- has no entry id: the first call wrote it), {"TAKEN", seat, ...},
--- {"LIMIT", held}, or {"NOSTATE"} when the counter is missing (Redis lost the show).
+-- {"LIMIT", held} (the holder cap), {"LIMIT", held and booked, limit} (the sale's holder
+-- limit), {"NOTADMITTED"} (the show has a waiting room and the holder is not admitted
+-- now), or {"NOSTATE"} when the counter is missing (Redis lost the show).
 
-local F = 4
+local F = 5
 local n, err = layout(F, 1, 1)
 if not n then return err end
 local tag, token = ARGV[1], ARGV[2]
@@ -21,8 +24,11 @@ if not is_hex(token, 32) then return bad("token") end
 if not is_uint(ARGV[3], 1, 86400000) then return bad("ttl") end
 if not is_uint(ARGV[4], 0, 1000000) then return bad("holder cap") end
 local ttl, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
+local given = rules_parse(ARGV[5])
+if not given then return bad("rules") end
 
 if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+local rules = sale_rules(given, ARGV[5])
 
 local now = now_ms()
 local mine, taken, first = 0, {"TAKEN"}, nil
@@ -47,14 +53,19 @@ end
 -- Every key of a hold expires at one time (PXAT below), and Redis checks expiries at
 -- the script's start time: a retry never finds part of its hold gone.
 if mine > 0 then return bad("token holds other seats") end
+local refused = sale_admitted(rules, tag, now)
+if refused then return refused end
 if #taken > 1 then return taken end
 
-local capped = tag ~= "" and cap > 0
+local capped = tag ~= "" and (cap > 0 or rules.limit > 0)
+local held = 0
 if capped then
     redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
-    local held = redis.call("ZCARD", KEYS[2])
-    if held + n > cap then return {"LIMIT", held} end
+    held = redis.call("ZCARD", KEYS[2])
+    if cap > 0 and held + n > cap then return {"LIMIT", held} end
 end
+refused = sale_limit(rules, tag, held, n)
+if refused then return refused end
 
 local gen = redis.call("INCR", KEYS[1])
 local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
@@ -64,5 +75,6 @@ for i = 1, n do
     index_held(i, seat(i, F), now + ttl)
 end
 if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
+sale_granted(rules, tag, {unpack(ARGV, F + 1, F + n)}, now + ttl)
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})
 return {"OK", gen, now + ttl, now, id}

@@ -33,6 +33,8 @@ for i = 1, n do
     end
 end
 local id = ""
+-- The waiting room's count of sold seats is counted again when next needed.
+if lowered > 0 then redis.call("DEL", BASE .. "nsold") end
 if lowered > 0 then
     local f = {}
     if #sold > 0 then f[#f + 1] = "s"; f[#f + 1] = table.concat(sold, " ") end

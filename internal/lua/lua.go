@@ -38,6 +38,10 @@ var (
 	indexLua string
 	//go:embed best.lua
 	bestLua string
+	//go:embed queue.lua
+	queueLua string
+	//go:embed counts.lua
+	countsLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -58,6 +62,10 @@ var (
 	// Index builds a page of a show's best-available index; Best holds the best seats.
 	Index = newScript("", indexLua)
 	Best  = newScript("", bestLua)
+	// Queue is a show's waiting room: the draw, admissions, joins and tickets. Counts
+	// writes the seats booked per holder that the holder limit counts.
+	Queue  = newScript("", queueLua)
+	Counts = newScript("", countsLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

@@ -48,8 +48,10 @@ for i = 1, n do
     local cg, cc = mark_order(cur)
     local ng, nc = mark_order(m)
     if ng > cg or (ng == cg and nc > cc) then
+        local was, now_sold = is_sold(cur) and true or false, is_sold(m) and true or false
         redis.call("HSET", sk(i), s, m)
         moved, cur, cg = moved + 1, m, ng
+        if now_sold ~= was then nsold_add(now_sold and 1 or -1) end
         if is_sold(m) then
             sold[#sold + 1] = s
         else
@@ -71,6 +73,7 @@ for i = 1, n do
             if not g or tonumber(g) <= cg then
                 redis.call("DEL", hk(i))
                 if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
+                held_gone(s)
                 dropped = dropped + 1
                 gone[#gone + 1] = s
                 changed[i] = true

@@ -44,6 +44,7 @@ local function lengthen(now)
     for i = 1, n do
         redis.call("PEXPIREAT", hk(i), now + life)
         if tag ~= "" then redis.call("ZADD", KEYS[2], "XX", now + life, seat(i, F)) end
+        held_until(seat(i, F), now + life)
         index_held(i, seat(i, F), now + life)
     end
     if tag ~= "" and redis.call("EXISTS", KEYS[2]) == 1 and redis.call("PTTL", KEYS[2]) < life then

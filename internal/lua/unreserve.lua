@@ -30,6 +30,7 @@ for i = 1, n do
                 redis.call("SET", hk(i), hold_base(v), "PXAT", exp)
                 if lengthened then
                     if tag ~= "" then redis.call("ZADD", KEYS[2], "XX", exp, seat(i, F)) end
+                    held_until(seat(i, F), exp)
                     index_held(i, seat(i, F), exp)
                     held[#held + 1] = seat(i, F)
                     exp_at = exp
@@ -37,6 +38,7 @@ for i = 1, n do
             else
                 redis.call("DEL", hk(i))
                 if tag ~= "" then redis.call("ZREM", KEYS[2], seat(i, F)) end
+                held_gone(seat(i, F))
                 index_state(i, seat(i, F), now)
                 gone[#gone + 1] = seat(i, F)
             end

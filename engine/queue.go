@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/lua"
+)
+
+// Join puts a holder in a show's waiting room and returns their ticket. It is
+// idempotent: a holder waiting or admitted keeps their place. A show without a waiting
+// room is ErrNotFound.
+func (e *Engine) Join(ctx context.Context, showID, holderID string) (Ticket, error) {
+	ctx, o := e.begin(ctx, "join", showID, 0)
+	t, err := e.ticket(ctx, "join", showID, holderID)
+	o.end(err, "")
+	return t, err
+}
+
+// Ticket returns a holder's place in a show's waiting room: ErrNotFound if they never
+// joined (or their admission ran out, or Redis lost the room: they join again).
+func (e *Engine) Ticket(ctx context.Context, showID, holderID string) (Ticket, error) {
+	ctx, o := e.begin(ctx, "ticket", showID, 0)
+	t, err := e.ticket(ctx, "ticket", showID, holderID)
+	o.end(err, "")
+	return t, err
+}
+
+func (e *Engine) ticket(ctx context.Context, op, showID, holderID string) (Ticket, error) {
+	if err := validateID("showID", showID); err != nil {
+		return Ticket{}, err
+	}
+	if holderID == "" {
+		return Ticket{}, invalid("holderID", "required: a waiting room admits holders")
+	}
+	if err := validateHolderID(holderID); err != nil {
+		return Ticket{}, err
+	}
+	sh, err := e.show(ctx, showID)
+	if err != nil {
+		return Ticket{}, err
+	}
+	st := e.rulesOf(ctx, sh)
+	r, err := e.queueCall(ctx, sh, op, st, holderTag(holderID))
+	if err != nil {
+		return Ticket{}, err
+	}
+	switch r.status {
+	case "NOQUEUE":
+		return Ticket{}, notFound("waiting room of show %q (it has none)", sh.id)
+	case "NONE":
+		e.watchQueue(sh.id)
+		return Ticket{}, notFound("place of the holder in the waiting room of show %q: join it", sh.id)
+	}
+	e.watchQueue(sh.id)
+	t := Ticket{ShowID: sh.id, HolderID: holderID, Position: r.position, Admitted: r.status == "ADMITTED",
+		Opened: r.opened, SoldOut: r.soldOut, Waiting: r.waiting, AdmittedTotal: r.total, AdmitRate: r.rate}
+	if t.Admitted {
+		t.AdmittedUntil = time.UnixMilli(r.until)
+	} else if r.opened && r.rate > 0 {
+		t.EstimatedWait = time.Duration(float64(t.Position) / r.rate * float64(time.Second)).Round(time.Second)
+	}
+	return t, nil
+}
+
+// Queue returns a show's waiting room as a whole, admitting whoever may be admitted
+// now. A show without a waiting room is ErrNotFound. Reads within queueStatusAge of
+// each other share one Redis call.
+func (e *Engine) Queue(ctx context.Context, showID string) (QueueStatus, error) {
+	if err := validateID("showID", showID); err != nil {
+		return QueueStatus{}, err
+	}
+	sh, err := e.show(ctx, showID)
+	if err != nil {
+		return QueueStatus{}, err
+	}
+	e.watchQueue(sh.id)
+	if q := sh.queue.Load(); q != nil && time.Since(q.at) < queueStatusAge {
+		return q.s, q.err
+	}
+	v, _, _ := e.loads.Do("queue\x00"+sh.id, func() (any, error) {
+		if q := sh.queue.Load(); q != nil && time.Since(q.at) < queueStatusAge {
+			return q, nil
+		}
+		q := &queueRead{at: time.Now()}
+		r, err := e.queueCall(ctx, sh, "admit", e.rulesOf(ctx, sh), "")
+		switch {
+		case err != nil:
+			q.err = err
+		case r.status == "NOQUEUE":
+			q.err = notFound("waiting room of show %q (it has none)", sh.id)
+		default:
+			q.s = QueueStatus{ShowID: sh.id, Opened: r.opened, SoldOut: r.soldOut, Waiting: r.waiting,
+				AdmittedTotal: r.total, AdmitRate: r.rate}
+		}
+		if err == nil {
+			sh.queue.Store(q)
+		}
+		return q, nil
+	})
+	q := v.(*queueRead)
+	return q.s, q.err
+}
+
+// queueStatusAge is how long a read of a show's waiting room serves Queue.
+const queueStatusAge = 250 * time.Millisecond
+
+// queueRead is a show's last Queue read.
+type queueRead struct {
+	at  time.Time
+	s   QueueStatus
+	err error
+}
+
+// queueReply is queue.lua's reply.
+type queueReply struct {
+	status          string
+	position, until int64
+	opened, soldOut bool
+	waiting, total  int64
+	rate            float64
+	seed            string // the draw's seed, when this call drew
+	drawn           int64
+}
+
+// queueCall runs queue.lua for op (see the script) and logs the draw when this call
+// made it.
+func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesState, tag string) (queueReply, error) {
+	var seed [16]byte
+	_, _ = rand.Read(seed[:])
+	res, err := lua.Queue.Run(ctx, e.scripts, []string{sh.k.gen()}, op, st.arg, tag, hex.EncodeToString(seed[:])).Slice()
+	if err != nil {
+		return queueReply{}, e.redisErr(err)
+	}
+	if len(res) < 9 {
+		return queueReply{}, fmt.Errorf("%w: unexpected queue script reply %v", ErrUnavailable, res)
+	}
+	i := func(k int) int64 { v, _ := res[k].(int64); return v }
+	s := func(k int) string { v, _ := res[k].(string); return v }
+	r := queueReply{status: s(0), position: i(1), until: i(2), opened: i(3) == 1, soldOut: i(4) == 1,
+		waiting: i(5), total: i(6), seed: s(8)}
+	r.rate, _ = strconv.ParseFloat(s(7), 64)
+	if len(res) > 9 {
+		r.drawn = i(9)
+	}
+	if r.seed != "" {
+		e.log.InfoContext(ctx, "waiting room opened: the order of those who joined before the opening is drawn",
+			"show_id", sh.id, "seed", r.seed, "drawn", r.drawn,
+			"order", "ascending SHA-1(seed || holder tag), holder tag = hex of the first 16 bytes of SHA-256(\"holdfast-holder\\x00\" || holder id)")
+	}
+	return r, nil
+}
+
+// queueWatchFor is how long the engine keeps admitting for a show's waiting room after
+// anything asked about it (a join, a ticket, a refused hold, a status read).
+const queueWatchFor = time.Minute
+
+// queueTick is how often the engine admits for the waiting rooms it watches.
+const queueTick = 200 * time.Millisecond
+
+// queueWatch is the set of waiting rooms the engine admits for, by show id -> until.
+type queueWatch struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+	once  sync.Once
+}
+
+// watchQueue makes the engine admit for a show's waiting room for the next
+// queueWatchFor, and starts the loop that does, once. Admissions also happen on every
+// join and ticket: the loop moves the line while nobody asks.
+func (e *Engine) watchQueue(showID string) {
+	w := &e.queues
+	w.mu.Lock()
+	if w.until == nil {
+		w.until = map[string]time.Time{}
+	}
+	w.until[showID] = time.Now().Add(queueWatchFor)
+	w.mu.Unlock()
+	w.once.Do(func() { go e.admitLoop(e.viewCtx) })
+}
+
+// admitLoop admits, every queueTick, for each watched waiting room, until the engine
+// closes.
+func (e *Engine) admitLoop(ctx context.Context) {
+	t := time.NewTicker(queueTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var ids []string
+		e.queues.mu.Lock()
+		for id, until := range e.queues.until {
+			if now.After(until) {
+				delete(e.queues.until, id)
+				continue
+			}
+			ids = append(ids, id)
+		}
+		e.queues.mu.Unlock()
+		for _, id := range ids {
+			sh, known := e.shows.get(id)
+			if sh == nil || !known {
+				continue
+			}
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			if _, err := e.queueCall(actx, sh, "admit", e.rulesOf(actx, sh), ""); err != nil && ctx.Err() == nil {
+				e.log.WarnContext(ctx, "waiting room admission", "show_id", id, "error", err)
+			}
+			cancel()
+		}
+	}
+}

@@ -1,0 +1,159 @@
+-- queue.lua: a show's waiting room (engine/queue.go). Every call first brings the room
+-- up to now: at the opening it draws the order of those who joined before it, then it
+-- admits as many waiting holders as the rules allow (admit below). Then, by op:
+--   "admit"   nothing more (the engine's ticker, and a status read)
+--   "join"    puts the holder in the room, once: before the opening in the draw, after it
+--             at the end of the line; a holder admitted or waiting keeps their place
+--   "ticket"  only reads the holder's place
+--   "rules"   only brings Redis's copy of the rules up to the given one
+--
+-- KEYS[1]    <base>gen (the show's key prefix; the room's keys share its hash tag)
+-- ARGV[1]    op
+-- ARGV[2]    the show's sale rules as the engine has them (see sale_rules in common.lua)
+-- ARGV[3]    holder tag (join, ticket; "" otherwise)
+-- ARGV[4]    a fresh random seed, 32 lowercase hex digits: the draw's, if this call makes it
+--
+-- The room's keys:
+--   <base>q:pre   set of holders who joined before the opening, until the draw
+--   <base>q       zset of holders waiting, by place: drawn ones at a 52-bit number from
+--                 SHA-1(seed .. tag), later ones at 2^52 + their arrival number
+--   <base>q:adm   zset of admitted holders -> until when (ms)
+--   <base>q:used  set of admitted holders who took a hold
+--   <base>q:st    hash: opened (1 once drawn), seed, drawn (how many), seq (arrivals
+--                 after the opening), total (admitted so far), credit and last (the rate's
+--                 token bucket), hs and hn (seats held and holds, for seats per holder),
+--                 r_at, r_total, p_at, p_total (for the recent admission rate)
+--   <base>held    zset of held seats -> expiry (kept by the hold scripts while the show
+--                 has a room), <base>nsold the count of sold seats (kept by mark.lua once
+--                 counted here)
+--
+-- Returns {status, position, admitted until ms, opened (0/1), sold out (0/1), waiting,
+-- admitted so far, admissions per second recently (string), seed drawn by this call or
+-- "", how many it drew}, status one of "ADMITTED", "WAITING", "NONE" (not in the room), "NOQUEUE" (the
+-- show has no waiting room; nothing else is meaningful).
+
+if #KEYS ~= 1 or string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
+BASE = string.sub(KEYS[1], 1, -4)
+local op, tag, seed = ARGV[1], ARGV[3], ARGV[4]
+if op ~= "admit" and op ~= "join" and op ~= "ticket" and op ~= "rules" then return bad("op") end
+local given = rules_parse(ARGV[2])
+if not given then return bad("rules") end
+if tag ~= "" and not is_hex(tag, 32) then return bad("holder tag") end
+if (op == "join" or op == "ticket") and tag == "" then return bad("holder tag") end
+if not is_hex(seed, 32) then return bad("seed") end
+
+local rules = sale_rules(given, ARGV[2])
+if op == "rules" or not rules.queue then return {"NOQUEUE", 0, 0, 0, 0, 0, 0, "0", "", 0} end
+
+local now = now_ms()
+local Q, PRE, ADM, USED, ST = BASE .. "q", BASE .. "q:pre", BASE .. "q:adm", BASE .. "q:used", BASE .. "q:st"
+local TWO52 = 4503599627370496
+
+local function num(field, default) return tonumber(redis.call("HGET", ST, field)) or default end
+
+-- The draw: once, at the first call from the opening on.
+local drew, drawn = "", 0
+if now >= rules.opens and redis.call("HGET", ST, "opened") ~= "1" then
+    local pre = redis.call("SMEMBERS", PRE)
+    for _, t in ipairs(pre) do
+        redis.call("ZADD", Q, tonumber(string.sub(redis.sha1hex(seed .. t), 1, 13), 16), t)
+    end
+    redis.call("DEL", PRE)
+    redis.call("HSET", ST, "opened", "1", "seed", seed, "drawn", #pre, "opened_at", now)
+    drew, drawn = seed, #pre
+end
+local opened = redis.call("HGET", ST, "opened") == "1"
+
+-- sold_count: the show's sold seats, counted from the markers the first time.
+local function sold_count()
+    local v = redis.call("GET", BASE .. "nsold")
+    if v then return tonumber(v) end
+    local c = 0
+    for b = 0, math.floor((rules.seats - 1) / 100) do
+        for _, m in ipairs(redis.call("HVALS", BASE .. "sold:" .. b)) do
+            if is_sold(m) then c = c + 1 end
+        end
+    end
+    redis.call("SET", BASE .. "nsold", c)
+    return c
+end
+
+-- admit lets in as many waiting holders as the free seats can serve (seats neither sold
+-- nor held, shared by the admissions not used yet at the seats a hold takes on average),
+-- and, with a rate, no more than it allows. Expired admissions go first.
+local ADMIT_MAX = 2000
+local soldout = false
+local function admit()
+    local gone = redis.call("ZRANGEBYSCORE", ADM, "-inf", now, "LIMIT", 0, 5000)
+    if #gone > 0 then
+        redis.call("ZREMRANGEBYSCORE", ADM, "-inf", now)
+        for k = 1, #gone, 500 do redis.call("SREM", USED, unpack(gone, k, math.min(k + 499, #gone))) end
+    end
+    local sold = sold_count()
+    soldout = sold >= rules.seats
+    if not opened or soldout then return end
+    redis.call("ZREMRANGEBYSCORE", BASE .. "held", "-inf", now)
+    local free = rules.seats - sold - redis.call("ZCARD", BASE .. "held")
+    local unused = redis.call("ZCARD", ADM) - redis.call("SCARD", USED)
+    local hn = num("hn", 0)
+    local per = (rules.limit > 0) and math.max(1, rules.limit / 2) or 1
+    if hn >= 10 then per = num("hs", 0) / hn end
+    local want = math.ceil(free / per) - unused
+    local credit = 0
+    if rules.rate > 0 then
+        local last = num("last", now)
+        credit = math.min(math.max(rules.rate, 1), num("credit", 1) + (now - last) / 1000 * rules.rate)
+        want = math.min(want, math.floor(credit))
+    end
+    want = math.min(want, ADMIT_MAX)
+    local n = 0
+    if want > 0 then
+        local popped = redis.call("ZPOPMIN", Q, want)
+        for k = 1, #popped, 2 do
+            redis.call("ZADD", ADM, now + rules.ttl, popped[k])
+            n = n + 1
+        end
+    end
+    if n > 0 then redis.call("HINCRBY", ST, "total", n) end
+    if rules.rate > 0 then redis.call("HSET", ST, "credit", tostring(credit - n), "last", now) end
+end
+admit()
+
+local total = num("total", 0)
+-- The recent admission rate: over the last 5 to 10 seconds.
+local r_at = num("r_at", 0)
+if now - r_at >= 5000 then
+    redis.call("HSET", ST, "p_at", r_at, "p_total", num("r_total", 0), "r_at", now, "r_total", total)
+end
+local p_at, p_total = num("p_at", 0), num("p_total", 0)
+local rate = "0"
+if p_at > 0 and now > p_at then rate = string.format("%.3f", (total - p_total) * 1000 / (now - p_at)) end
+
+local function waiting() return redis.call("ZCARD", Q) + redis.call("SCARD", PRE) end
+
+local function reply(status, pos, until_ms)
+    return {status, pos, until_ms, opened and 1 or 0, soldout and 1 or 0, waiting(), total, rate, drew, drawn}
+end
+
+-- place: the holder's reply as they stand now, or nil when not in the room.
+local function place()
+    local u = redis.call("ZSCORE", ADM, tag)
+    if u and tonumber(u) > now then return reply("ADMITTED", 0, tonumber(u)) end
+    local r = redis.call("ZRANK", Q, tag)
+    if r then return reply("WAITING", r + 1, 0) end
+    if redis.call("SISMEMBER", PRE, tag) == 1 then return reply("WAITING", redis.call("SCARD", PRE), 0) end
+    return nil
+end
+
+if op == "admit" then return reply("NONE", 0, 0) end
+local p = place()
+if p then return p end
+if op == "ticket" then return reply("NONE", 0, 0) end
+if opened then
+    redis.call("ZADD", Q, TWO52 + redis.call("HINCRBY", ST, "seq", 1), tag)
+    admit()
+    total = num("total", 0)
+else
+    redis.call("SADD", PRE, tag)
+end
+return place()
