@@ -18,13 +18,13 @@ import (
 
 // Outcomes of one confirmation transaction, internal to Confirm.
 var (
-	errStale            = errors.New("fence refused the generation")
-	errSeatClaimed      = errors.New("a seat is claimed already")
-	errKeyConflict      = errors.New("idempotency key used already")
-	errSpent            = errors.New("the hold made a booking already")
+	errStale       = errors.New("fence refused the generation")
+	errSeatClaimed = errors.New("a seat is claimed already")
+	errKeyConflict = errors.New("idempotency key used already")
+	errSpent       = errors.New("the hold made a booking already")
 	// errOverLimit: the database refused the booking past the show's holder limit
 	// (holder_seats_within_limit, migration 00006).
-	errOverLimit = errors.New("the holder's booked seats would pass the show's holder limit")
+	errOverLimit        = errors.New("the holder's booked seats would pass the show's holder limit")
 	errLostBeforeCommit = errors.New("hold lost before commit")
 	// errCommitting: another batch has the hold reserved (reserve.lua) and has not
 	// decided yet.

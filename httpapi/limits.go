@@ -110,6 +110,25 @@ func (s *Server) limited(fn func(http.ResponseWriter, *http.Request, string)) ht
 	}
 }
 
+// holderReading applies a holder-scoped read route's limits: the holder's identity (as
+// for writes), then the address's and the holder's read buckets.
+func (s *Server) holderReading(fn func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		holder, ok := s.holder(w, r)
+		if !ok {
+			return
+		}
+		switch {
+		case !s.addrReads.allow(clientAddrOf(r)):
+			s.refuse(w, r, "address-reads", "too many reads from this address")
+		case !s.holderReads.allow(holder):
+			s.refuse(w, r, "holder-reads", "too many reads from this holder")
+		default:
+			fn(w, r, holder)
+		}
+	}
+}
+
 // reading applies a read route's limits: the client address's read bucket, and the
 // holder's too when the request names one.
 func (s *Server) reading(fn http.HandlerFunc) http.HandlerFunc {

@@ -183,6 +183,12 @@ func screenshot(t *testing.T, ctx context.Context, a *api, venue []engine.Seat, 
 	}
 	_ = chromedp.Do(ctx, chromedp.Click(chromedp.ID(`seat-R05-012`)), chromedp.Click(chromedp.ID(`hold`)))
 	time.Sleep(time.Second)
+	saveScreenshot(t, ctx, path)
+}
+
+// saveScreenshot saves the page as a PNG.
+func saveScreenshot(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)

@@ -310,34 +310,11 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 			after, position = n, 0
 		}
 	}
-	if !s.streamConnects.Allow() {
-		s.refused.WithLabelValues("stream-connects").Inc()
-		w.Header().Set("Retry-After", "2")
-		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
-			"too many event streams opened this second; retry")
-		return
-	}
-	release, refusal := s.streams.take(clientAddrOf(r), s.opts.MaxStreams, s.opts.MaxStreamsPerAddress)
-	switch refusal {
-	case "server":
-		s.refused.WithLabelValues("streams").Inc()
-		w.Header().Set("Retry-After", "5")
-		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
-			fmt.Sprintf("this server has %d event streams open, its limit", s.opts.MaxStreams))
-		return
-	case "address":
-		s.refuse(w, r, "address-streams", fmt.Sprintf("this address has %d event streams open, its limit", s.opts.MaxStreamsPerAddress))
+	release, ok := s.openStream(w, r)
+	if !ok {
 		return
 	}
 	defer release()
-	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-		// A small send buffer: a client that stops reading fills it fast, the next
-		// write waits, and the write deadline cuts it (instead of the kernel buffering
-		// hundreds of KB per stalled reader).
-		if tc := tcpConn(c); tc != nil {
-			_ = tc.SetWriteBuffer(s.opts.StreamSendBuffer)
-		}
-	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	var events <-chan engine.SeatMapEvent
@@ -353,20 +330,8 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
 	var buf bytes.Buffer
-	write := func() bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
-		_, err := w.Write(buf.Bytes())
-		buf.Reset()
-		return err == nil && rc.Flush() == nil
-	}
-	buf.WriteString("retry: 2000\n\n")
+	write := s.startStream(w, &buf)
 	if !write() {
 		return
 	}
@@ -407,6 +372,59 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 		if !write() {
 			return
 		}
+	}
+}
+
+// openStream admits an event stream under the stream limits (connects per second,
+// streams per server and per address) and shrinks its send buffer; release gives its
+// slot back. When it refuses, it has answered.
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	if !s.streamConnects.Allow() {
+		s.refused.WithLabelValues("stream-connects").Inc()
+		w.Header().Set("Retry-After", "2")
+		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
+			"too many event streams opened this second; retry")
+		return
+	}
+	release, refusal := s.streams.take(clientAddrOf(r), s.opts.MaxStreams, s.opts.MaxStreamsPerAddress)
+	switch refusal {
+	case "server":
+		s.refused.WithLabelValues("streams").Inc()
+		w.Header().Set("Retry-After", "5")
+		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
+			fmt.Sprintf("this server has %d event streams open, its limit", s.opts.MaxStreams))
+		return
+	case "address":
+		s.refuse(w, r, "address-streams", fmt.Sprintf("this address has %d event streams open, its limit", s.opts.MaxStreamsPerAddress))
+		return
+	}
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+		// A small send buffer: a client that stops reading fills it fast, the next
+		// write waits, and the write deadline cuts it (instead of the kernel buffering
+		// hundreds of KB per stalled reader).
+		if tc := tcpConn(c); tc != nil {
+			_ = tc.SetWriteBuffer(s.opts.StreamSendBuffer)
+		}
+	}
+	return release, true
+}
+
+// startStream writes an event stream's headers and returns the function that writes
+// what buf holds (first the reconnect delay), each write bounded by StreamWriteTimeout;
+// it reports whether the client took it.
+func (s *Server) startStream(w http.ResponseWriter, buf *bytes.Buffer) (write func() bool) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	buf.WriteString("retry: 2000\n\n")
+	return func() bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		return err == nil && rc.Flush() == nil
 	}
 }
 

@@ -178,7 +178,11 @@
     const res = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined });
     const text = await res.text();
     const data = text ? JSON.parse(text) : null;
-    if (!res.ok) throw new Error((data && (data.detail || data.title)) || res.statusText);
+    if (!res.ok) {
+      const err = new Error((data && (data.detail || data.title)) || res.statusText);
+      err.status = res.status;
+      throw err;
+    }
     return data;
   }
 
@@ -245,7 +249,96 @@
     es.onerror = () => { connected = false; panel(); };
   }
 
+  // The waiting room, when the show has one: join, then follow the line on the show's
+  // queue stream (a place moves down by the admissions since the ticket), and enter —
+  // the map — once the ticket says admitted.
+  async function waitingRoom() {
+    let rules;
+    try {
+      const res = await fetch(api + '/rules');
+      if (!res.ok) return true; // no rules to read: try the sale, the API decides
+      rules = await res.json();
+    } catch (e) { return true; }
+    if (!rules.queue) return true;
+    $('queue').hidden = false;
+    $('sale').hidden = true;
+    $('status').textContent = 'waiting room';
+    const opensAt = Date.parse(rules.queue.opens_at);
+    let ticket = null;
+    const show = (t) => {
+      ticket = t;
+      $('queue-waiting').textContent = t.waiting;
+      $('queue-admitted').textContent = t.admitted_total;
+      render(t.position, t.admit_rate, t.sold_out, t.opened);
+    };
+    const render = (position, rate, soldOut, opened) => {
+      const st = $('queue-state');
+      st.classList.toggle('soldout', soldOut);
+      if (soldOut) {
+        st.textContent = 'Sold out: every seat is sold. You keep your place in case one comes back.';
+      } else if (!opened) {
+        const left = Math.max(0, Math.ceil((opensAt - Date.now()) / 1000));
+        st.textContent = `The sale opens in ${Math.floor(left / 60)}:${String(left % 60).padStart(2, '0')}. Everyone in line before then gets a place drawn at random — no need to refresh.`;
+      } else {
+        st.textContent = 'The sale is open: you are let in as seats free up.';
+      }
+      $('queue-position').textContent = opened ? String(Math.max(1, position)) : `one of ${position} in the draw`;
+      $('queue-eta').textContent = !opened ? '' : rate > 0 ? `· about ${eta(position / rate)} to go` : '· an estimate shows once the line moves';
+      document.body.dataset.queuePosition = opened ? String(position) : 'draw';
+    };
+    const eta = (s) => s < 60 ? 'under a minute' : s < 3600 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`;
+    const join = () => call('POST', api + '/queue');
+    const check = async () => {
+      try { return await call('GET', api + '/queue'); } catch (e) {
+        if (e.status === 404) return join(); // out of the room (Redis lost it, or the admission ran out): join again
+        throw e;
+      }
+    };
+    try { show(await join()); } catch (e) { $('queue-state').textContent = 'Could not join the line: ' + e.message; }
+    if (ticket && ticket.admitted) return admitted(ticket);
+    return new Promise((resolve) => {
+      const es = new EventSource(api + '/queue/events');
+      let busy = false;
+      const refresh = async () => {
+        if (busy) return;
+        busy = true;
+        try {
+          const t = await check();
+          show(t);
+          if (t.admitted) { es.close(); clearInterval(timer); resolve(admitted(t)); }
+        } catch (e) { /* keep waiting; the next event or tick asks again */ }
+        busy = false;
+      };
+      es.addEventListener('queue', (e) => {
+        const q = JSON.parse(e.data);
+        $('queue-waiting').textContent = q.waiting;
+        $('queue-admitted').textContent = q.admitted_total;
+        if (!ticket) return;
+        if (q.opened !== ticket.opened) { refresh(); return; }
+        const position = ticket.position - (q.admitted_total - ticket.admitted_total);
+        render(position, q.admit_rate, q.sold_out, q.opened);
+        if (position <= 0) refresh();
+      });
+      // The stream moves the number; the ticket is asked again now and then (and at
+      // the opening's draw), in case the line moved another way.
+      const timer = setInterval(() => {
+        if (ticket && !ticket.opened && Date.now() >= opensAt) refresh();
+        else if (ticket && !ticket.opened) render(ticket.position, 0, false, false);
+      }, 1000);
+      setInterval(refresh, 15000);
+    });
+  }
+
+  function admitted(t) {
+    $('queue').hidden = true;
+    $('sale').hidden = false;
+    const until = new Date(t.admitted_until);
+    $('admission').textContent = `You were let in from the waiting room: hold seats before ${until.toLocaleTimeString()}.`;
+    return true;
+  }
+
   async function start() {
+    await waitingRoom();
     try {
       const res = await fetch(api + '/layout');
       if (!res.ok) { say(res.status === 404 ? `No show "${show}".` : 'Could not load the layout.'); return; }
