@@ -38,7 +38,7 @@ type Options struct {
 	SaleTimeout time.Duration         // flash sale: give up after
 	PoolSize    int                   // PostgreSQL connections, for both designs
 	Progress    io.Writer             // a line as each workload starts, or nil
-	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, onsale, overload); all when empty
+	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, onsale, overload, fair); all when empty
 	Quick       bool                  // a smoke run: the on-sale only, small and short
 }
 
@@ -81,6 +81,9 @@ type Series struct {
 	// BatchSizes is how many group-committed batches of each size (the bucket's upper
 	// bound) the on-sale's confirmations made.
 	BatchSizes []Point `json:"batch_sizes,omitempty"`
+	// FairSale is the fair on-sale's series by name: each variant's seats sold, and the
+	// waiting room's length and admissions per second, by time into the sale (seconds).
+	FairSale map[string][]Point `json:"fair_sale,omitempty"`
 }
 
 // Point is one point of a series.
@@ -174,6 +177,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		{"confirm", "confirm: engine vs raw SQL", e.confirmWorkload},
 		{"onsale", "on-sale: open-loop arrivals, holdfast vs database-only", e.onsaleWorkload},
 		{"overload", "on-sale twice too big: twice the arrivals, holdfast", e.overloadWorkload},
+		{"fair", "fair on-sale: 5x the seats in arrivals, 20% bots, without and with a waiting room", e.fairWorkload},
 	}
 	for _, s := range steps {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, s.key) {

@@ -19,6 +19,10 @@ var designColors = map[string]color.Color{
 	"database-only":                        color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 	"holdfast, twice too big":              color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 	"holdfast, twice too big, no hold cap": color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	"no waiting room: seats sold":          color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	"waiting room: seats sold":             color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	"waiting room: waiting":                color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	"waiting room: admissions per second":  color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 }
 
 // WriteCharts draws the run's series as SVG files in dir: the on-sale's seats sold over
@@ -89,6 +93,18 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 		p.Add(bars)
 		p.NominalX(names...)
 		if err := save(p, "confirm-batches.svg"); err != nil {
+			return written, err
+		}
+	}
+	if len(r.Series.FairSale) > 0 {
+		p := plot.New()
+		p.Title.Text = "Fair on-sale: the waiting room's line, its admissions, and seats sold"
+		p.X.Label.Text = "seconds since the sale opened"
+		p.Y.Label.Text = "holders waiting · admissions per second · seats sold"
+		if err := lines(p, r.Series.FairSale); err != nil {
+			return written, err
+		}
+		if err := save(p, "fair-sale.svg"); err != nil {
 			return written, err
 		}
 	}

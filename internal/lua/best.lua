@@ -204,7 +204,7 @@ for k, m in ipairs(chosen) do
     ids[k] = m.seat
 end
 if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
-sale_granted(rules, tag, ids, now + ttl)
+sale_granted(rules, ids, now + ttl)
 local list = table.concat(ids, " ")
 redis.call("SET", tok, list, "PX", ttl)
 local id = feed({"h", list, "x", int(now + ttl)})

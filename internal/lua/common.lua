@@ -318,12 +318,15 @@ local function booked(tag)
 end
 
 -- sale_admitted: nil when tag may take a hold now under rules r, else the refusal.
--- With a waiting room only a holder admitted now (<base>q:adm: tag -> until ms) may.
+-- With a waiting room only a holder admitted now (<base>q:adm: tag -> until ms) may;
+-- their first try, granted or not, takes them off <base>q:fresh (the admissions whose
+-- holders have not tried yet, which the room counts as demand still to come).
 local function sale_admitted(r, tag, now)
     if not r.queue then return nil end
     if tag == "" then return {"NOTADMITTED"} end
     local u = redis.call("ZSCORE", BASE .. "q:adm", tag)
     if not u or tonumber(u) <= now then return {"NOTADMITTED"} end
+    redis.call("ZREM", BASE .. "q:fresh", tag)
     return nil
 end
 
@@ -338,12 +341,11 @@ local function sale_limit(r, tag, held, n)
 end
 
 -- sale_granted records a granted hold of the given seats until exp for the waiting
--- room: the seats held (<base>held: seat -> expiry ms, which admission counts), the
--- admission used, and the seats per hold it estimates demand with.
-local function sale_granted(r, tag, seats, exp)
+-- room: the seats held (<base>held: seat -> expiry ms, which admission counts), and the
+-- seats per hold it estimates demand with.
+local function sale_granted(r, seats, exp)
     if not r.queue then return end
     for _, s in ipairs(seats) do redis.call("ZADD", BASE .. "held", exp, s) end
-    redis.call("SADD", BASE .. "q:used", tag)
     redis.call("HINCRBY", BASE .. "q:st", "hs", #seats)
     redis.call("HINCRBY", BASE .. "q:st", "hn", 1)
 end

@@ -75,6 +75,6 @@ for i = 1, n do
     index_held(i, seat(i, F), now + ttl)
 end
 if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
-sale_granted(rules, tag, {unpack(ARGV, F + 1, F + n)}, now + ttl)
+sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})
 return {"OK", gen, now + ttl, now, id}

@@ -18,7 +18,8 @@
 --   <base>q       zset of holders waiting, by place: drawn ones at a 52-bit number from
 --                 SHA-1(seed .. tag), later ones at 2^52 + their arrival number
 --   <base>q:adm   zset of admitted holders -> until when (ms)
---   <base>q:used  set of admitted holders who took a hold
+--   <base>q:fresh zset of admitted holders who have not tried to hold yet -> when
+--                 admitted (ms); the hold scripts take a holder off at their first try
 --   <base>q:st    hash: opened (1 once drawn), seed, drawn (how many), seq (arrivals
 --                 after the opening), total (admitted so far), credit and last (the rate's
 --                 token bucket), hs and hn (seats held and holds, for seats per holder),
@@ -46,7 +47,7 @@ local rules = sale_rules(given, ARGV[2])
 if op == "rules" or not rules.queue then return {"NOQUEUE", 0, 0, 0, 0, 0, 0, "0", "", 0} end
 
 local now = now_ms()
-local Q, PRE, ADM, USED, ST = BASE .. "q", BASE .. "q:pre", BASE .. "q:adm", BASE .. "q:used", BASE .. "q:st"
+local Q, PRE, ADM, FRESH, ST = BASE .. "q", BASE .. "q:pre", BASE .. "q:adm", BASE .. "q:fresh", BASE .. "q:st"
 local TWO52 = 4503599627370496
 
 local function num(field, default) return tonumber(redis.call("HGET", ST, field)) or default end
@@ -79,22 +80,22 @@ local function sold_count()
 end
 
 -- admit lets in as many waiting holders as the free seats can serve (seats neither sold
--- nor held, shared by the admissions not used yet at the seats a hold takes on average),
--- and, with a rate, no more than it allows. Expired admissions go first.
+-- nor held, shared by the admissions whose holders have not tried yet, at the seats a
+-- hold takes on average), and, with a rate, no more than it allows. An admission whose
+-- holder has not tried within FRESH_MS stops counting as demand (they may still hold
+-- until it runs out): a holder who walked away does not stall the line.
 local ADMIT_MAX = 2000
+local FRESH_MS = 30000
 local soldout = false
 local function admit()
-    local gone = redis.call("ZRANGEBYSCORE", ADM, "-inf", now, "LIMIT", 0, 5000)
-    if #gone > 0 then
-        redis.call("ZREMRANGEBYSCORE", ADM, "-inf", now)
-        for k = 1, #gone, 500 do redis.call("SREM", USED, unpack(gone, k, math.min(k + 499, #gone))) end
-    end
+    redis.call("ZREMRANGEBYSCORE", ADM, "-inf", now)
+    redis.call("ZREMRANGEBYSCORE", FRESH, "-inf", now - math.min(FRESH_MS, rules.ttl))
     local sold = sold_count()
     soldout = sold >= rules.seats
     if not opened or soldout then return end
     redis.call("ZREMRANGEBYSCORE", BASE .. "held", "-inf", now)
     local free = rules.seats - sold - redis.call("ZCARD", BASE .. "held")
-    local unused = redis.call("ZCARD", ADM) - redis.call("SCARD", USED)
+    local unused = redis.call("ZCARD", FRESH)
     local hn = num("hn", 0)
     local per = (rules.limit > 0) and math.max(1, rules.limit / 2) or 1
     if hn >= 10 then per = num("hs", 0) / hn end
@@ -111,6 +112,7 @@ local function admit()
         local popped = redis.call("ZPOPMIN", Q, want)
         for k = 1, #popped, 2 do
             redis.call("ZADD", ADM, now + rules.ttl, popped[k])
+            redis.call("ZADD", FRESH, now, popped[k])
             n = n + 1
         end
     end
