@@ -57,6 +57,9 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
+	if err := e.outsideRoom(ctx, sh, req.HolderID); err != nil {
+		return Hold{}, err
+	}
 	done, err := e.admitHold(ctx, sh)
 	if err != nil {
 		return Hold{}, err

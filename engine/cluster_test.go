@@ -197,3 +197,72 @@ func TestRedisClusterFailoverToStaleReplica(t *testing.T) {
 		t.Fatalf("markers %v, claims %v", got, want)
 	}
 }
+
+// TestRedisClusterFailoverWaitingRoom: a show with a waiting room on a Cluster whose
+// master dies and whose replica, which missed the last writes, takes over. Decided
+// behaviour: the room's state is Redis's only — an admission and a join the replica
+// missed are gone (the holder's ticket is not found: they join again, at the end of the
+// line) — but no hold goes around the room, and rules the replica missed come back from
+// PostgreSQL (the engine's copy) before the first hold decides.
+func TestRedisClusterFailoverWaitingRoom(t *testing.T) {
+	t.Parallel()
+	cluster := testsvc.StartClusterWithReplicas(t)
+	cc := cluster.Client()
+	v := newEnvWith(t, testsvc.Database(t), cc)
+	ctx := t.Context()
+	v.show("room", seatNames(6)...)
+	v.setRules("room", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	node, err := cc.MasterForKey(ctx, newKeys(v.cfg.KeyPrefix, "room").gen())
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := cluster.Node(node.Options().Addr)
+	replica := cluster.ReplicaOf(master.Addr())
+	v.admitted("room", "ann") // replicated
+	waitFor(t, "the replica acknowledges the writes", 20*time.Second, func() bool {
+		n, err := node.Do(ctx, "WAIT", 1, 500).Int()
+		return err == nil && n == 1
+	})
+	replica.Pause()
+	if err := node.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		t.Fatalf("cut the replication link: %v", err)
+	}
+	v.admitted("room", "bob")                    // only on the master
+	v.setRules("room", SaleRules{HolderLimit: 1, // only on the master (and in PostgreSQL)
+		Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	master.Stop()
+	replica.Resume()
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer rc.Close()
+	if err := rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	cluster.WaitOK()
+	cc.ReloadState(ctx)
+
+	// bob's admission is gone with the master: refused, and told to join again.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err = v.e.Hold(ctx, HoldRequest{ShowID: "room", SeatIDs: []string{"S001"}, HolderID: "bob"})
+		if !errors.Is(err, ErrUnavailable) || time.Now().After(deadline) {
+			break
+		}
+		cc.ReloadState(ctx)
+	}
+	if !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("bob after the failover: %v, want ErrNotAdmitted", err)
+	}
+	if _, err := v.e.Ticket(ctx, "room", "bob"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("bob's ticket after the failover: %v, want ErrNotFound", err)
+	}
+	// ann's admission was replicated: it survives. The holder limit the replica never
+	// heard of binds her (the engine's rules are newer than Redis's).
+	if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "room", SeatIDs: []string{"S001", "S002"}, HolderID: "ann"}); !errors.Is(err, ErrHolderLimit) {
+		t.Fatalf("ann, 2 seats under a limit of 1 the replica missed: %v, want ErrHolderLimit", err)
+	}
+	v.hold("room", time.Minute, "ann", "S001")
+	v.admitted("room", "bob")
+	v.hold("room", time.Minute, "bob", "S002")
+	if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "room", SeatIDs: []string{"S003"}, HolderID: "eve"}); !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("eve never joined: %v, want ErrNotAdmitted", err)
+	}
+}

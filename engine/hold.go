@@ -66,6 +66,9 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
+	if err := e.outsideRoom(ctx, sh, req.HolderID); err != nil {
+		return Hold{}, err
+	}
 	done, err := e.admitHold(ctx, sh)
 	if err != nil {
 		return Hold{}, err

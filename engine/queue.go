@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/internal/lua"
 )
@@ -218,4 +221,25 @@ func (e *Engine) admitLoop(ctx context.Context) {
 			cancel()
 		}
 	}
+}
+
+// outsideRoom refuses, before the hold takes one of its show's slots, a holder the
+// show's waiting room has not admitted at all (as the engine knows the rules): the
+// crowd that skips the room costs one read each, not a hold script, and never crowds
+// out admitted holders. Only a certain refusal is made here — no admission — while the
+// hold script decides everything else (an admission that ran out included). A failed
+// read leaves it to the script.
+func (e *Engine) outsideRoom(ctx context.Context, sh *show, holderID string) error {
+	st := e.rulesOf(ctx, sh)
+	if st.r.Queue == nil {
+		return nil
+	}
+	if holderID != "" {
+		err := e.rdb.ZScore(ctx, sh.k.base+"q:adm", holderTag(holderID)).Err()
+		if err == nil || !errors.Is(err, redis.Nil) {
+			return nil
+		}
+	}
+	e.watchQueue(sh.id)
+	return fmt.Errorf("%w: show %s has a waiting room and the holder is not admitted", ErrNotAdmitted, sh.id)
 }

@@ -384,6 +384,10 @@ func TestWaitingRoomAdmitsWhatTheSeatsCanServe(t *testing.T) {
 		}
 	}
 	ticket := func(h string) (Ticket, error) { return v.e.Ticket(ctx, "cap", h) }
+	waitFor(t, "four admissions", 15*time.Second, func() bool {
+		tk, err := ticket("h3")
+		return err == nil && tk.Admitted
+	})
 	for i, h := range holders {
 		tk, err := ticket(h)
 		if err != nil {
@@ -555,7 +559,10 @@ func TestWaitingRoomRulesComeBack(t *testing.T) {
 	if _, err := v.twin().Hold(ctx, HoldRequest{ShowID: "back", SeatIDs: []string{"S000"}, HolderID: "bot"}); !errors.Is(err, ErrNotAdmitted) {
 		t.Fatalf("hold through another engine: %v, want ErrNotAdmitted", err)
 	}
+	// The next script of the show gives Redis the rules back: here a join.
+	v.admitted("back", "ann")
 	if got := v.rdb.Get(ctx, k).Val(); got == "0 0 -1 0 0 4" {
 		t.Fatalf("Redis still has the older rules")
 	}
+	v.hold("back", time.Minute, "ann", "S001")
 }

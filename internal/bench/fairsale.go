@@ -40,6 +40,7 @@ type fairParams struct {
 // fairResult is one variant's sale.
 type fairResult struct {
 	soldOutAfter, elapsed time.Duration
+	at99                  time.Duration // when 99% of the seats were sold (0: never)
 	botSeats, seatsSold   atomic.Int64
 	botAttempts, botHolds atomic.Int64
 	botRefused            atomic.Int64 // bots' holds refused not-admitted
@@ -129,9 +130,9 @@ func (e *env) fairWorkload(ctx context.Context, r *Report) error {
 			return fmt.Errorf("%s: the buyers were told of %d seats sold, the database has %d", name, fr.seatsSold.Load(), sold)
 		}
 		adm := max(1, fr.admitted.Load())
-		note := fmt.Sprintf("sold %d of %d seats in %s; bots won %d seats (%d holds granted of %d tried, %d refused not-admitted); "+
+		note := fmt.Sprintf("sold %d of %d seats, 99%% in %s, all in %s; bots won %d seats (%d holds granted of %d tried, %d refused not-admitted); "+
 			"honest buyers %d, got to hold %d, refused seats-taken %.3f per buyer who held (and %d best-available asks too big for what was left), found nothing %d, shed %d, still waiting at the end %d",
-			sold, p.seats, soldOutText(fr.soldOutAfter), fr.botSeats.Load(), fr.botHolds.Load(), fr.botAttempts.Load(), fr.botRefused.Load(),
+			sold, p.seats, soldOutText(fr.at99), soldOutText(fr.soldOutAfter), fr.botSeats.Load(), fr.botHolds.Load(), fr.botAttempts.Load(), fr.botRefused.Load(),
 			fr.buyers.Load(), fr.admitted.Load(), float64(fr.taken.Load())/float64(adm), fr.short.Load(), fr.wasted.Load(), fr.shed.Load(), fr.stillWaiting)
 		if room {
 			note += fmt.Sprintf("; arrival to admission p50 %.0f ms, p99 %.0f ms", p50(fr.waitLat), p99(fr.waitLat))
@@ -156,13 +157,16 @@ func (e *env) fairWorkload(ctx context.Context, r *Report) error {
 			prev = tp
 		}
 	}
+	// Sell-out is when 99% of the seats are sold: the last few seats of a sale come back
+	// from holds that expire or are released after the crowd has left, and a run without
+	// a room, whose buyers leave when they find nothing, may never sell them.
 	open, room := res[0], res[1]
 	switch {
-	case open.soldOutAfter == 0 || room.soldOutAfter == 0:
-		r.goal("fair on-sale: sell-out, waiting room / none", "<= 1.20", 0, false)
+	case open.at99 == 0 || room.at99 == 0:
+		r.goal("fair on-sale: 99% sold, waiting room / none", "<= 1.20", 0, false)
 	default:
-		ratio := room.soldOutAfter.Seconds() / open.soldOutAfter.Seconds()
-		r.goal("fair on-sale: sell-out, waiting room / none", "<= 1.20", ratio, ratio <= 1.2)
+		ratio := room.at99.Seconds() / open.at99.Seconds()
+		r.goal("fair on-sale: 99% sold, waiting room / none", "<= 1.20", ratio, ratio <= 1.2)
 	}
 	r.goal("fair on-sale: hold p99 of admitted buyers, ms", "<= 100", p99(room.holdLat), p99(room.holdLat) <= 100)
 	r.goal("fair on-sale: seats won by bots, waiting room", "0", float64(room.botSeats.Load()), room.botSeats.Load() == 0)
@@ -173,7 +177,7 @@ func (e *env) fairWorkload(ctx context.Context, r *Report) error {
 
 func soldOutText(d time.Duration) string {
 	if d == 0 {
-		return "(not sold out)"
+		return "(never)"
 	}
 	return d.Round(10 * time.Millisecond).String()
 }
@@ -196,9 +200,13 @@ func runFairSale(ctx context.Context, eng *engine.Engine, show string, p fairPar
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	soldOut := make(chan struct{})
-	var once sync.Once
+	var once, once99 sync.Once
 	sold := func(n int) {
-		if res.seatsSold.Add(int64(n)) >= int64(p.seats) {
+		total := res.seatsSold.Add(int64(n))
+		if total*100 >= int64(p.seats)*99 {
+			once99.Do(func() { res.at99 = time.Since(start) })
+		}
+		if total >= int64(p.seats) {
 			once.Do(func() { res.soldOutAfter = time.Since(start); close(soldOut) })
 		}
 	}

@@ -119,17 +119,32 @@ local function admit()
     if n > 0 then redis.call("HINCRBY", ST, "total", n) end
     if rules.rate > 0 then redis.call("HSET", ST, "credit", tostring(credit - n), "last", now) end
 end
-admit()
-
-local total = num("total", 0)
--- The recent admission rate: over the last 5 to 10 seconds.
-local r_at = num("r_at", 0)
-if now - r_at >= 5000 then
-    redis.call("HSET", ST, "p_at", r_at, "p_total", num("r_total", 0), "r_at", now, "r_total", total)
+-- admit_due admits now when forced (the engine's ticker) or when the room was last
+-- brought up to date ADMIT_EVERY ms ago or more: a crowd joining at once costs a few
+-- commands each, not a whole admission round.
+local ADMIT_EVERY = 50
+local function admit_due(force)
+    if force or now - num("at", 0) >= ADMIT_EVERY then
+        redis.call("HSET", ST, "at", now)
+        admit()
+        redis.call("HSET", ST, "soldout", soldout and 1 or 0)
+    else
+        soldout = redis.call("HGET", ST, "soldout") == "1"
+    end
 end
-local p_at, p_total = num("p_at", 0), num("p_total", 0)
-local rate = "0"
-if p_at > 0 and now > p_at then rate = string.format("%.3f", (total - p_total) * 1000 / (now - p_at)) end
+
+local total, rate = 0, "0"
+-- rate_now reads the admissions so far and their recent rate (over the last 5 to 10
+-- seconds).
+local function rate_now()
+    total = num("total", 0)
+    local r_at = num("r_at", 0)
+    if now - r_at >= 5000 then
+        redis.call("HSET", ST, "p_at", r_at, "p_total", num("r_total", 0), "r_at", now, "r_total", total)
+    end
+    local p_at, p_total = num("p_at", 0), num("p_total", 0)
+    if p_at > 0 and now > p_at then rate = string.format("%.3f", (total - p_total) * 1000 / (now - p_at)) end
+end
 
 local function waiting() return redis.call("ZCARD", Q) + redis.call("SCARD", PRE) end
 
@@ -147,15 +162,20 @@ local function place()
     return nil
 end
 
-if op == "admit" then return reply("NONE", 0, 0) end
-local p = place()
-if p then return p end
-if op == "ticket" then return reply("NONE", 0, 0) end
-if opened then
-    redis.call("ZADD", Q, TWO52 + redis.call("HINCRBY", ST, "seq", 1), tag)
-    admit()
-    total = num("total", 0)
-else
-    redis.call("SADD", PRE, tag)
+if op == "join" then
+    -- Joined already: the same place (after the room is brought up to date).
+    if redis.call("ZSCORE", ADM, tag) or redis.call("ZSCORE", Q, tag) or redis.call("SISMEMBER", PRE, tag) == 1 then
+        admit_due(false)
+        rate_now()
+        return place() or reply("NONE", 0, 0)
+    end
+    if opened then
+        redis.call("ZADD", Q, TWO52 + redis.call("HINCRBY", ST, "seq", 1), tag)
+    else
+        redis.call("SADD", PRE, tag)
+    end
 end
-return place()
+admit_due(op == "admit")
+rate_now()
+if op == "admit" then return reply("NONE", 0, 0) end
+return place() or reply("NONE", 0, 0)
