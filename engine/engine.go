@@ -45,9 +45,13 @@ type Engine struct {
 	polled  polledMaps      // seat maps of shows past the watched-shows pool
 	closed  bool            // under views.mu
 
-	backends    backends    // the server and backend of each pooled connection (failover.go)
-	reconciling atomic.Bool // a reconciliation after a failover runs (reconcile.go)
-	queues      queueWatch  // the waiting rooms the engine admits for (queue.go)
+	backends    backends      // the server and backend of each pooled connection (failover.go)
+	reconciling atomic.Bool   // a reconciliation after a failover runs (reconcile.go)
+	queues      queueWatch    // the waiting rooms the engine admits for (queue.go)
+	queueSlots  chan struct{} // waiting-room calls in flight (queueConcurrency)
+	// queueScripts runs the waiting room's scripts: rdb's second (deferred)
+	// autopipeliner, a stream of pipelines of its own, or rdb itself.
+	queueScripts redis.Scripter
 
 	hooks hooks
 }
@@ -113,10 +117,14 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	}
 	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
-	e.scripts = rdb
+	e.queueSlots = make(chan struct{}, queueConcurrency)
+	e.scripts, e.queueScripts = rdb, rdb
 	if !c.NoAutoPipeline {
 		if ap := autoPipeliner(rdb); ap != nil {
 			e.scripts = ap
+		}
+		if ap := asyncPipeliner(rdb); ap != nil {
+			e.queueScripts = ap
 		}
 	}
 	if c.TracerProvider != nil {
@@ -128,6 +136,26 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e.views.m = map[string]*view{}
 	go e.repayMarkers(ctx)
 	return e, nil
+}
+
+// asyncPipeliner is rdb's deferred autopipeliner (closed with the client), whose
+// commands travel in pipelines apart from the blocking autopipeliner's: a result read
+// waits for its command. nil for a client without one.
+func asyncPipeliner(rdb redis.UniversalClient) redis.Scripter {
+	var ap *redis.AutoPipeliner
+	var err error
+	switch c := rdb.(type) {
+	case *redis.Client:
+		ap, err = c.AsyncAutoPipeline()
+	case *redis.ClusterClient:
+		ap, err = c.AsyncAutoPipeline()
+	default:
+		return nil
+	}
+	if err != nil {
+		return nil
+	}
+	return ap
 }
 
 // autoPipeliner runs scripts on rdb directly while few calls are in flight, and through

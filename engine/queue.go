@@ -110,6 +110,9 @@ func (e *Engine) Queue(ctx context.Context, showID string) (QueueStatus, error) 
 	return q.s, q.err
 }
 
+// queueConcurrency bounds an engine's waiting-room calls in flight.
+const queueConcurrency = 64
+
 // queueStatusAge is how long a read of a show's waiting room serves Queue.
 const queueStatusAge = 250 * time.Millisecond
 
@@ -136,7 +139,17 @@ type queueReply struct {
 func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesState, tag string) (queueReply, error) {
 	var seed [16]byte
 	_, _ = rand.Read(seed[:])
-	res, err := lua.Queue.Run(ctx, e.scripts, []string{sh.k.gen()}, op, st.arg, tag, hex.EncodeToString(seed[:])).Slice()
+	// Waiting-room calls take one of the engine's queue slots and go to Redis in their
+	// own stream of pipelines (e.queueScripts), never in the holds' (e.scripts): a
+	// crowd joining at once waits in its own line, not in front of the holds of those
+	// already admitted.
+	select {
+	case e.queueSlots <- struct{}{}:
+	case <-ctx.Done():
+		return queueReply{}, unavailable("redis", ctx.Err())
+	}
+	res, err := lua.Queue.Run(ctx, e.queueScripts, []string{sh.k.gen()}, op, st.arg, tag, hex.EncodeToString(seed[:])).Slice()
+	<-e.queueSlots
 	if err != nil {
 		return queueReply{}, e.redisErr(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/internal/lua"
+	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
 // setRules sets a show's sale rules or fails.
@@ -516,7 +517,7 @@ func TestWaitingRoomAfterRedisLoss(t *testing.T) {
 		t.Fatalf("after Resync: %+v %v", tk, err)
 	}
 	// Redis forgets everything of the show.
-	keys, err := v.rdb.Keys(ctx, newKeys(v.cfg.KeyPrefix, "loss").base+"*").Result()
+	keys, err := testsvc.Keys(ctx, v.rdb, newKeys(v.cfg.KeyPrefix, "loss").base+"*")
 	if err != nil || len(keys) == 0 {
 		t.Fatalf("keys: %v %v", keys, err)
 	}

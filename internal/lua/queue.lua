@@ -50,20 +50,28 @@ local now = now_ms()
 local Q, PRE, ADM, FRESH, ST = BASE .. "q", BASE .. "q:pre", BASE .. "q:adm", BASE .. "q:fresh", BASE .. "q:st"
 local TWO52 = 4503599627370496
 
-local function num(field, default) return tonumber(redis.call("HGET", ST, field)) or default end
+-- The room's counters, read in one call (most calls only read them).
+local ST_FIELDS = {"opened", "at", "soldout", "total", "r_at", "r_total", "p_at", "p_total", "hn", "hs", "credit", "last"}
+local st = {}
+do
+    local vals = redis.call("HMGET", ST, unpack(ST_FIELDS))
+    for i, f in ipairs(ST_FIELDS) do st[f] = vals[i] end
+end
+local function num(field, default) return tonumber(st[field]) or default end
 
 -- The draw: once, at the first call from the opening on.
 local drew, drawn = "", 0
-if now >= rules.opens and redis.call("HGET", ST, "opened") ~= "1" then
+if now >= rules.opens and st.opened ~= "1" then
     local pre = redis.call("SMEMBERS", PRE)
     for _, t in ipairs(pre) do
         redis.call("ZADD", Q, tonumber(string.sub(redis.sha1hex(seed .. t), 1, 13), 16), t)
     end
     redis.call("DEL", PRE)
     redis.call("HSET", ST, "opened", "1", "seed", seed, "drawn", #pre, "opened_at", now)
+    st.opened = "1"
     drew, drawn = seed, #pre
 end
-local opened = redis.call("HGET", ST, "opened") == "1"
+local opened = st.opened == "1"
 
 -- sold_count: the show's sold seats, counted from the markers the first time.
 local function sold_count()
@@ -116,7 +124,7 @@ local function admit()
             n = n + 1
         end
     end
-    if n > 0 then redis.call("HINCRBY", ST, "total", n) end
+    if n > 0 then st.total = redis.call("HINCRBY", ST, "total", n) end
     if rules.rate > 0 then redis.call("HSET", ST, "credit", tostring(credit - n), "last", now) end
 end
 -- admit_due admits now when forced (the engine's ticker) or when the room was last
@@ -129,7 +137,7 @@ local function admit_due(force)
         admit()
         redis.call("HSET", ST, "soldout", soldout and 1 or 0)
     else
-        soldout = redis.call("HGET", ST, "soldout") == "1"
+        soldout = st.soldout == "1"
     end
 end
 
@@ -140,40 +148,51 @@ local function rate_now()
     total = num("total", 0)
     local r_at = num("r_at", 0)
     if now - r_at >= 5000 then
-        redis.call("HSET", ST, "p_at", r_at, "p_total", num("r_total", 0), "r_at", now, "r_total", total)
+        local rt = num("r_total", 0)
+        redis.call("HSET", ST, "p_at", r_at, "p_total", rt, "r_at", now, "r_total", total)
+        st.p_at, st.p_total = r_at, rt
     end
     local p_at, p_total = num("p_at", 0), num("p_total", 0)
     if p_at > 0 and now > p_at then rate = string.format("%.3f", (total - p_total) * 1000 / (now - p_at)) end
 end
 
-local function waiting() return redis.call("ZCARD", Q) + redis.call("SCARD", PRE) end
+local function waiting()
+    if opened then return redis.call("ZCARD", Q) end
+    return redis.call("SCARD", PRE)
+end
 
 local function reply(status, pos, until_ms)
     return {status, pos, until_ms, opened and 1 or 0, soldout and 1 or 0, waiting(), total, rate, drew, drawn}
 end
 
--- place: the holder's reply as they stand now, or nil when not in the room.
-local function place()
-    local u = redis.call("ZSCORE", ADM, tag)
+-- place: the holder's reply as they stand now (u: their admission's end, if read
+-- already), or nil when not in the room.
+local function place(u)
+    if u == nil then u = redis.call("ZSCORE", ADM, tag) end
     if u and tonumber(u) > now then return reply("ADMITTED", 0, tonumber(u)) end
     local r = redis.call("ZRANK", Q, tag)
     if r then return reply("WAITING", r + 1, 0) end
-    if redis.call("SISMEMBER", PRE, tag) == 1 then return reply("WAITING", redis.call("SCARD", PRE), 0) end
+    if not opened and redis.call("SISMEMBER", PRE, tag) == 1 then return reply("WAITING", redis.call("SCARD", PRE), 0) end
     return nil
 end
 
+local admitted_ran = false
 if op == "join" then
-    -- Joined already: the same place (after the room is brought up to date).
-    if redis.call("ZSCORE", ADM, tag) or redis.call("ZSCORE", Q, tag) or redis.call("SISMEMBER", PRE, tag) == 1 then
-        admit_due(false)
-        rate_now()
-        return place() or reply("NONE", 0, 0)
+    local u = redis.call("ZSCORE", ADM, tag)
+    local joined = (u and tonumber(u) > now) or (opened and redis.call("ZSCORE", Q, tag)) or
+        (not opened and redis.call("SISMEMBER", PRE, tag) == 1)
+    if not joined then
+        if opened then
+            redis.call("ZADD", Q, TWO52 + redis.call("HINCRBY", ST, "seq", 1), tag)
+        else
+            redis.call("SADD", PRE, tag)
+        end
     end
-    if opened then
-        redis.call("ZADD", Q, TWO52 + redis.call("HINCRBY", ST, "seq", 1), tag)
-    else
-        redis.call("SADD", PRE, tag)
-    end
+    admitted_ran = op == "admit" or now - num("at", 0) >= ADMIT_EVERY
+    admit_due(false)
+    rate_now()
+    if not admitted_ran then return place(u) or reply("NONE", 0, 0) end
+    return place() or reply("NONE", 0, 0)
 end
 admit_due(op == "admit")
 rate_now()
