@@ -275,6 +275,10 @@ func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
 	if st == nil {
 		v, err, _ := e.loads.Do("rules\x00"+sh.id, func() (any, error) { return e.loadRules(ctx, sh) })
 		if err != nil {
+			// PostgreSQL cannot say now: Redis's copy decides, and the rules are read
+			// again in the background from a second on (a hold does not wait for
+			// PostgreSQL on every call meanwhile).
+			sh.rules.cur.CompareAndSwap(nil, &rulesState{arg: noRules.arg, at: time.Now()})
 			return noRules
 		}
 		return v.(*rulesState)
