@@ -139,17 +139,20 @@ type queueReply struct {
 func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesState, tag string) (queueReply, error) {
 	var seed [16]byte
 	_, _ = rand.Read(seed[:])
-	// Waiting-room calls take one of the engine's queue slots and go to Redis in their
-	// own stream of pipelines (e.queueScripts), never in the holds' (e.scripts): a
-	// crowd joining at once waits in its own line, not in front of the holds of those
-	// already admitted.
-	select {
-	case e.queueSlots <- struct{}{}:
-	case <-ctx.Done():
-		return queueReply{}, unavailable("redis", ctx.Err())
+	// A holder's calls (join, ticket) take one of the engine's queue slots and go to
+	// Redis in their own stream of pipelines (e.queueScripts), never in the holds'
+	// (e.scripts): a crowd joining at once waits in its own line, not in front of the
+	// holds of those already admitted. The room's own rounds (admit: the ticker and
+	// status reads, a few a second) and rule writes skip that line.
+	if op == "join" || op == "ticket" {
+		select {
+		case e.queueSlots <- struct{}{}:
+		case <-ctx.Done():
+			return queueReply{}, unavailable("redis", ctx.Err())
+		}
+		defer func() { <-e.queueSlots }()
 	}
 	res, err := lua.Queue.Run(ctx, e.queueScripts, []string{sh.k.gen()}, op, st.arg, tag, hex.EncodeToString(seed[:])).Slice()
-	<-e.queueSlots
 	if err != nil {
 		return queueReply{}, e.redisErr(err)
 	}
