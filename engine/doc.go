@@ -23,6 +23,11 @@
 // [Engine.Close] to stop it. Markers only ever move forward, so late, repeated or
 // reordered writes, and [Engine.Resync] while a show is on sale, are safe.
 //
+// A show's [SaleRules] add a limit of seats per holder across orders and a waiting room
+// ([Engine.SetSaleRules], [Engine.Join], [Engine.Ticket]); both are checked inside the
+// hold scripts, so no hold goes around them, and the limit again by PostgreSQL at
+// confirmation. They mean something only when holder ids are not made up by callers.
+//
 // Errors are sentinels matched with [errors.Is]; [SeatsUnavailableError] and
 // [InvalidArgumentError] carry details for [errors.As]. A Redis or PostgreSQL failure is
 // always [ErrUnavailable], never "seat taken" and never success.
