@@ -57,10 +57,7 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
-	if err := e.outsideRoom(ctx, sh, req.HolderID); err != nil {
-		return Hold{}, err
-	}
-	done, err := e.admitHold(ctx, sh)
+	rules, done, err := e.admitHold(ctx, sh, req.HolderID)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -88,7 +85,7 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	}
 	token := newToken()
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
-	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), e.rulesOf(ctx, sh).arg}
+	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), rules.arg}
 	for attempt, rounds := 0, 0; ; {
 		res, err := lua.Best.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {

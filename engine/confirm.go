@@ -77,6 +77,8 @@ type confirmation struct {
 	key   string
 	fp    []byte // the request's fingerprint, for its idempotency key
 	hold  []byte // the hold's hash: one booking per hold
+	// limited: the show's rules have a holder limit (as the engine knew when it queued)
+	limited bool
 }
 
 func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Booking, error) {
@@ -88,7 +90,10 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		return Booking{}, err
 	}
 	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
-		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token)}
+		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token),
+		// Read here, outside the batch's transaction: whether the batch reads the
+		// holder's booked seats for Redis (batchCounts).
+		limited: e.limited(ctx, sh)}
 
 	// notCurrent refuses a hold Redis no longer has; sold is Redis's word that its seats
 	// are sold by a booking of its generation. Only then is the database asked which

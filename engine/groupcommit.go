@@ -530,7 +530,7 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 func (e *Engine) batchCounts(ctx context.Context, q *db.Queries, accepted []*confirmReq) error {
 	pairs := map[*show]map[string]bool{}
 	for _, r := range accepted {
-		if e.limited(ctx, r.c.sh) && r.c.h.HolderID != "" {
+		if r.c.limited && r.c.h.HolderID != "" {
 			if pairs[r.c.sh] == nil {
 				pairs[r.c.sh] = map[string]bool{}
 			}

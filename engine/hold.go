@@ -26,24 +26,32 @@ func (e *Engine) Hold(ctx context.Context, req HoldRequest) (Hold, error) {
 // overload answered at once.
 const holdAdmissionWait = 250 * time.Millisecond
 
-// admitHold takes one of the show's hold slots, waiting up to holdAdmissionWait; past
-// that the hold is refused with ErrOverloaded (nothing changed). done gives it back.
-func (e *Engine) admitHold(ctx context.Context, sh *show) (done func(), err error) {
+// admitHold admits a hold of holderID to its show: a holder the show's waiting room has
+// not admitted at all is refused at once (outsideRoom), then the hold takes one of the
+// show's hold slots, waiting up to holdAdmissionWait; past that it is refused with
+// ErrOverloaded (nothing changed). It returns the show's rules as the engine has them
+// (for the script), and done, which gives the slot back.
+func (e *Engine) admitHold(ctx context.Context, sh *show, holderID string) (rules *rulesState, done func(), err error) {
+	rules = e.rulesOf(ctx, sh)
+	if err := e.outsideRoom(ctx, sh, rules, holderID); err != nil {
+		return nil, nil, err
+	}
 	slots := sh.holdSlots(e.cfg.MaxHoldsInFlight)
+	release := func() { <-slots }
 	select {
 	case slots <- struct{}{}:
-		return func() { <-slots }, nil
+		return rules, release, nil
 	default:
 	}
 	t := time.NewTimer(holdAdmissionWait)
 	defer t.Stop()
 	select {
 	case slots <- struct{}{}:
-		return func() { <-slots }, nil
+		return rules, release, nil
 	case <-t.C:
-		return nil, fmt.Errorf("%w: %d holds of show %q in flight (Config.MaxHoldsInFlight)", ErrOverloaded, e.cfg.MaxHoldsInFlight, sh.id)
+		return nil, nil, fmt.Errorf("%w: %d holds of show %q in flight (Config.MaxHoldsInFlight)", ErrOverloaded, e.cfg.MaxHoldsInFlight, sh.id)
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: waiting for a hold slot: %v", ErrOverloaded, ctx.Err())
+		return nil, nil, fmt.Errorf("%w: waiting for a hold slot: %v", ErrOverloaded, ctx.Err())
 	}
 }
 
@@ -66,10 +74,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err != nil {
 		return Hold{}, err
 	}
-	if err := e.outsideRoom(ctx, sh, req.HolderID); err != nil {
-		return Hold{}, err
-	}
-	done, err := e.admitHold(ctx, sh)
+	rules, done, err := e.admitHold(ctx, sh, req.HolderID)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -83,7 +88,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 		return Hold{}, err
 	}
 	token := newToken()
-	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, e.rulesOf(ctx, sh).arg}, seats)
+	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, rules.arg}, seats)
 	for attempt := 0; ; attempt++ {
 		res, err := lua.Hold.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {

@@ -245,8 +245,7 @@ func (e *Engine) admitLoop(ctx context.Context) {
 // out admitted holders. Only a certain refusal is made here — no admission — while the
 // hold script decides everything else (an admission that ran out included). A failed
 // read leaves it to the script.
-func (e *Engine) outsideRoom(ctx context.Context, sh *show, holderID string) error {
-	st := e.rulesOf(ctx, sh)
+func (e *Engine) outsideRoom(ctx context.Context, sh *show, st *rulesState, holderID string) error {
 	if st.r.Queue == nil {
 		return nil
 	}
