@@ -264,8 +264,12 @@ func (e *Engine) Ready(ctx context.Context) error {
 	return e.checkRedis(ctx)
 }
 
-// policyRecheck is how long a good eviction-policy check is trusted.
-const policyRecheck = time.Minute
+// policyRecheck is how long a good eviction-policy check is trusted; policyCheckTimeout
+// bounds the check.
+const (
+	policyRecheck      = time.Minute
+	policyCheckTimeout = 500 * time.Millisecond
+)
 
 // checkRedis refuses a Redis whose maxmemory-policy may evict keys: a hold evicted
 // before its TTL would let a second customer take the seat.
@@ -273,6 +277,10 @@ func (e *Engine) checkRedis(ctx context.Context) error {
 	if last := e.policyCheckedAt.Load(); last != 0 && time.Since(time.Unix(0, last)) < policyRecheck {
 		return nil
 	}
+	// Bounded: a Redis that refuses connections makes the client retry its dials for
+	// seconds, and the hold that asked must hear ErrUnavailable sooner.
+	ctx, cancel := context.WithTimeout(ctx, policyCheckTimeout)
+	defer cancel()
 	check := func(ctx context.Context, c redis.UniversalClient) error {
 		v, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err != nil {

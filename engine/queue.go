@@ -48,6 +48,9 @@ func (e *Engine) ticket(ctx context.Context, op, showID, holderID string) (Ticke
 	if err != nil {
 		return Ticket{}, err
 	}
+	// The rules' first read (and their push to Redis) and the call share one bound.
+	ctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
+	defer cancel()
 	st := e.rulesOf(ctx, sh)
 	r, err := e.queueCall(ctx, sh, op, st, holderTag(holderID))
 	if err != nil {
@@ -91,6 +94,8 @@ func (e *Engine) Queue(ctx context.Context, showID string) (QueueStatus, error) 
 			return q, nil
 		}
 		q := &queueRead{at: time.Now()}
+		ctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
+		defer cancel()
 		r, err := e.queueCall(ctx, sh, "admit", e.rulesOf(ctx, sh), "")
 		switch {
 		case err != nil:
@@ -152,9 +157,33 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 		}
 		defer func() { <-e.queueSlots }()
 	}
-	res, err := lua.Queue.Run(ctx, e.queueScripts, []string{sh.k.gen()}, op, st.arg, tag, hex.EncodeToString(seed[:])).Slice()
-	if err != nil {
-		return queueReply{}, e.redisErr(err)
+	// Bounded: the deferred pipeline's result waits for its command, which a Redis
+	// that refuses connections keeps retrying for seconds, whatever the context says.
+	// The caller hears ErrUnavailable by queueCallTimeout; every call here is safe to
+	// have happened after all (a join is idempotent, the rest read, or admit what is
+	// due anyway).
+	type reply struct {
+		res []any
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		res, err := lua.Queue.Run(ctx, e.queueScripts, []string{sh.k.gen()}, op, st.arg, tag, hex.EncodeToString(seed[:])).Slice()
+		done <- reply{res, err}
+	}()
+	bound := time.NewTimer(queueCallTimeout)
+	defer bound.Stop()
+	var res []any
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return queueReply{}, e.redisErr(r.err)
+		}
+		res = r.res
+	case <-bound.C:
+		return queueReply{}, unavailable("redis", errors.New("the waiting room script did not answer in time"))
+	case <-ctx.Done():
+		return queueReply{}, unavailable("redis", ctx.Err())
 	}
 	if len(res) < 9 {
 		return queueReply{}, fmt.Errorf("%w: unexpected queue script reply %v", ErrUnavailable, res)
@@ -174,6 +203,11 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 	}
 	return r, nil
 }
+
+// queueCallTimeout bounds one call of the queue script, queue included: a Redis that
+// refuses connections makes the deferred pipeline retry for seconds, and an answer
+// (ErrUnavailable) must come sooner.
+const queueCallTimeout = 1500 * time.Millisecond
 
 // queueWatchFor is how long the engine keeps admitting for a show's waiting room after
 // anything asked about it (a join, a ticket, a refused hold, a status read).

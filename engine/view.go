@@ -35,11 +35,14 @@ const (
 	// feedInterval is the shortest time between two feed reads while changes keep
 	// coming: changes made meanwhile are read, applied and published together, so a
 	// busy show gives its watchers at most 40 batches a second, each larger.
-	feedInterval   = 20 * time.Millisecond
-	feedCount      = 1000 // entries per XREAD
-	ringBatches    = 4096 // change batches kept for WatchSeatMap resumes
-	watchBuffer    = 64   // events a watcher may fall behind before it is resynced
-	ownWriteWait   = time.Second
+	feedInterval = 20 * time.Millisecond
+	feedCount    = 1000 // entries per XREAD
+	ringBatches  = 4096 // change batches kept for WatchSeatMap resumes
+	watchBuffer  = 64   // events a watcher may fall behind before it is resynced
+	ownWriteWait = time.Second
+	// firstBuildWait bounds how long a read waits for a map being built before it is
+	// told ErrUnavailable (and retries): an outage is answered, not waited out.
+	firstBuildWait = 1500 * time.Millisecond
 	staleAfter     = 3 * feedBlock // AsOf older than this makes a map Stale
 	maxFeedBackoff = time.Second
 )
@@ -130,6 +133,8 @@ type view struct {
 	subs        map[*watcher]struct{}
 	built       bool          // a rebuild has completed
 	ready       chan struct{} // closed once built (or the view stopped)
+	tried       chan struct{} // closed when the first build failed: reads need not wait for it
+	triedOnce   sync.Once
 	adv         chan struct{} // closed and replaced at each publication
 	wake        chan struct{} // pokes the expiry loop
 
@@ -148,7 +153,7 @@ func newView(e *Engine, sh *show) *view {
 	n := len(sh.layout)
 	v := &view{e: e, sh: sh, sold: make([]bool, n), exp: make([]int64, n), pub: make([]SeatStatus, n),
 		pubExp: make([]int64, n), mark: make([]bool, n), subs: map[*watcher]struct{}{},
-		ready: make(chan struct{}), adv: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
+		ready: make(chan struct{}), tried: make(chan struct{}), adv: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	for i := range v.pub {
 		v.pub[i] = SeatFree
 	}
@@ -211,6 +216,7 @@ func (v *view) follow(ctx context.Context) {
 				continue // at once: the feed moves, nothing is down
 			} else if err != nil {
 				v.failed(err)
+				v.triedOnce.Do(func() { close(v.tried) })
 				sleep(ctx, backoff)
 				backoff = min(2*backoff, maxFeedBackoff)
 				continue
@@ -697,11 +703,19 @@ func (v *view) snapshotLocked() *SeatMap {
 // engine's own writes to be in the map, so that a process reads what it wrote.
 func (v *view) read(ctx context.Context) (*SeatMap, error) {
 	v.lastUsed.Store(time.Now().UnixNano())
+	// A map not built yet is waited for, but not for long: a build that failed (Redis
+	// or PostgreSQL down) is reported at once, one that hangs after firstBuildWait —
+	// the caller retries; an answer never waits for an outage to end.
+	wait := time.NewTimer(firstBuildWait)
 	select {
 	case <-v.ready:
+	case <-v.tried:
+	case <-wait.C:
 	case <-ctx.Done():
+		wait.Stop()
 		return nil, unavailable("redis", ctx.Err())
 	}
+	wait.Stop()
 	if v.want.Load() > v.applied.Load() {
 		t := time.NewTimer(ownWriteWait)
 		defer t.Stop()
@@ -728,7 +742,12 @@ func (v *view) read(ctx context.Context) (*SeatMap, error) {
 		if ferr != nil {
 			return nil, v.e.redisErr(ferr)
 		}
-		return nil, unavailable("redis", errors.New("the seat map view stopped"))
+		select {
+		case <-v.ready:
+			return nil, unavailable("redis", errors.New("the seat map view stopped"))
+		default:
+			return nil, unavailable("redis", errors.New("the seat map is still being built"))
+		}
 	}
 	select {
 	case <-v.done:
