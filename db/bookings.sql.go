@@ -167,3 +167,53 @@ func (q *Queries) BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) 
 	)
 	return i, err
 }
+
+const bookingListByHolder = `-- name: BookingListByHolder :many
+SELECT d.show_id, d.booking_id, d.generation, d.holder_id, d.fingerprint, d.status, d.confirmed_at, d.cancelled_at, d.seat_ids FROM booking_details d
+WHERE d.booking_id IN (
+    SELECT b.booking_id FROM bookings b
+    WHERE b.holder_id = $1
+      AND ($2::uuid IS NULL OR (b.confirmed_at, b.booking_id) <
+          (SELECT a.confirmed_at, a.booking_id FROM bookings a WHERE a.booking_id = $2 AND a.holder_id = $1))
+    ORDER BY b.confirmed_at DESC, b.booking_id DESC
+    LIMIT $3)
+ORDER BY d.confirmed_at DESC, d.booking_id DESC
+`
+
+type BookingListByHolderParams struct {
+	HolderID string
+	After    uuid.NullUUID
+	MaxRows  int32
+}
+
+// BookingListByHolder reads a holder's bookings newest first, after the booking
+// @after (none: from the newest).
+func (q *Queries) BookingListByHolder(ctx context.Context, arg BookingListByHolderParams) ([]BookingDetail, error) {
+	rows, err := q.db.Query(ctx, bookingListByHolder, arg.HolderID, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BookingDetail{}
+	for rows.Next() {
+		var i BookingDetail
+		if err := rows.Scan(
+			&i.ShowID,
+			&i.BookingID,
+			&i.Generation,
+			&i.HolderID,
+			&i.Fingerprint,
+			&i.Status,
+			&i.ConfirmedAt,
+			&i.CancelledAt,
+			&i.SeatIds,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

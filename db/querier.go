@@ -36,6 +36,9 @@ type Querier interface {
 	BookingGetByHold(ctx context.Context, arg BookingGetByHoldParams) (BookingDetail, error)
 	BookingGetByIdempotencyKey(ctx context.Context, arg BookingGetByIdempotencyKeyParams) (BookingDetail, error)
 	BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) (BookingGetForUpdateRow, error)
+	// BookingListByHolder reads a holder's bookings newest first, after the booking
+	// @after (none: from the newest).
+	BookingListByHolder(ctx context.Context, arg BookingListByHolderParams) ([]BookingDetail, error)
 	// DurabilityBarrier writes a row (see migration 00005), so that its transaction's COMMIT
 	// writes WAL and waits, as every such COMMIT does, for the synchronous standbys the
 	// server is set up with: once it returns, everything the server committed before it is
@@ -99,9 +102,16 @@ type Querier interface {
 	// whose reply was lost is settled only on the server that ran it: after a failover or a
 	// restart, its backend pid means nothing there.
 	ServerIdentity(ctx context.Context) (ServerIdentityRow, error)
+	// ShowDelete removes a show and, by cascade, its seats, fences and holder counts.
+	ShowDelete(ctx context.Context, showID string) (int64, error)
 	ShowExists(ctx context.Context, showID string) (bool, error)
 	// ShowInsert creates a show; 0 rows when it exists already.
 	ShowInsert(ctx context.Context, showID string) (int64, error)
+	// ShowList reads shows newest first, after the show named by @after (none: from the
+	// newest), with their seat and sold-seat counts.
+	ShowList(ctx context.Context, arg ShowListParams) ([]ShowListRow, error)
+	// ShowLockForDelete locks a show's row and says whether it ever had a booking.
+	ShowLockForDelete(ctx context.Context, showID string) (bool, error)
 	// ShowRulesGet reads a show's sale rules and their version.
 	ShowRulesGet(ctx context.Context, showID string) (ShowRulesGetRow, error)
 	// ShowRulesSet replaces a show's sale rules and moves their version forward.

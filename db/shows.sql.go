@@ -8,6 +8,8 @@ package db
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const holderSeatsByShow = `-- name: HolderSeatsByShow :many
@@ -88,6 +90,19 @@ func (q *Queries) HolderSeatsFind(ctx context.Context, arg HolderSeatsFindParams
 	return items, nil
 }
 
+const showDelete = `-- name: ShowDelete :execrows
+DELETE FROM shows WHERE show_id = $1
+`
+
+// ShowDelete removes a show and, by cascade, its seats, fences and holder counts.
+func (q *Queries) ShowDelete(ctx context.Context, showID string) (int64, error) {
+	result, err := q.db.Exec(ctx, showDelete, showID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const showExists = `-- name: ShowExists :one
 SELECT EXISTS (SELECT 1 FROM shows WHERE show_id = $1)
 `
@@ -111,6 +126,70 @@ func (q *Queries) ShowInsert(ctx context.Context, showID string) (int64, error) 
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const showList = `-- name: ShowList :many
+SELECT sh.show_id, sh.created_at,
+    (SELECT count(*) FROM seats s WHERE s.show_id = sh.show_id)::bigint AS seats,
+    (SELECT count(*) FROM seat_claims c WHERE c.show_id = sh.show_id)::bigint AS sold
+FROM shows sh
+WHERE $1::text IS NULL
+   OR (sh.created_at, sh.show_id) < (SELECT a.created_at, a.show_id FROM shows a WHERE a.show_id = $1)
+ORDER BY sh.created_at DESC, sh.show_id DESC
+LIMIT $2
+`
+
+type ShowListParams struct {
+	After   pgtype.Text
+	MaxRows int32
+}
+
+type ShowListRow struct {
+	ShowID    string
+	CreatedAt time.Time
+	Seats     int64
+	Sold      int64
+}
+
+// ShowList reads shows newest first, after the show named by @after (none: from the
+// newest), with their seat and sold-seat counts.
+func (q *Queries) ShowList(ctx context.Context, arg ShowListParams) ([]ShowListRow, error) {
+	rows, err := q.db.Query(ctx, showList, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ShowListRow{}
+	for rows.Next() {
+		var i ShowListRow
+		if err := rows.Scan(
+			&i.ShowID,
+			&i.CreatedAt,
+			&i.Seats,
+			&i.Sold,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const showLockForDelete = `-- name: ShowLockForDelete :one
+SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_bookings
+FROM shows sh WHERE sh.show_id = $1
+FOR UPDATE
+`
+
+// ShowLockForDelete locks a show's row and says whether it ever had a booking.
+func (q *Queries) ShowLockForDelete(ctx context.Context, showID string) (bool, error) {
+	row := q.db.QueryRow(ctx, showLockForDelete, showID)
+	var has_bookings bool
+	err := row.Scan(&has_bookings)
+	return has_bookings, err
 }
 
 const showRulesGet = `-- name: ShowRulesGet :one

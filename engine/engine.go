@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/migrations"
 )
 
 // Engine holds seats in Redis and confirms bookings in PostgreSQL. It is safe for
@@ -256,6 +257,11 @@ func (e *Engine) Close() {
 func (e *Engine) Ready(ctx context.Context) error {
 	if err := e.pool.Ping(ctx); err != nil {
 		return unavailable("postgres", err)
+	}
+	if err := migrations.Check(ctx, e.pool); err != nil {
+		// Not ready to serve a schema it does not know (a pending migration, or one
+		// rolled back under it): every write would fail, and say less.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if err := e.rdb.Ping(ctx).Err(); err != nil {
 		return unavailable("redis", err)

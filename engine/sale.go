@@ -288,8 +288,12 @@ func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
 			defer sh.rules.reading.Store(false)
 			rctx, cancel := context.WithTimeout(e.viewCtx, e.cfg.StatementTimeout)
 			defer cancel()
-			if st, err := e.loadRules(rctx, sh); err == nil && st.r.Queue != nil {
+			st, err := e.loadRules(rctx, sh)
+			switch {
+			case err == nil && st.r.Queue != nil:
 				e.watchQueue(sh.id)
+			case errors.Is(err, ErrNotFound):
+				e.forgetShow(sh) // deleted (DeleteShow, on any engine)
 			}
 		}()
 	}

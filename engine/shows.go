@@ -117,6 +117,17 @@ func (c *showCache) all() []*show {
 	return slices.Collect(maps.Values(c.shows))
 }
 
+// remove drops a cached show.
+func (c *showCache) remove(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.shows[id] == nil {
+		return
+	}
+	delete(c.shows, id)
+	c.order = slices.DeleteFunc(c.order, func(o string) bool { return o == id })
+}
+
 // forget remembers that id is not a show, until until.
 func (c *showCache) forget(id string, until time.Time) {
 	c.mu.Lock()

@@ -65,3 +65,16 @@ SELECT * FROM booking_details
 WHERE booking_id = (
     SELECT b.booking_id FROM bookings b WHERE b.show_id = @show_id AND b.hold_hash = @hold_hash
 );
+
+-- name: BookingListByHolder :many
+-- BookingListByHolder reads a holder's bookings newest first, after the booking
+-- @after (none: from the newest).
+SELECT d.* FROM booking_details d
+WHERE d.booking_id IN (
+    SELECT b.booking_id FROM bookings b
+    WHERE b.holder_id = @holder_id
+      AND (sqlc.narg(after)::uuid IS NULL OR (b.confirmed_at, b.booking_id) <
+          (SELECT a.confirmed_at, a.booking_id FROM bookings a WHERE a.booking_id = sqlc.narg(after) AND a.holder_id = @holder_id))
+    ORDER BY b.confirmed_at DESC, b.booking_id DESC
+    LIMIT @max_rows)
+ORDER BY d.confirmed_at DESC, d.booking_id DESC;

@@ -33,3 +33,25 @@ SELECT holder_id, seats, version FROM holder_seats
 WHERE show_id = @show_id AND holder_id > @after
 ORDER BY holder_id
 LIMIT @max_rows;
+
+-- name: ShowList :many
+-- ShowList reads shows newest first, after the show named by @after (none: from the
+-- newest), with their seat and sold-seat counts.
+SELECT sh.show_id, sh.created_at,
+    (SELECT count(*) FROM seats s WHERE s.show_id = sh.show_id)::bigint AS seats,
+    (SELECT count(*) FROM seat_claims c WHERE c.show_id = sh.show_id)::bigint AS sold
+FROM shows sh
+WHERE sqlc.narg(after)::text IS NULL
+   OR (sh.created_at, sh.show_id) < (SELECT a.created_at, a.show_id FROM shows a WHERE a.show_id = sqlc.narg(after))
+ORDER BY sh.created_at DESC, sh.show_id DESC
+LIMIT @max_rows;
+
+-- name: ShowLockForDelete :one
+-- ShowLockForDelete locks a show's row and says whether it ever had a booking.
+SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_bookings
+FROM shows sh WHERE sh.show_id = @show_id
+FOR UPDATE;
+
+-- name: ShowDelete :execrows
+-- ShowDelete removes a show and, by cascade, its seats, fences and holder counts.
+DELETE FROM shows WHERE show_id = @show_id;

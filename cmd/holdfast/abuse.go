@@ -26,8 +26,8 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("holdfast abuse", flag.ContinueOnError)
 	var backends backendFlags
 	seats := fs.Int("seats", 100_000, "seats of the show attacked (and sold by honest buyers meanwhile)")
-	backends.register(fs, getenv)
-	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
+	backends.register(fs, true)
+	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if backends.databaseURL == "" || backends.redisURL == "" {

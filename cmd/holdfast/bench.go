@@ -42,8 +42,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 		svgDir   = fs.String("svg", "", "also draw the charts (seats sold over time, hold p99 by arrival rate, batch sizes) as SVG files in this directory")
 	)
-	backends.register(fs, getenv)
-	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
+	backends.register(fs, true)
+	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if *duration <= 0 || *warmup < 0 || *seats < 10 || *buyers < 1 || *rate <= 0 {

@@ -22,18 +22,18 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	var (
 		backends backendFlags
 		eng      engineFlags
-		baseURL  = fs.String("url", getenv("HOLDFAST_URL"), "a running `holdfast serve` (env HOLDFAST_URL); empty: start one in-process")
-		adminURL = fs.String("admin-url", envOr(getenv, "HOLDFAST_ADMIN_URL", "http://127.0.0.1:9090"), "that server's admin listener (serve --admin-addr), where the show is created (env HOLDFAST_ADMIN_URL)")
+		baseURL  = fs.String("url", "", "URL of a running holdfast serve; empty: start one in-process")
+		adminURL = fs.String("admin-url", "http://127.0.0.1:9090", "that server's admin listener (serve --admin-addr), where the show is created")
 		show     = fs.String("show", fmt.Sprintf("sale-%d", time.Now().Unix()), "show to create and sell")
 		seats    = fs.Int("seats", 500, "seats of the show")
 		buyers   = fs.Int("buyers", 200, "concurrent buyers")
 		ttl      = fs.Duration("hold-ttl", time.Second, "TTL buyers ask for (late payers wait past it)")
 		duration = fs.Duration("duration", time.Minute, "stop by then even if seats remain")
-		opToken  = fs.String("operator-token", getenv("HOLDFAST_OPERATOR_TOKEN"), "the server's operator token, to create the show (env HOLDFAST_OPERATOR_TOKEN)")
+		opToken  = fs.String("operator-token", "", "the server's operator token, to create the show")
 	)
-	backends.register(fs, getenv)
-	eng.register(fs, getenv)
-	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
+	backends.register(fs, true)
+	eng.registerPrefix(fs)
+	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if *seats < 1 || *buyers < 1 || *ttl < time.Millisecond || *duration <= 0 {

@@ -22,8 +22,8 @@ import (
 	"time"
 )
 
-// TestUsageNeverPrintsSecrets: --help and a usage error print flag defaults, and the
-// defaults of the URLs and tokens come from the environment: no password, no token.
+// TestUsageNeverPrintsSecrets: --help prints flag defaults and a usage error the error,
+// with the URLs and tokens set in the environment: no password, no token.
 func TestUsageNeverPrintsSecrets(t *testing.T) {
 	t.Parallel()
 	vars := env(map[string]string{
@@ -35,10 +35,16 @@ func TestUsageNeverPrintsSecrets(t *testing.T) {
 	for _, args := range [][]string{{"serve", "--help"}, {"serve", "--bogus"}, {"migrate", "--help"}, {"demo", "--help"},
 		{"resync", "--bogus"}, {"bench", "--help"}} {
 		var out, errOut bytes.Buffer
-		_ = run(t.Context(), args, vars, &out, &errOut)
+		err := run(t.Context(), args, vars, &out, &errOut)
 		all := out.String() + errOut.String()
-		if !strings.Contains(all, "-database-url") {
-			t.Fatalf("%v printed no usage: %q", args, all)
+		if err != nil {
+			all += err.Error()
+		}
+		if args[1] == "--help" && !strings.Contains(all, "-database-url") {
+			t.Fatalf("%v printed no flags: %q", args, all)
+		}
+		if args[1] == "--bogus" && (exitCode(err) != exitUsage || !strings.HasPrefix(all, "flag provided but not defined: -bogus\nusage: holdfast "+args[0])) {
+			t.Fatalf("%v: want the error first, then the usage line: %q", args, all)
 		}
 		for _, secret := range []string{"pg-Secret-Pass", "redis-Secret-Pass", "operator-Secret-Token", "log-Secret-Key"} {
 			if strings.Contains(all, secret) {

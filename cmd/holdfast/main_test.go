@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/engine"
 	"github.com/holdfast/holdfast/internal/testsvc"
 	"github.com/holdfast/holdfast/migrations"
 )
@@ -248,5 +249,61 @@ func TestDemoInProcess(t *testing.T) {
 	}
 	if !sawCheck || !strings.Contains(text, "60/60 seats sold") {
 		t.Fatalf("demo output:\n%s", text)
+	}
+}
+
+// TestMigrateDownRefusesToDestroyData: down says what rolling back the newest
+// migration drops; it refuses while those tables or columns hold rows, unless --force;
+// and an engine on a database behind its build is not ready, saying why.
+func TestMigrateDownRefusesToDestroyData(t *testing.T) {
+	t.Parallel()
+	pool, url := testsvc.EmptyDatabase(t)
+	vars := env(map[string]string{"DATABASE_URL": url})
+	var out bytes.Buffer
+	step := func(args ...string) (int, string, error) {
+		out.Reset()
+		err := run(t.Context(), append([]string{"migrate"}, args...), vars, &out, io.Discard)
+		return exitCode(err), out.String(), err
+	}
+	if code, text, err := step("up"); code != 0 {
+		t.Fatalf("up: %v %s", err, text)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO shows (show_id) VALUES ('gala')`); err != nil {
+		t.Fatal(err)
+	}
+	var before int64
+	if err := pool.QueryRow(t.Context(), `SELECT max(version_id) FROM goose_db_version`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	code, text, err := step("down")
+	if code != exitFailure || !strings.Contains(err.Error(), "--force") || !strings.Contains(text, "drops column shows.holder_limit (of 1 rows)") {
+		t.Fatalf("down with data: exit %d, %v, output %q; want a refusal listing what it drops", code, err, text)
+	}
+	var after int64
+	if err := pool.QueryRow(t.Context(), `SELECT max(version_id) FROM goose_db_version`).Scan(&after); err != nil || after != before {
+		t.Fatalf("a refused down changed the schema version: %d -> %d (%v)", before, after, err)
+	}
+	if code, text, err := step("down", "--force"); code != 0 || !strings.Contains(text, "rolled back") {
+		t.Fatalf("down --force: %d %v %q", code, err, text)
+	}
+	var verr *migrations.VersionError
+	if err := migrations.Check(t.Context(), pool); !errors.As(err, &verr) || verr.Database != before-1 || verr.Build != migrations.Latest() {
+		t.Fatalf("check after down: %v", err)
+	}
+	rdb := testsvc.Redis(t)
+	cfg := engine.Config{KeyPrefix: testsvc.KeyPrefix(t)}
+	e, err := engine.New(pool, rdb, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Ready(t.Context()); !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "migrate up") {
+		t.Fatalf("engine ready on a database behind its build: %v", err)
+	}
+	if code, _, err := step("up"); code != 0 {
+		t.Fatal(err)
+	}
+	if err := e.Ready(t.Context()); err != nil {
+		t.Fatalf("ready after up: %v", err)
 	}
 }

@@ -16,19 +16,18 @@ import (
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("holdfast migrate up|down|status", flag.ContinueOnError)
 	var backends backendFlags
-	backends.register(fs, getenv)
-	positional, err := parseFlags(fs, args, stdout, stderr, 1)
+	force := fs.Bool("force", false, "down: roll back even when the migration drops tables or columns that hold data")
+	backends.register(fs, false)
+	positional, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 1)
 	if err != nil {
 		return err
 	}
 	if len(positional) != 1 {
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return usageErr("migrate takes one of up, down, status")
+		return commandUsage(fs, "migrate takes one of up, down, status")
 	}
 	action := positional[0]
 	if action != "up" && action != "down" && action != "status" {
-		return usageErr("migrate %q: want up, down or status", action)
+		return commandUsage(fs, "migrate %q: want up, down or status", action)
 	}
 	pool, err := backends.openPool(ctx)
 	if err != nil {
@@ -55,6 +54,27 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		fmt.Fprintf(stdout, "database at version %d\n", v)
 	case "down":
+		v, err := p.GetDBVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate down: %w", err)
+		}
+		if v == 0 {
+			return fmt.Errorf("migrate down: nothing to roll back")
+		}
+		loss, err := migrations.DownLoss(ctx, pool, v)
+		if err != nil {
+			return fmt.Errorf("migrate down: %w", err)
+		}
+		for _, d := range loss.Tables {
+			fmt.Fprintf(stdout, "rolling back %s drops table %s (%d rows)\n", loss.Migration, d.Name, d.Rows)
+		}
+		for _, d := range loss.Columns {
+			fmt.Fprintf(stdout, "rolling back %s drops column %s (of %d rows)\n", loss.Migration, d.Name, d.Rows)
+		}
+		if loss.Data() && !*force {
+			return &exitError{code: exitFailure, msg: fmt.Sprintf("not rolling back %s: it would destroy the data listed above, "+
+				"which a later `migrate up` does not bring back; back the database up (pg_dump) and run `holdfast migrate down --force` to do it anyway", loss.Migration)}
+		}
 		r, err := p.Down(ctx)
 		if err != nil {
 			return fmt.Errorf("migrate down: %w", err)

@@ -17,7 +17,7 @@ import (
 // authoritative (engine.Reconcile): markers ahead of the database — bookings a
 // PostgreSQL failover lost — are set back too, and each lost booking is printed.
 func resync(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("holdfast resync", flag.ContinueOnError)
+	fs := flag.NewFlagSet("holdfast resync --show SHOW", flag.ContinueOnError)
 	var (
 		backends backendFlags
 		eng      engineFlags
@@ -27,15 +27,13 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.Var(&shows, "show", "a show to resync (repeat for several)")
 	fs.BoolVar(&fromDB, "from-database", false,
 		"make Redis say exactly what PostgreSQL says, lowering markers of bookings the database lost (after a failover); prints each lost booking")
-	backends.register(fs, getenv)
-	eng.register(fs, getenv)
-	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
+	backends.register(fs, true)
+	eng.registerPrefix(fs)
+	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if len(shows) == 0 {
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return usageErr("resync takes --show SHOW (one or more)")
+		return commandUsage(fs, "resync needs --show SHOW (one or more)")
 	}
 	pool, err := backends.openPool(ctx)
 	if err != nil {

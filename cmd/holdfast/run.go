@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -46,9 +47,12 @@ Usage:
   holdfast demo    [flags]              simulate a sale opening against a live server
   holdfast bench   [flags]              measure throughput against raw Redis and PostgreSQL
   holdfast abuse   [flags]              run the attacks of docs/RELIABILITY.md ("Abuse") against two servers it starts
+  holdfast env                          every HOLDFAST_ variable: the flag it sets, its default
   holdfast version                      the module version and the source revision
 
-Every command reads DATABASE_URL and REDIS_URL (or --database-url / --redis-url).
+Every flag can also be set from the environment: HOLDFAST_ and its name in capitals
+(--rate-limit: HOLDFAST_RATE_LIMIT); DATABASE_URL and REDIS_URL work too. "holdfast
+env" lists them all.
 Flags may come before or after a command's arguments. Run "holdfast <command> -h" for
 its flags.
 `
@@ -75,6 +79,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	case "env":
+		if len(args) > 1 {
+			return usageErr("env takes no arguments\nusage: holdfast env")
+		}
+		return envTable(stdout)
 	case "version", "--version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -92,12 +101,16 @@ type backendFlags struct {
 	pgMaxConns   int
 }
 
-func (b *backendFlags) register(fs *flag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&b.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
-	fs.StringVar(&b.redisURL, "redis-url", getenv("REDIS_URL"),
-		"Redis URL; behind Sentinel redis://SENTINEL:26379/0?master_name=NAME[&addr=SENTINEL2:26379...]; or a comma-separated list of host:port for Redis Cluster (env REDIS_URL)")
-	fs.BoolVar(&b.redisCluster, "redis-cluster", getenv("REDIS_CLUSTER") == "true", "treat REDIS_URL as a Redis Cluster (env REDIS_CLUSTER=true)")
+// register adds the PostgreSQL flags, and with redis the Redis ones: each command
+// lists only the backends it uses.
+func (b *backendFlags) register(fs *flag.FlagSet, redis bool) {
+	fs.StringVar(&b.databaseURL, "database-url", "", "PostgreSQL URL")
 	fs.IntVar(&b.pgMaxConns, "pg-max-conns", 32, "PostgreSQL pool size")
+	if redis {
+		fs.StringVar(&b.redisURL, "redis-url", "",
+			"Redis URL; behind Sentinel redis://SENTINEL:26379/0?master_name=NAME[&addr=SENTINEL2:26379...]; or a comma-separated list of host:port for Redis Cluster")
+		fs.BoolVar(&b.redisCluster, "redis-cluster", false, "treat --redis-url as a Redis Cluster")
+	}
 }
 
 // openPool connects to PostgreSQL, saying how to fix a missing or bad setting.
@@ -195,8 +208,15 @@ type engineFlags struct {
 	otlpEndpoint      string
 }
 
-func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&f.keyPrefix, "key-prefix", getenv("HOLDFAST_KEY_PREFIX"), "Redis key prefix (env HOLDFAST_KEY_PREFIX; default holdfast)")
+// registerPrefix adds only --key-prefix: commands that use the engine but not its
+// tuning (resync, demo).
+func (f *engineFlags) registerPrefix(fs *flag.FlagSet) {
+	fs.StringVar(&f.keyPrefix, "key-prefix", "", "Redis key prefix (default holdfast)")
+}
+
+// register adds --key-prefix and every tuning flag of the engine.
+func (f *engineFlags) register(fs *flag.FlagSet) {
+	f.registerPrefix(fs)
 	fs.DurationVar(&f.defaultHoldTTL, "default-hold-ttl", 0, "hold TTL when a request names none (default 5m)")
 	fs.DurationVar(&f.maxHoldTTL, "max-hold-ttl", 0, "longest TTL of one hold or extension (default 15m)")
 	fs.DurationVar(&f.maxHoldAge, "max-hold-age", 0, "longest total life of a hold with its extensions (default 30m)")
@@ -208,8 +228,8 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.IntVar(&f.confirmConns, "confirm-conns", 0, "batches in flight at once, each on a connection: about the database server's cores (default 2)")
 	fs.BoolVar(&f.confirmSavepoints, "confirm-savepoints", false, "isolate each confirmation of a batch in a savepoint instead of deciding it from the batch's reads (slower; batch at most 64)")
 	fs.BoolVar(&f.noAutoPipeline, "no-auto-pipeline", false, "send every hold script on its own instead of sharing round trips between concurrent calls")
-	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", getenv("OTEL_EXPORTER_OTLP_ENDPOINT"),
-		"export traces by OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 (/v1/traces is added to a bare URL; env OTEL_EXPORTER_OTLP_ENDPOINT); empty: no tracing")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "",
+		"export traces by OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 (/v1/traces is added to a bare URL); empty: no tracing")
 }
 
 func (f *engineFlags) config() engine.Config {
@@ -219,36 +239,53 @@ func (f *engineFlags) config() engine.Config {
 		ConfirmConns: f.confirmConns, NoAutoPipeline: f.noAutoPipeline, ConfirmSavepoints: f.confirmSavepoints}
 }
 
-// parseFlags parses a command's flags wherever they stand among its arguments (as in
-// "holdfast migrate status --database-url …"), and returns the other arguments, at most
-// maxArgs of them. -h / --help prints the command's flags on stdout and ends with exit
-// 0; a bad flag or an extra argument is a usage error on stderr.
-func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, maxArgs int) ([]string, error) {
-	hideSecretDefaults(fs)
+// parseFlags sets a command's flags from the environment (applyEnv), then from its
+// arguments, wherever they stand among them (as in "holdfast migrate status
+// --database-url …"), and returns the other arguments, at most maxArgs of them. -h /
+// --help prints the command's flags on stdout and ends with exit 0; a bad flag or an
+// extra argument is a usage error: the error first, then the command's usage line.
+func parseFlags(ctx context.Context, fs *flag.FlagSet, args []string, getenv func(string) string, stdout, stderr io.Writer, maxArgs int) ([]string, error) {
+	if sets, ok := ctx.Value(flagSetsKey{}).(*[]*flag.FlagSet); ok {
+		*sets = append(*sets, fs)
+	}
+	envErr := applyEnv(fs, getenv)
 	var msgs bytes.Buffer
 	fs.SetOutput(&msgs)
+	full := fs.Usage
+	fs.Usage = func() {}
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fs.SetOutput(stdout)
-				fs.Usage()
+				full()
 				return nil, &exitError{code: 0}
 			}
-			_, _ = io.Copy(stderr, &msgs)
-			return nil, &exitError{code: exitUsage}
+			return nil, commandUsage(fs, "%v", err)
 		}
 		if fs.NArg() == 0 {
 			break
 		}
 		positional, args = append(positional, fs.Arg(0)), fs.Args()[1:]
 	}
+	if envErr != nil {
+		return nil, envErr
+	}
 	if len(positional) > maxArgs {
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return nil, usageErr("%s: unexpected argument %q", fs.Name(), positional[maxArgs])
+		return nil, commandUsage(fs, "unexpected argument %q", positional[maxArgs])
 	}
 	return positional, nil
+}
+
+// commandUsage is a usage error of a command: what is wrong, then how the command goes
+// and where its flags are listed.
+func commandUsage(fs *flag.FlagSet, format string, args ...any) error {
+	words := strings.Fields(fs.Name()) // "holdfast migrate up|down|status"
+	cmd := words[len(words)-1]
+	if len(words) > 1 {
+		cmd = words[1]
+	}
+	return usageErr("%s\nusage: %s [flags]   (holdfast %s -h lists the flags)", fmt.Sprintf(format, args...), fs.Name(), cmd)
 }
 
 func redactURL(s string) string {
@@ -262,53 +299,44 @@ func redactErr(err error, secretURL string) string {
 	return strings.ReplaceAll(err.Error(), secretURL, redactURL(secretURL))
 }
 
-// version is the module version and, for a build from a checkout, the source revision
-// (with "+dirty" when the work tree had changes).
+// stampedVersion and stampedRevision are set by `make build` (-ldflags -X) for builds
+// whose toolchain records neither (a build from a tarball, -buildvcs=false).
+var stampedVersion, stampedRevision string
+
+// version says what was built: the module version (a tag, or a pseudo-version), the
+// source revision (with "+dirty" when the work tree had changes) and its time, and the
+// Go version; what is not known is called unknown.
 func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "holdfast (no build information)"
+	ver, rev, at, goVersion := "unknown", "unknown", "", runtime.Version()
+	if stampedVersion != "" {
+		ver = stampedVersion
 	}
-	v := "holdfast " + info.Main.Version
-	var rev, at string
-	dirty := false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
+	if stampedRevision != "" {
+		rev = stampedRevision
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v := info.Main.Version; v != "" && v != "(devel)" {
+			ver = v
 		}
-	}
-	if rev != "" {
-		v += " (" + rev
+		dirty := false
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
 		if dirty {
-			v += "+dirty"
+			rev += "+dirty"
 		}
-		if at != "" {
-			v += ", " + at
-		}
-		v += ")"
+		goVersion = info.GoVersion
 	}
-	return v + " " + info.GoVersion
-}
-
-// secretFlags are the flags whose defaults (from the environment) may hold a secret.
-var secretFlags = map[string]bool{"database-url": true, "redis-url": true, "operator-token": true, "log-key": true}
-
-// hideSecretDefaults keeps secrets out of --help and usage errors: a URL's default is
-// printed without its password, a token's not at all.
-func hideSecretDefaults(fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		if !secretFlags[f.Name] || f.DefValue == "" {
-			return
-		}
-		if strings.HasSuffix(f.Name, "-url") {
-			f.DefValue = redactURL(f.DefValue)
-			return
-		}
-		f.DefValue = "(set from the environment, not shown)"
-	})
+	out := "holdfast " + ver + " (revision " + rev
+	if at != "" {
+		out += ", " + at
+	}
+	return out + ", " + goVersion + ")"
 }

@@ -36,9 +36,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	var (
 		backends  backendFlags
 		eng       engineFlags
-		addr      = fs.String("addr", envOr(getenv, "LISTEN_ADDR", "127.0.0.1:8080"), "listen address host:port (env LISTEN_ADDR)")
-		adminAddr = fs.String("admin-addr", envOr(getenv, "HOLDFAST_ADMIN_ADDR", "127.0.0.1:9090"),
-			"listen address of the admin listener: /metrics, show creation, resync, the detailed /readyz; keep it off the public network (env HOLDFAST_ADMIN_ADDR)")
+		addr      = fs.String("addr", "127.0.0.1:8080", "listen address host:port")
+		adminAddr = fs.String("admin-addr", "127.0.0.1:9090",
+			"listen address of the admin listener: /metrics, show creation, resync, the detailed /readyz; keep it off the public network")
 		rateLimit  = fs.Float64("rate-limit", 20, "holds and confirmations per second per holder")
 		rateBurst  = fs.Int("rate-burst", 40, "burst of holds and confirmations per holder")
 		addrLimit  = fs.Float64("addr-rate-limit", 100, "holds and confirmations per second per client address (all its holders)")
@@ -46,31 +46,31 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		readLimit  = fs.Float64("read-rate-limit", 50, "reads per second per client address, and per holder when one is named")
 		readBurst  = fs.Int("read-rate-burst", 100, "burst of reads per client address or holder")
 		addrSeats  = fs.Int("max-seats-per-addr", 100, "seats one client address may hold at once in one show, whatever holder ids it uses")
-		proxies    = fs.String("trusted-proxy", getenv("HOLDFAST_TRUSTED_PROXY"), "comma-separated CIDRs of proxies whose X-Forwarded-For is believed (env HOLDFAST_TRUSTED_PROXY)")
+		proxies    = fs.String("trusted-proxy", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
 		maxConns   = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted")
 		maxStreams = fs.Int("max-streams", 1024, "most seat-map event streams open at once (at most half of --max-conns)")
 		addrStream = fs.Int("max-streams-per-addr", 16, "most event streams open at once from one client address")
-		jwtSecret  = fs.String("holder-jwt-secret-file", getenv("HOLDFAST_HOLDER_JWT_SECRET_FILE"),
-			"file with the HS256 secret of signed holders (Authorization: Bearer <JWT>, sub the holder); read again when it changes (env HOLDFAST_HOLDER_JWT_SECRET_FILE)")
-		jwtKey = fs.String("holder-jwt-key", getenv("HOLDFAST_HOLDER_JWT_KEY"),
-			"file with the PEM public key (RSA, ECDSA P-256 or Ed25519) of signed holders; read again when it changes (env HOLDFAST_HOLDER_JWT_KEY)")
-		tlsCert = fs.String("tls-cert", getenv("HOLDFAST_TLS_CERT"), "PEM certificate chain: serve HTTPS (and HTTP/2) on --addr; read again when it changes (env HOLDFAST_TLS_CERT)")
-		tlsKey  = fs.String("tls-key", getenv("HOLDFAST_TLS_KEY"), "PEM private key of --tls-cert (env HOLDFAST_TLS_KEY)")
-		opToken = fs.String("operator-token", getenv("HOLDFAST_OPERATOR_TOKEN"),
-			"bearer token of the operator routes (show creation, resync); empty turns them off (env HOLDFAST_OPERATOR_TOKEN)")
-		opTokenFile = fs.String("operator-token-file", getenv("HOLDFAST_OPERATOR_TOKEN_FILE"),
-			"file with the operator token instead, read again when it changes: rotation without a restart (env HOLDFAST_OPERATOR_TOKEN_FILE)")
-		logKey = fs.String("log-key", getenv("HOLDFAST_LOG_KEY"),
-			"secret that keys the holder hash in logs; random per process when empty (env HOLDFAST_LOG_KEY)")
-		logLevel  = fs.String("log-level", envOr(getenv, "HOLDFAST_LOG_LEVEL", "info"), "least level logged: debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
+		jwtSecret  = fs.String("holder-jwt-secret-file", "",
+			"file with the HS256 secret of signed holders (Authorization: Bearer <JWT>, sub the holder); read again when it changes")
+		jwtKey = fs.String("holder-jwt-key", "",
+			"file with the PEM public key (RSA, ECDSA P-256 or Ed25519) of signed holders; read again when it changes")
+		tlsCert = fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (and HTTP/2) on --addr; read again when it changes")
+		tlsKey  = fs.String("tls-key", "", "PEM private key of --tls-cert")
+		opToken = fs.String("operator-token", "",
+			"bearer token of the operator routes (show creation, resync); empty turns them off")
+		opTokenFile = fs.String("operator-token-file", "",
+			"file with the operator token instead, read again when it changes: rotation without a restart")
+		logKey = fs.String("log-key", "",
+			"secret that keys the holder hash in logs; random per process when empty")
+		logLevel  = fs.String("log-level", "info", "least level logged: debug, info, warn or error")
 		reqLevel  = fs.String("request-log-level", "info", "level of the one line logged per request: debug or info")
 		drainWait = fs.Duration("shutdown-timeout", 15*time.Second, "how long in-flight requests may take after SIGINT/SIGTERM")
 		demoShow  = fs.String("demo-show", "", "create this show (if missing) before serving")
 		demoSeats = fs.Int("demo-seats", 500, "seats of --demo-show")
 	)
-	backends.register(fs, getenv)
-	eng.register(fs, getenv)
-	if _, err := parseFlags(fs, args, stdout, stderr, 0); err != nil {
+	backends.register(fs, true)
+	eng.register(fs)
+	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
@@ -343,9 +343,9 @@ func openService(ctx context.Context, backends *backendFlags, eng *engineFlags, 
 		svc.close()
 		return nil, fmt.Errorf("not starting: %w", err)
 	}
-	if pending, err := pendingMigrations(rctx, pool); err != nil || pending {
-		svc.close()
-		return nil, fmt.Errorf("not starting: the database is not migrated (%v); run `holdfast migrate up`", err)
+	if v, err := migrations.Version(rctx, pool); err == nil && v > migrations.Latest() {
+		log.Warn("the database schema is newer than this build: a newer holdfast migrated it; this build serves on (migrations only add)",
+			"schema_version", v, "build_version", migrations.Latest())
 	}
 	opts.Logger, opts.Registry = log, reg
 	if svc.tp != nil {
@@ -371,19 +371,4 @@ func (s *service) close() {
 	s.pool.Close()
 }
 
-func envOr(getenv func(string) string, key, def string) string {
-	if v := getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 // pendingMigrations reports whether the database lacks migrations this binary has.
-func pendingMigrations(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
-	p, err := migrations.NewProvider(pool)
-	if err != nil {
-		return false, err
-	}
-	defer p.Close()
-	return p.HasPending(ctx)
-}
