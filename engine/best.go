@@ -66,7 +66,12 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	if req.Section != "" {
 		n, ok := sh.sections[req.Section]
 		if !ok {
-			return Hold{}, notFound("section %q in show %q", req.Section, sh.id)
+			names := make([]string, 0, len(sh.sections))
+			for name := range sh.sections {
+				names = append(names, fmt.Sprintf("%q", name))
+			}
+			slices.Sort(names)
+			return Hold{}, notFound("section %q in show %q; its sections are %s", req.Section, sh.id, strings.Join(names, ", "))
 		}
 		sections = []string{strconv.Itoa(n)}
 	} else {

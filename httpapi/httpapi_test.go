@@ -143,7 +143,7 @@ func (a *api) do(method, path, holder, key string, body any) reply {
 	if key != "" {
 		h.Set(IdempotencyHeader, key)
 	}
-	if method == "PUT" || strings.HasSuffix(path, "/resync") {
+	if adminRoute(method, path) {
 		h.Set("Authorization", "Bearer "+a.s.opts.OperatorToken)
 	}
 	return a.doHeaders(method, path, h, body)
@@ -162,7 +162,8 @@ func (a *api) doHeaders(method, path string, headers http.Header, body any) repl
 
 // adminRoute reports whether method and path name a route of the admin listener only.
 func adminRoute(method, path string) bool {
-	return (method == "PUT" && strings.HasPrefix(path, "/v1/shows/")) ||
+	showPath := strings.HasPrefix(path, "/v1/shows/") && strings.Count(path, "/") == 3
+	return (method == "PUT" && strings.HasPrefix(path, "/v1/shows/")) || (method == "DELETE" && showPath) ||
 		(method == "POST" && strings.HasSuffix(path, "/resync")) || path == "/metrics"
 }
 

@@ -61,6 +61,8 @@ func TestRedisDownAnswersEveryRouteQuickly(t *testing.T) {
 		call{"POST", "/v1/holds/release", "alice", string(holdBody)},
 		call{"POST", "/v1/bookings", "alice", string(holdBody)},
 		call{"DELETE", "/v1/bookings/" + booking.body["id"].(string), "alice", ""},
+		call{"GET", "/v1/holders/me/holds?show=unseen", "alice", ""},
+		call{"GET", "/v1/holders/me/holds?show=known", "alice", ""},
 	)
 	for _, c := range calls {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -102,5 +104,7 @@ func TestRedisDownAnswersEveryRouteQuickly(t *testing.T) {
 	// What needs only PostgreSQL (or nothing) still works.
 	a.want(a.do("GET", "/v1/bookings/"+booking.body["id"].(string), "alice", "", nil), 200, "")
 	a.want(a.do("GET", "/v1/shows/unseen/layout", "", "", nil), 200, "")
+	a.want(a.do("GET", "/v1/holders/me/bookings", "alice", "", nil), 200, "")
+	a.want(a.do("GET", "/v1/shows", "", "", nil), 200, "")
 	a.want(a.do("GET", "/livez", "", "", nil), 200, "")
 }

@@ -153,6 +153,8 @@ func problem(err error) (status int, typ, title string) {
 		return http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency key reused"
 	case errors.Is(err, engine.ErrExtendLimit):
 		return http.StatusUnprocessableEntity, "extend-limit", "Hold extend limit reached"
+	case errors.Is(err, engine.ErrShowInUse):
+		return http.StatusConflict, "show-in-use", "Show in use"
 	case errors.Is(err, engine.ErrUnavailable):
 		return http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable"
 	case errors.Is(err, engine.ErrOverloaded):
@@ -164,7 +166,9 @@ func problem(err error) (status int, typ, title string) {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, typ, title := problem(err)
-	detail := err.Error()
+	// The engine's errors say "engine: …" for Go callers; a client of the API is told
+	// what happened, not which package said it.
+	detail := strings.ReplaceAll(err.Error(), "engine: ", "")
 	switch {
 	case typ == "overloaded": // shed on purpose: say why, log quietly
 		w.Header().Set("Retry-After", "1")

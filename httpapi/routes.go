@@ -26,6 +26,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 	}
 	shows := func(fn http.HandlerFunc) http.HandlerFunc { return s.reading(s.showLookups(fn)) }
 	pub := []route{
+		{"GET", "/v1/shows", s.reading(s.getShows)},
 		{"GET", "/v1/shows/{show}/layout", shows(s.getLayout)},
 		{"GET", "/v1/shows/{show}/seats", shows(s.getSeats)},
 		{"GET", "/v1/shows/{show}/events", shows(s.getEvents)},
@@ -39,6 +40,8 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"POST", "/v1/bookings", s.limited(s.postBooking)},
 		{"GET", "/v1/bookings/{id}", s.reading(s.getBooking)},
 		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
+		{"GET", "/v1/holders/me/bookings", s.holderReading(s.getMyBookings)},
+		{"GET", "/v1/holders/me/holds", s.holderReading(s.getMyHolds)},
 		{"GET", "/livez", http.HandlerFunc(s.livez)},
 		{"GET", "/readyz", http.HandlerFunc(s.readyz)},
 		{"GET", "/openapi.yaml", http.HandlerFunc(serveOpenAPI)},
@@ -51,6 +54,8 @@ func (s *Server) routes() (public, admin http.Handler) {
 	}
 	adm := []route{
 		{"PUT", "/v1/shows/{show}", s.operatorOnly(s.putShow)},
+		{"DELETE", "/v1/shows/{show}", s.operatorOnly(s.deleteShow)},
+		{"GET", "/v1/shows", s.operatorOnly(s.getShows)},
 		{"POST", "/v1/shows/{show}/resync", s.operatorOnly(s.postResync)},
 		{"PUT", "/v1/shows/{show}/rules", s.operatorOnly(s.putRules)},
 		{"GET", "/v1/shows/{show}/rules", s.operatorOnly(s.getRules)},
@@ -280,12 +285,16 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 func (s *Server) postExtend(w http.ResponseWriter, r *http.Request, holder string) {
 	var body struct {
 		holdJSON `json:",inline"`
-		TTLms    int64 `json:"ttl_ms"`
+		TTLms    *int64 `json:"ttl_ms"`
 	}
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
-	ttl, err := ttlFromMillis(body.TTLms)
+	if body.TTLms == nil {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "ttl_ms", Rule: "required: how long the hold is extended by, in milliseconds"})
+		return
+	}
+	ttl, err := ttlFromMillis(*body.TTLms)
 	if err != nil {
 		s.fail(w, r, err)
 		return
