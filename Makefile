@@ -18,7 +18,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
+.PHONY: readme reset help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,6 +28,9 @@ services: ## Start PostgreSQL and Redis on loopback for this checkout (unless DA
 
 services-down: ## Stop the PostgreSQL and Redis that `make services` started
 	@$(SERVICES) stop
+
+reset: ## Stop this checkout's PostgreSQL and Redis and delete their data: the next make run starts clean
+	@$(SERVICES) reset
 
 generate: ## Regenerate db/ from queries/ and migrations/ with sqlc $(SQLC_VERSION)
 	$(SQLC) generate
@@ -102,3 +105,6 @@ run-ha: build ## Highly available on loopback: a pg_auto_failover formation, Red
 
 ha-down: ## Stop what make run-ha started
 	@$(HA) stop
+
+readme: ## Write the table of environment variables (holdfast env) into README.md
+	HOLDFAST_UPDATE_README=1 go test -count=1 -run TestREADMEListsEveryVariable ./cmd/holdfast

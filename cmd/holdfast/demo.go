@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/holdfast/holdfast/httpapi"
@@ -24,11 +25,13 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		eng      engineFlags
 		baseURL  = fs.String("url", "", "URL of a running holdfast serve; empty: start one in-process")
 		adminURL = fs.String("admin-url", "http://127.0.0.1:9090", "that server's admin listener (serve --admin-addr), where the show is created")
-		show     = fs.String("show", fmt.Sprintf("sale-%d", time.Now().Unix()), "show to create and sell")
+		show     = fs.String("show", "", "show to create and sell (default sale-<unix time>: a new show each run)")
 		seats    = fs.Int("seats", 500, "seats of the show")
 		buyers   = fs.Int("buyers", 200, "concurrent buyers")
 		ttl      = fs.Duration("hold-ttl", time.Second, "TTL buyers ask for (late payers wait past it)")
-		duration = fs.Duration("duration", time.Minute, "stop by then even if seats remain")
+		pace     = fs.Duration("pace", time.Minute, "spread the sale over about this long, to watch it on the page; 0: as fast as the buyers go")
+		duration = fs.Duration("duration", 0, "stop by then even if seats remain (default: --pace plus a minute)")
+		startIn  = fs.Duration("start-in", 5*time.Second, "wait this long after printing the show's page, before the sale opens (time to open it)")
 		opToken  = fs.String("operator-token", "", "the server's operator token, to create the show")
 	)
 	backends.register(fs, true)
@@ -36,8 +39,14 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
-	if *seats < 1 || *buyers < 1 || *ttl < time.Millisecond || *duration <= 0 {
-		return usageErr("--seats, --buyers, --hold-ttl and --duration must be positive")
+	if *seats < 1 || *buyers < 1 || *ttl < time.Millisecond || *duration < 0 || *pace < 0 || *startIn < 0 {
+		return commandUsage(fs, "--seats, --buyers and --hold-ttl must be positive; --duration, --pace and --start-in not negative")
+	}
+	if *show == "" {
+		*show = fmt.Sprintf("sale-%d", time.Now().Unix())
+	}
+	if *duration == 0 {
+		*duration = *pace + time.Minute
 	}
 	pool, err := backends.openPool(ctx)
 	if err != nil {
@@ -73,9 +82,10 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		*adminURL = "http://" + aln.Addr().String()
 		fmt.Fprintf(stdout, "demo: serving in-process on %s\n", url)
 	}
-	fmt.Fprintf(stdout, "demo: %d buyers open the sale of %s (%d seats) at %s\n", *buyers, *show, *seats, url)
+	fmt.Fprintf(stdout, "demo: watch the sale on %s/shows/%s\n", strings.TrimRight(url, "/"), *show)
+	fmt.Fprintf(stdout, "demo: %d buyers open the sale of %s (%d seats, paced over %v) in %v\n", *buyers, *show, *seats, *pace, *startIn)
 	sum, err := demo.Run(ctx, demo.Options{BaseURL: url, Pool: pool, ShowID: *show, Seats: *seats, Buyers: *buyers,
-		HoldTTL: *ttl, Duration: *duration, Progress: stderr, AdminURL: *adminURL, OperatorToken: *opToken})
+		HoldTTL: *ttl, Duration: *duration, Pace: *pace, StartIn: *startIn, Progress: stderr, AdminURL: *adminURL, OperatorToken: *opToken})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,10 @@ var envAliases = map[string]string{
 	"otlp-endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT",
 }
 
+// notFromEnv are the flags the environment does not set: migrate --force destroys data,
+// and a variable left in an env file must not do that for whoever runs migrate next.
+var notFromEnv = map[string]bool{"force": true}
+
 // secretFlags are the flags whose values are secrets: never printed, not even in an
 // error about their value.
 var secretFlags = map[string]bool{"database-url": true, "redis-url": true, "operator-token": true, "log-key": true}
@@ -47,6 +51,9 @@ func envNames(flagName string) []string {
 func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
+		if notFromEnv[f.Name] {
+			return
+		}
 		names := envNames(f.Name)
 		f.Usage += " (env " + strings.Join(names, " or ") + ")"
 		if err != nil {
@@ -103,6 +110,9 @@ func envTable(w io.Writer) error {
 			return fmt.Errorf("%s --help gave %d flag sets", cmd, len(sets))
 		}
 		sets[0].VisitAll(func(f *flag.Flag) {
+			if notFromEnv[f.Name] {
+				return
+			}
 			r := rows[f.Name]
 			if r == nil {
 				r = &row{flag: f}

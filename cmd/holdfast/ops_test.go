@@ -161,7 +161,7 @@ func TestDemoReportsADeadServer(t *testing.T) {
 	demoDone := make(chan error, 1)
 	go func() {
 		demoDone <- run(t.Context(), []string{"demo", "--url", base, "--admin-url", admin, "--show", "doomed", "--seats", "2000", "--buyers", "20",
-			"--hold-ttl", "5s", "--duration", "60s"}, vars, io.Discard, &progress)
+			"--hold-ttl", "5s", "--duration", "60s", "--pace", "0", "--start-in", "0"}, vars, io.Discard, &progress)
 	}()
 	// Once the sale is on (its show exists), the server goes away.
 	deadline := time.Now().Add(20 * time.Second)

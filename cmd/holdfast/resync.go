@@ -77,5 +77,10 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 // showList is a repeatable --show flag.
 type showList []string
 
-func (s *showList) String() string     { return fmt.Sprint(*s) }
+func (s *showList) String() string {
+	if s == nil || len(*s) == 0 {
+		return ""
+	}
+	return strings.Join(*s, ",")
+}
 func (s *showList) Set(v string) error { *s = append(*s, v); return nil }

@@ -287,7 +287,8 @@ Try it (another terminal):
   # 3. the seat map: R01-001 and R01-002 are sold
   curl -s http://%[1]s/v1/shows/%[2]s/seats | head -c 300; echo
 
-  make demo    # 200 buyers open a sale against this server (watch it on the seat map)
+  make demo    # 200 buyers open a sale of a new show over a minute: it prints the show's
+               # page, and http://%[1]s/ lists every show
   Ctrl-C stops the server; make services-down stops PostgreSQL and Redis.
 
 `, addr, show)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"golang.org/x/time/rate"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -32,7 +33,13 @@ type Options struct {
 	Buyers   int           // concurrent buyers
 	HoldTTL  time.Duration // TTL buyers ask for; late payers wait past it
 	Duration time.Duration // stop by then even if seats remain
-	Progress io.Writer     // a live progress line, or nil
+	// Pace spreads the sale over about this long, so that it can be watched on the
+	// page: buyers together ask for seats at about Seats/Pace a second (more, for the
+	// holds that lapse). 0: as fast as they can.
+	Pace time.Duration
+	// StartIn is how long the show waits, created and unsold, before the buyers come.
+	StartIn  time.Duration
+	Progress io.Writer // a live progress line, or nil
 	// AdminURL is the server's admin listener (holdfast serve --admin-addr), where the
 	// show is created; OperatorToken authorizes that (--operator-token).
 	AdminURL      string
@@ -207,6 +214,13 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		}
 		return Summary{}, fmt.Errorf("create show %s: status %d %s %v%s", o.ShowID, status, typ, err, hint)
 	}
+	if o.StartIn > 0 {
+		select {
+		case <-ctx.Done():
+			return Summary{}, ctx.Err()
+		case <-time.After(o.StartIn):
+		}
+	}
 	rec := &recorder{outcomes: map[string]int64{}, latencies: map[string][]time.Duration{}}
 	view := newSeatView(seats)
 	ctx, cancel := context.WithTimeout(ctx, o.Duration)
@@ -219,10 +233,17 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		progressDone.Go(func() { showProgress(o.Progress, stopProgress, start, o.Seats, view, rec) })
 	}
 
+	var pace *rate.Limiter // seats asked for per second, all buyers together
+	if o.Pace > 0 {
+		// A third more than the seats: holds that lapse, are released or come too late
+		// give theirs back.
+		perSecond := 1.33 * float64(o.Seats) / o.Pace.Seconds()
+		pace = rate.NewLimiter(rate.Limit(perSecond), max(4, int(perSecond/5)))
+	}
 	var wg sync.WaitGroup
 	for b := range o.Buyers {
 		best := b%5 != 0 // four buyers in five ask for the best available
-		wg.Go(func() { buyer(ctx, c, o, view, rec, fmt.Sprintf("buyer-%04d", b), best) })
+		wg.Go(func() { buyer(ctx, c, o, view, rec, pace, fmt.Sprintf("buyer-%04d", b), best) })
 	}
 	// The sale ends when the seat map shows every seat sold (or at the deadline), or
 	// when the server stops answering.
@@ -323,7 +344,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 // buyer keeps trying to buy 1–4 seats until the sale ends: most buyers (best) ask for
 // that many seats together, best available; the others pick seats from the seat map,
 // mostly among the best 10%.
-func buyer(ctx context.Context, c *client, o Options, view *seatView, rec *recorder, holder string, best bool) {
+func buyer(ctx context.Context, c *client, o Options, view *seatView, rec *recorder, pace *rate.Limiter, holder string, best bool) {
 	kind := 0
 	if best {
 		kind = 1
@@ -333,6 +354,9 @@ func buyer(ctx context.Context, c *client, o Options, view *seatView, rec *recor
 		n := 1 + rand.IntN(4)
 		if want > 0 {
 			n, want = want, 0
+		}
+		if pace != nil && pace.WaitN(ctx, min(n, pace.Burst())) != nil {
+			return
 		}
 		body := map[string]any{"count": n, "adjacent": true, "ttl_ms": o.HoldTTL.Milliseconds()}
 		op := "hold best"

@@ -5,6 +5,7 @@
 #                       they answer, print DATABASE_URL= and REDIS_URL= on stdout
 #   services.sh stop    stop exactly the processes "start" started (by pid file)
 #   services.sh status  say what runs
+#   services.sh reset   stop both and delete their data: a clean local state
 #   services.sh cluster start a three-master Redis Cluster too, print REDIS_CLUSTER_URL=
 #   services.sh stress [N] install stress-ng when missing and run N (2) CPU-bound workers
 #                       until killed: the load make test-busy runs the tests beside
@@ -223,6 +224,14 @@ stress)
 stop)
 	stop_all
 	;;
+reset)
+	# A clean local state: stop both, then delete their data (every show and booking
+	# of this checkout); the next start makes new ones.
+	stop_all
+	pick_dir
+	rm -rf "$DIR/pg" "$DIR/redis" "$DIR"/cluster-* "$DIR/pg.log" "$DIR/redis.log" "$DIR/redis.pid"
+	log "deleted the PostgreSQL and Redis data under $DIR"
+	;;
 status)
 	pick_dir
 	if bin="$(pg_bindir)" && pg_running "$bin"; then echo "postgresql: running on 127.0.0.1:$PG_PORT"; else echo "postgresql: stopped"; fi
@@ -235,6 +244,6 @@ status)
 	fi
 	;;
 *)
-	die "usage: services.sh start|stop|status|cluster|browser|stress"
+	die "usage: services.sh start|stop|reset|status|cluster|browser|stress"
 	;;
 esac
