@@ -18,7 +18,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: readme reset help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
+.PHONY: screenshots readme reset help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -105,6 +105,12 @@ run-ha: build ## Highly available on loopback: a pg_auto_failover formation, Red
 
 ha-down: ## Stop what make run-ha started
 	@$(HA) stop
+
+screenshots: ## Regenerate docs/seatmap.png (make run's show mid-sale, 1280x900) and docs/queue.png from the real page in headless Chromium
+	@$(with-services) eval "$$($(SERVICES) browser)"; export HOLDFAST_CHROMIUM; \
+	TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}" \
+	HOLDFAST_SCREENSHOT=$(CURDIR)/docs/seatmap.png HOLDFAST_QUEUE_SCREENSHOT=$(CURDIR)/docs/queue.png \
+	go test -count=1 -run 'TestSeatMapPageLoadsThenFits|TestWaitingRoomPageInABrowser' ./httpapi
 
 readme: ## Write the table of environment variables (holdfast env) into README.md
 	HOLDFAST_UPDATE_README=1 go test -count=1 -run TestREADMEListsEveryVariable ./cmd/holdfast

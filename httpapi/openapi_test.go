@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -134,13 +135,18 @@ func checkOpenAPI(xs []exchange) error {
 			}
 		}
 	}
+	// Every operation and problem type must be seen by the whole suite; a run of some
+	// tests (-run) checks only what they sent.
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		operations, types = nil, nil
+	}
 	for _, op := range documentedOperations(doc) {
-		if !operations[op] {
+		if operations != nil && !operations[op] {
 			problems = append(problems, "no test exercised "+op)
 		}
 	}
 	for _, t := range documentedProblemTypes() {
-		if !types[t] && t != problemPrefix+"internal" { // internal: only a bug produces it
+		if types != nil && !types[t] && t != problemPrefix+"internal" { // internal: only a bug produces it
 			problems = append(problems, "no test saw the problem type "+t)
 		}
 	}

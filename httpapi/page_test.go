@@ -161,29 +161,6 @@ func TestSeatMapPageInABrowser(t *testing.T) {
 	if late := time.Since(exp); late < 0 {
 		t.Fatalf("drawn free %v before the hold's expiry", -late)
 	}
-
-	if path := os.Getenv("HOLDFAST_SCREENSHOT"); path != "" {
-		screenshot(t, tctx, a, venue, path)
-	}
-}
-
-// screenshot sells and holds part of the venue, then saves the page as a PNG (for the
-// docs: HOLDFAST_SCREENSHOT=docs/seatmap.png go test -run InABrowser ./httpapi).
-func screenshot(t *testing.T, ctx context.Context, a *api, venue []engine.Seat, path string) {
-	for i, s := range venue {
-		switch {
-		case i%7 == 0 || (i > 40 && i < 70):
-			h := a.do("POST", "/v1/shows/venue/holds", fmt.Sprint("buyer", i%5), "", map[string]any{"seats": []string{s.ID}})
-			if h.status == 201 {
-				a.do("POST", "/v1/bookings", fmt.Sprint("buyer", i%5), "", h.body)
-			}
-		case i%5 == 0:
-			a.do("POST", "/v1/shows/venue/holds", fmt.Sprint("holder", i%9), "", map[string]any{"seats": []string{s.ID}})
-		}
-	}
-	_ = chromedp.Do(ctx, chromedp.Click(chromedp.ID(`seat-R05-012`)), chromedp.Click(chromedp.ID(`hold`)))
-	time.Sleep(time.Second)
-	saveScreenshot(t, ctx, path)
 }
 
 // saveScreenshot saves the page as a PNG.

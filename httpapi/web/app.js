@@ -35,12 +35,13 @@
   const saveHolds = () => localStorage.setItem(holdsKey, JSON.stringify(myHolds));
 
   let layout = [];           // seats in layout order
-  let states = '';           // one char per seat: f, h, s
+  let states = '';           // one char per seat: f, h, s; '?' until the first snapshot
   const index = new Map();   // seat id -> layout index
   const circles = [];        // by layout index
   const selected = new Set();// layout indices
   let version = '';
   let connected = false;
+  let loaded = false;        // a snapshot has come: until then no seat is drawn free
 
   $('title').textContent = show;
   $('holder').textContent = holder;
@@ -59,6 +60,7 @@
 
   function stateOf(i, my) {
     const c = states[i];
+    if (c === '?' || c === undefined) return 'loading';
     if (c === 's') return 'sold';
     if (c === 'h') return my.has(i) ? 'mine' : 'held';
     return 'free';
@@ -98,6 +100,11 @@
     let f = 0, hd = 0, s = 0;
     for (let i = 0; i < states.length; i++) { const c = states[i]; if (c === 'f') f++; else if (c === 'h') hd++; else s++; }
     const st = $('status');
+    if (!loaded) {
+      st.textContent = connected ? 'loading the seat map…' : 'connecting…';
+      st.classList.remove('stale');
+      return;
+    }
     st.textContent = connected
       ? `live · version ${version} · ${f} free, ${hd} held, ${s} sold`
       : 'reconnecting… (the map may be out of date)';
@@ -134,7 +141,7 @@
       c.setAttribute('r', 5);
       c.id = 'seat-' + s.id;
       c.dataset.i = i;
-      c.dataset.state = 'free';
+      c.dataset.state = 'loading';
       const t = document.createElementNS(SVG, 'title');
       t.textContent = `${s.id} · ${s.section} row ${s.row} seat ${s.position}`;
       c.appendChild(t);
@@ -233,6 +240,8 @@
       states = m.states;
       version = m.version;
       connected = true;
+      loaded = true;
+      document.body.dataset.loaded = 'true';
       paintAll();
     });
     es.addEventListener('changes', (e) => {
@@ -345,7 +354,7 @@
       layout = (await res.json()).seats;
     } catch (e) { say('Could not load the layout: ' + e.message); return; }
     layout.forEach((s, i) => index.set(s.id, i));
-    states = 'f'.repeat(layout.length);
+    states = '?'.repeat(layout.length); // unknown until the stream's first snapshot
     draw();
     document.body.dataset.seats = String(layout.length);
     listen();
