@@ -18,7 +18,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: screenshots readme reset help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
+.PHONY: static deb image check-deploy screenshots readme reset help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,8 +73,35 @@ fuzz: ## Run every fuzz target FUZZTIME executions (a count: Go 1.26 can fail a 
 		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
 	done
 
+# The version a build says (holdfast version) when the toolchain cannot tell: the
+# nearest v* tag (git describe), else v0.0.0-dev; and the revision.
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -X main.stampedVersion=$(VERSION) -X main.stampedRevision=$(REVISION)
+# The Debian version: the tag without its v, "-" made "+" (0.1.0+3+gabcdef).
+PKG_VERSION := $(shell echo '$(VERSION)' | sed -e 's/^v//' -e 's/-/+/g')
+IMAGE_TAG   := $(shell echo '$(PKG_VERSION)' | tr '+' '_')
+NFPM := go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+
 build: ## Build bin/holdfast
-	go build -o $(BIN) ./cmd/holdfast
+	go build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/holdfast
+
+static: ## Build dist/holdfast: static (no cgo), stripped, for the package and the image
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o dist/holdfast ./cmd/holdfast
+
+deb: static ## Build dist/holdfast_VERSION_amd64.deb (nfpm): the binary, a systemd unit, /etc/holdfast/holdfast.env
+	rm -f dist/holdfast_*.deb
+	HOLDFAST_PACKAGE_VERSION=$(PKG_VERSION) $(NFPM) package -f deploy/package/nfpm.yaml -p deb -t dist/
+
+image: static ## Build the OCI image holdfast:VERSION FROM scratch with buildah (deploy/Containerfile)
+	cp /etc/ssl/certs/ca-certificates.crt dist/
+	buildah --storage-driver vfs bud --isolation chroot -f deploy/Containerfile -t holdfast:$(IMAGE_TAG) .
+	echo localhost/holdfast:$(IMAGE_TAG) > dist/image.txt
+
+check-deploy: ## As root: install promtool and buildah, build the .deb and the image, install and start them (deploy/smoke.sh)
+	@$(SERVICES) deploy-tools
+	@$(MAKE) --no-print-directory deb image
+	@$(with-services) ./deploy/smoke.sh
 
 # make run and make demo are one machine playing every buyer, from one address: the
 # per-address limits (meant for a crowd of real clients) are lifted for them.

@@ -154,6 +154,7 @@ func (e *Engine) repayMarkers(ctx context.Context) {
 	defer close(e.done)
 	t := time.NewTicker(e.cfg.MarkerRepairInterval)
 	defer t.Stop()
+	var probed time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -169,11 +170,37 @@ func (e *Engine) repayMarkers(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout+stallGrace)
 		e.deleteApplied(pctx)
 		e.checkServer(pctx)
+		if time.Since(probed) >= healthProbeEvery {
+			probed = time.Now()
+			e.probeBackends(pctx)
+		}
 		cancel()
 		if n, err := e.repayOnce(ctx); err != nil && ctx.Err() == nil {
 			e.log.WarnContext(ctx, "repair sold markers", "rows", n, "error", err)
 		}
 	}
+}
+
+// healthProbeEvery is how often the background loop probes both backends for the
+// holdfast_backend_up and holdfast_marker_outbox_* gauges.
+const healthProbeEvery = 5 * time.Second
+
+// probeBackends sets the health gauges: one small PostgreSQL query (the outbox's size
+// and age) and a Redis PING.
+func (e *Engine) probeBackends(ctx context.Context) {
+	pg := 1.0
+	if st, err := e.q.MarkerOutboxPending(ctx); err != nil {
+		pg = 0
+	} else {
+		e.m.outboxRows.Set(float64(st.Pending))
+		e.m.outboxOldest.Set(st.OldestSeconds)
+	}
+	e.m.backendUp.WithLabelValues("postgres").Set(pg)
+	rd := 1.0
+	if err := e.rdb.Ping(ctx).Err(); err != nil {
+		rd = 0
+	}
+	e.m.backendUp.WithLabelValues("redis").Set(rd)
 }
 
 // deleteApplied drops the outbox rows whose markers this engine wrote. On failure they

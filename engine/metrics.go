@@ -27,6 +27,9 @@ type metrics struct {
 	unproven          prometheus.Counter
 	lostBookings      prometheus.Counter
 	reconciled        prometheus.Counter
+	backendUp         *prometheus.GaugeVec
+	outboxRows        prometheus.Gauge
+	outboxOldest      prometheus.Gauge
 	children          sync.Map // opResult -> *opMetrics
 }
 
@@ -101,13 +104,25 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Help: "Sold markers reconciliation lowered to what the database says.",
 		}),
 	}
+	m.backendUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "holdfast_backend_up",
+		Help: "1 when the backend answered the engine's last health probe (every few seconds), 0 when it did not.",
+	}, []string{"backend"})
+	m.outboxRows = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "holdfast_marker_outbox_rows",
+		Help: "Sold-marker writes owed to Redis and not yet made (marker_outbox rows), as of the last health probe.",
+	})
+	m.outboxOldest = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "holdfast_marker_outbox_oldest_seconds",
+		Help: "Age of the oldest marker_outbox row (0 when none), as of the last health probe: the repair is behind when it grows.",
+	})
 	if reg != nil {
 		queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "holdfast_confirm_queue_length",
 			Help: "Confirmations waiting in the queue for a batch now.",
 		}, confirmQueue)
 		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize,
-			m.failovers, m.stalls, m.unproven, m.lostBookings, m.reconciled} {
+			m.failovers, m.stalls, m.unproven, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

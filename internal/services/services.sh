@@ -6,6 +6,7 @@
 #   services.sh stop    stop exactly the processes "start" started (by pid file)
 #   services.sh status  say what runs
 #   services.sh reset   stop both and delete their data: a clean local state
+#   services.sh deploy-tools  install promtool (prometheus) and buildah when missing
 #   services.sh cluster start a three-master Redis Cluster too, print REDIS_CLUSTER_URL=
 #   services.sh stress [N] install stress-ng when missing and run N (2) CPU-bound workers
 #                       until killed: the load make test-busy runs the tests beside
@@ -221,6 +222,17 @@ stress)
 	fi
 	exec stress-ng --cpu "${2:-2}" --quiet
 	;;
+deploy-tools)
+	# What make check-deploy needs: promtool (Debian's prometheus) and buildah.
+	missing=()
+	command -v promtool >/dev/null || missing+=(prometheus)
+	command -v buildah >/dev/null || missing+=(buildah)
+	command -v curl >/dev/null || missing+=(curl)
+	if [ "${#missing[@]}" -gt 0 ]; then
+		pick_dir
+		apt_install "${missing[@]}"
+	fi
+	;;
 stop)
 	stop_all
 	;;
@@ -244,6 +256,6 @@ status)
 	fi
 	;;
 *)
-	die "usage: services.sh start|stop|reset|status|cluster|browser|stress"
+	die "usage: services.sh start|stop|reset|status|cluster|browser|stress|deploy-tools"
 	;;
 esac
