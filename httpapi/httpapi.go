@@ -29,7 +29,7 @@ import (
 	"github.com/holdfast/holdfast/engine"
 )
 
-// OpenAPI is the OpenAPI 3.1 document of the API (also docs/openapi.yaml), served at
+// OpenAPI is the OpenAPI 3.1 document of the API (httpapi/openapi.yaml, its one copy), served at
 // /openapi.yaml. The tests validate every response they see against it.
 //
 //go:embed openapi.yaml
