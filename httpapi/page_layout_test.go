@@ -114,6 +114,18 @@ func TestSeatMapPageLoadsThenFits(t *testing.T) {
 			t.Errorf("on a %s (%d×%d) the legend or a button is off screen without scrolling (%v)", vp.name, vp.w, vp.h, err)
 		}
 	}
+	// The index lists the show with its seats sold, a link to its page.
+	if err := chromedp.Do(tctx, chromedp.EmulateViewport(1280, 900), chromedp.Navigate(front.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#shows a[href="/shows/demo"]`))); err != nil {
+		t.Fatalf("the index does not list the show: %v", err)
+	}
+	row, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`document.querySelector('#shows tbody tr').textContent`))
+	if !strings.Contains(row, fmt.Sprintf("%d / 500", sold)) {
+		t.Fatalf("the index's row %q, want %d / 500 sold", row, sold)
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(front.URL+"/shows/demo"), chromedp.WaitVisible(chromedp.CSS(`body[data-loaded="true"]`))); err != nil {
+		t.Fatal(err)
+	}
 	if path := os.Getenv("HOLDFAST_SCREENSHOT"); path != "" {
 		if err := chromedp.Do(tctx, chromedp.EmulateViewport(1280, 900), chromedp.Click(chromedp.ID(`seat-`+venue[250].ID))); err != nil {
 			t.Fatal(err)
