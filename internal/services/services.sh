@@ -228,6 +228,7 @@ deploy-tools)
 	command -v promtool >/dev/null || missing+=(prometheus)
 	command -v buildah >/dev/null || missing+=(buildah)
 	command -v curl >/dev/null || missing+=(curl)
+	[ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 	if [ "${#missing[@]}" -gt 0 ]; then
 		pick_dir
 		apt_install "${missing[@]}"
