@@ -342,6 +342,11 @@ func TestBackendsDownAreUnavailable(t *testing.T) {
 	if err := v.e.Ready(ctx); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("ready with Redis down: %v", err)
 	}
+	// A seat map never read: its build fails, and the read says so at once instead of
+	// waiting for Redis (the context would allow it).
+	if _, err := v.e.SeatMap(t.Context(), "s1"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a first seat-map read with Redis down: %v", err)
+	}
 	if elapsed := time.Since(start); elapsed > 5*time.Second {
 		t.Fatalf("calls with Redis down took %v: they must end with the context", elapsed)
 	}

@@ -35,14 +35,11 @@ const (
 	// feedInterval is the shortest time between two feed reads while changes keep
 	// coming: changes made meanwhile are read, applied and published together, so a
 	// busy show gives its watchers at most 40 batches a second, each larger.
-	feedInterval = 20 * time.Millisecond
-	feedCount    = 1000 // entries per XREAD
-	ringBatches  = 4096 // change batches kept for WatchSeatMap resumes
-	watchBuffer  = 64   // events a watcher may fall behind before it is resynced
-	ownWriteWait = time.Second
-	// firstBuildWait bounds how long a read waits for a map being built before it is
-	// told ErrUnavailable (and retries): an outage is answered, not waited out.
-	firstBuildWait = 1500 * time.Millisecond
+	feedInterval   = 20 * time.Millisecond
+	feedCount      = 1000 // entries per XREAD
+	ringBatches    = 4096 // change batches kept for WatchSeatMap resumes
+	watchBuffer    = 64   // events a watcher may fall behind before it is resynced
+	ownWriteWait   = time.Second
 	staleAfter     = 3 * feedBlock // AsOf older than this makes a map Stale
 	maxFeedBackoff = time.Second
 )
@@ -703,19 +700,15 @@ func (v *view) snapshotLocked() *SeatMap {
 // engine's own writes to be in the map, so that a process reads what it wrote.
 func (v *view) read(ctx context.Context) (*SeatMap, error) {
 	v.lastUsed.Store(time.Now().UnixNano())
-	// A map not built yet is waited for, but not for long: a build that failed (Redis
-	// or PostgreSQL down) is reported at once, one that hangs after firstBuildWait —
-	// the caller retries; an answer never waits for an outage to end.
-	wait := time.NewTimer(firstBuildWait)
+	// A map not built yet is waited for (as long as ctx allows: a 100,000-seat map
+	// takes a while), unless its build failed already (Redis or PostgreSQL down): that
+	// is reported at once, and an answer never waits for an outage to end.
 	select {
 	case <-v.ready:
 	case <-v.tried:
-	case <-wait.C:
 	case <-ctx.Done():
-		wait.Stop()
 		return nil, unavailable("redis", ctx.Err())
 	}
-	wait.Stop()
 	if v.want.Load() > v.applied.Load() {
 		t := time.NewTimer(ownWriteWait)
 		defer t.Stop()

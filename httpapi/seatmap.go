@@ -205,13 +205,21 @@ func (s *Server) eventID(version uint64) string {
 	return s.epoch + "." + strconv.FormatUint(version, 10)
 }
 
+// seatMapWait bounds a seat-map read over HTTP.
+const seatMapWait = 1500 * time.Millisecond
+
 func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
 	format := r.URL.Query().Get("format")
 	if format != "" && format != "compact" && format != "json" {
 		s.fail(w, r, &engine.InvalidArgumentError{Field: "format", Rule: "must be compact or json"})
 		return
 	}
-	m, err := s.e.SeatMap(r.Context(), r.PathValue("show"))
+	// Bounded: a map this server has not built yet (a show it never read, a backend
+	// that hangs) is a 503 with Retry-After after seatMapWait, not a request that waits
+	// out an outage; the build goes on, and the retry finds it.
+	ctx, cancel := context.WithTimeout(r.Context(), seatMapWait)
+	m, err := s.e.SeatMap(ctx, r.PathValue("show"))
+	cancel()
 	if err != nil {
 		s.fail(w, r, err)
 		return
