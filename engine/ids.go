@@ -79,6 +79,15 @@ func validToken(t string) bool {
 	return true
 }
 
+// requireHolderID is validateHolderID for calls that need a holder (an empty one is
+// allowed elsewhere): why says what the holder is needed for.
+func requireHolderID(h, why string) error {
+	if h == "" {
+		return invalid("holderID", "required: %s", why)
+	}
+	return validateHolderID(h)
+}
+
 func validateHolderID(h string) error {
 	if len(h) > maxHolderIDLen {
 		return invalid("HolderID", "%d bytes, at most %d", len(h), maxHolderIDLen)

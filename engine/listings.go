@@ -76,10 +76,7 @@ func (e *Engine) ListShows(ctx context.Context, p Page) ([]ShowInfo, error) {
 // HolderBookings returns a holder's bookings in every show, newest first, a page at a
 // time (After: the last booking's ID), cancelled ones included.
 func (e *Engine) HolderBookings(ctx context.Context, holderID string, p Page) ([]Booking, error) {
-	if holderID == "" {
-		return nil, invalid("holderID", "required")
-	}
-	if err := validateHolderID(holderID); err != nil {
+	if err := requireHolderID(holderID, "whose bookings to list"); err != nil {
 		return nil, err
 	}
 	n, err := p.limit()
@@ -117,10 +114,7 @@ func (e *Engine) HolderHolds(ctx context.Context, showID, holderID string) ([]He
 	if err := validateID("showID", showID); err != nil {
 		return nil, err
 	}
-	if holderID == "" {
-		return nil, invalid("holderID", "required")
-	}
-	if err := validateHolderID(holderID); err != nil {
+	if err := requireHolderID(holderID, "whose holds to list"); err != nil {
 		return nil, err
 	}
 	sh, err := e.show(ctx, showID)

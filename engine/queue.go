@@ -38,10 +38,7 @@ func (e *Engine) ticket(ctx context.Context, op, showID, holderID string) (Ticke
 	if err := validateID("showID", showID); err != nil {
 		return Ticket{}, err
 	}
-	if holderID == "" {
-		return Ticket{}, invalid("holderID", "required: a waiting room admits holders")
-	}
-	if err := validateHolderID(holderID); err != nil {
+	if err := requireHolderID(holderID, "a waiting room admits holders"); err != nil {
 		return Ticket{}, err
 	}
 	sh, err := e.show(ctx, showID)

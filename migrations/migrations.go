@@ -10,6 +10,7 @@ import (
 	"embed"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -130,12 +131,8 @@ type Dropped struct {
 
 // Data reports whether the rollback would destroy any row's data.
 func (l Loss) Data() bool {
-	for _, d := range append(append([]Dropped{}, l.Tables...), l.Columns...) {
-		if d.Rows > 0 {
-			return true
-		}
-	}
-	return false
+	has := func(d Dropped) bool { return d.Rows > 0 }
+	return slices.ContainsFunc(l.Tables, has) || slices.ContainsFunc(l.Columns, has)
 }
 
 var (
