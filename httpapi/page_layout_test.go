@@ -104,8 +104,15 @@ func TestSeatMapPageLoadsThenFits(t *testing.T) {
 		if err := chromedp.Do(tctx, chromedp.EmulateViewport(vp.w, vp.h, opts...)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // a layout pass
-		ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool](inView))
+		// The resize lays the page out again: wait (up to 5 s) for the controls to be in
+		// view; never in view is the failure.
+		var ok bool
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); !ok && err == nil && time.Now().Before(deadline); {
+			if ok, err = chromedp.Run(tctx, chromedp.Evaluate[bool](inView)); !ok && err == nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
 		if path := os.Getenv("HOLDFAST_PHONE_SCREENSHOT"); path != "" && vp.mobile {
 			png, _ := chromedp.Run(tctx, chromedp.CaptureScreenshot())
 			_ = os.WriteFile(path, png, 0o644)
