@@ -23,6 +23,18 @@ func (e *Engine) txOptionsWith(statementTimeout time.Duration) pgx.TxOptions {
 		"ms'; SET LOCAL statement_timeout = '" + strconv.FormatInt(statementTimeout.Milliseconds(), 10) + "ms'"}
 }
 
+// rollback ends tx, waiting for the server's reply no longer than d (from now, whether
+// or not ctx has ended): a ROLLBACK sent to a server that stopped answering — frozen,
+// partitioned — would wait as long as the server does, and with it whoever waits for
+// the transaction's end. Past d, pgx closes the connection, which ends the transaction
+// on the server too. It reports false when d passed without a reply.
+func rollback(ctx context.Context, tx pgx.Tx, d time.Duration) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+	return !errors.Is(rctx.Err(), context.DeadlineExceeded)
+}
+
 // maxTxAttempts bounds the retries of a transaction that hit a serialization failure or
 // a deadlock.
 const maxTxAttempts = 4

@@ -723,3 +723,36 @@ func haBase(t *testing.T) int {
 	t.Fatal("no free block of ports for ha.sh")
 	return 0
 }
+
+// TestFrozenServerAfterEveryRefusal: the server freezes (SIGSTOP) between a batch's last
+// statement and its end, in a batch that wrote nothing (its one hold was lost in
+// Redis): the batch gives up its transaction within its bound and the caller gets its
+// refusal, instead of waiting for the ROLLBACK's reply as long as the server stays
+// frozen.
+func TestFrozenServerAfterEveryRefusal(t *testing.T) {
+	pg := testsvc.StartPostgres(t)
+	v := newEnvWith(t, migratedPool(t, pg.URL()), testsvc.Redis(t), func(c *Config) { c.StatementTimeout = time.Second })
+	t.Cleanup(pg.Thaw) // before the pool closes and the server stops
+	v.show("frozen-refusal", "A1")
+	h := v.hold("frozen-refusal", time.Minute, "alice", "A1")
+	v.e.hooks.beforeCommit = func(ctx context.Context) {
+		if err := v.rdb.Del(ctx, newKeys(v.cfg.KeyPrefix, h.ShowID).hold("A1")).Err(); err != nil {
+			t.Error(err)
+		}
+		pg.Freeze()
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := v.e.Confirm(context.Background(), h, ConfirmOptions{})
+		answered <- err
+	}()
+	// A liveness bound, far above the batch's own (one statement's bound and its grace).
+	select {
+	case err := <-answered:
+		if !errors.Is(err, ErrHoldLost) {
+			t.Fatalf("confirm: %v, want ErrHoldLost", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the confirmation was not answered while the server stayed frozen: its batch waits for the ROLLBACK's reply")
+	}
+}

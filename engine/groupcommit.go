@@ -419,8 +419,8 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	}
 	pending := false // the COMMIT is left running (commitUncancelled): the connection is not ours
 	defer func() {
-		if !pending {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+		if !pending && !rollback(ctx, tx, guard.d) {
+			guard.stalled.Store(true) // the pool is dialled again (commitBatch)
 		}
 	}()
 	q := db.New(tx)

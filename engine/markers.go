@@ -253,7 +253,7 @@ func (e *Engine) repayRound(ctx context.Context) (int, bool, error) {
 	if err != nil {
 		return 0, false, e.pgErr(err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(rctx)) }()
+	defer rollback(rctx, tx, e.cfg.StatementTimeout+stallGrace)
 	q := e.q.WithTx(tx)
 	rows, err := q.MarkerOutboxClaimDue(rctx, db.MarkerOutboxClaimDueParams{
 		MinAgeSeconds: markerRepairAge.Seconds(), MaxRows: markerRepairBatch})
