@@ -312,6 +312,7 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 		eng        *engine.Engine
 		holds      []engine.Hold
 		s          stats
+		cost       string // PostgreSQL's CPU and WAL per confirmation
 	}{
 		{name: "engine.Confirm, group commit", cfg: engine.Config{}, prep: confirmPrep},
 		{name: "engine.Confirm, group commit with savepoints", note: "Config.ConfirmSavepoints", cfg: engine.Config{ConfirmSavepoints: true}, prep: confirmPrep / 2},
@@ -385,29 +386,42 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 	for i := range variants {
 		v := &variants[i]
 		checkpoint()
-		v.s = drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
-			if seq >= int64(len(v.holds)) {
-				return errExhausted
-			}
-			_, err := v.eng.Confirm(ctx, v.holds[seq], engine.ConfirmOptions{})
-			return err
+		v.cost, err = e.pgCost(ctx, func() int64 {
+			v.s = drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+				if seq >= int64(len(v.holds)) {
+					return errExhausted
+				}
+				_, err := v.eng.Confirm(ctx, v.holds[seq], engine.ConfirmOptions{})
+				return err
+			})
+			return min(v.s.issued, int64(len(v.holds)))
 		})
+		if err != nil {
+			return err
+		}
 	}
 	rawFrom, rawPrep := int64(len(variants)+1)*part, int64(min(part, confirmPrep/3))
 	checkpoint()
-	rs := drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
-		if seq >= rawPrep {
-			return errExhausted
-		}
-		return raw(ctx, rawFrom+seq)
+	var rs stats
+	rawCost, err := e.pgCost(ctx, func() int64 {
+		rs = drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+			if seq >= rawPrep {
+				return errExhausted
+			}
+			return raw(ctx, rawFrom+seq)
+		})
+		return min(rs.issued, rawPrep)
 	})
+	if err != nil {
+		return err
+	}
 	for _, v := range variants {
-		note := refusals(v.s, v.note)
+		note := refusals(v.s, v.note, v.cost)
 		r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: v.name, Clients: clients, OpsPerS: v.s.rate(), P50ms: v.s.pct(.5), P99ms: v.s.pct(.99),
 			Ratio: v.s.rate() / rs.rate(), Note: note})
 		e.progress("   %s: %.0f/s (p99 %.1f ms)", v.name, v.s.rate(), v.s.pct(.99))
 	}
-	r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: "raw SQL transaction (pgx)", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs)})
+	r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: "raw SQL transaction (pgx)", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs, rawCost)})
 	e.progress("   raw SQL: %.0f/s (p99 %.1f ms)", rs.rate(), rs.pct(.99))
 	gs := variants[0].s
 	ratio := gs.rate() / rs.rate()
@@ -415,6 +429,23 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 	p99 := gs.pct(.99) / rs.pct(.99)
 	r.goal("confirm p99, group commit / raw SQL transaction", "<= 1.00", p99, p99 <= 1)
 	return nil
+}
+
+// pgCost runs a drive, which returns how many operations it ran (its warm-up's
+// included: the counters cover the whole drive), and says what PostgreSQL spent on each:
+// CPU (every postgres process) and WAL.
+func (e *env) pgCost(ctx context.Context, run func() int64) (string, error) {
+	before, err := e.measure(ctx)
+	if err != nil {
+		return "", err
+	}
+	ops := run()
+	after, err := e.measure(ctx)
+	if err != nil {
+		return "", err
+	}
+	n := float64(max(1, ops))
+	return fmt.Sprintf("per confirmation: %.3f ms PG CPU, %.0f WAL bytes", 1000*(after.pgCPU-before.pgCPU)/n, (after.walBytes-before.walBytes)/n), nil
 }
 
 // parallel runs fn for i in [0, n) from clients goroutines and returns the first error.
