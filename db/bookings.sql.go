@@ -30,6 +30,105 @@ func (q *Queries) BookingCancel(ctx context.Context, arg BookingCancelParams) (*
 	return cancelled_at, err
 }
 
+const bookingCreateMany = `-- name: BookingCreateMany :many
+WITH input AS (
+    SELECT unnest($1::text[]) AS show_id, unnest($2::uuid[]) AS booking_id,
+           unnest($3::bigint[]) AS generation, unnest($4::text[]) AS holder_id,
+           unnest($5::text[]) AS idempotency_key, unnest($6::bytea[]) AS fingerprint,
+           unnest($7::bytea[]) AS hold_hash, generate_series(1, cardinality($1::text[]))::bigint AS i
+), seat_input AS (
+    SELECT input.show_id, input.booking_id, input.generation, s.seat_id
+    FROM (SELECT unnest($8::bigint[]) AS i, unnest($9::text[]) AS seat_id) AS s
+    JOIN input ON input.i = s.i
+), seat_lists AS (
+    SELECT booking_id, array_agg(seat_id ORDER BY seat_id)::text[] AS seat_ids
+    FROM seat_input GROUP BY booking_id
+), booking AS (
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
+    SELECT show_id, booking_id, generation, holder_id, NULLIF(idempotency_key, ''), fingerprint, hold_hash
+    FROM input
+    RETURNING booking_id, confirmed_at
+), booked_seats AS (
+    INSERT INTO booking_seats (show_id, booking_id, seat_id)
+    SELECT show_id, booking_id, seat_id FROM seat_input
+), claims AS (
+    INSERT INTO seat_claims (show_id, seat_id, booking_id, generation)
+    SELECT show_id, seat_id, booking_id, generation FROM seat_input
+    ORDER BY show_id, seat_id
+), event AS (
+    INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
+    SELECT input.show_id, input.booking_id, 'confirmed', input.generation, l.seat_ids, input.holder_id
+    FROM input JOIN seat_lists l USING (booking_id)
+    ORDER BY input.i
+), marker AS (
+    INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
+    SELECT input.show_id, input.generation, true, l.seat_ids
+    FROM input JOIN seat_lists l USING (booking_id)
+    ORDER BY input.i
+    RETURNING show_id, generation, seat_ids, seq
+)
+SELECT booking.booking_id, booking.confirmed_at, marker.seq AS marker_seq
+FROM input
+JOIN booking USING (booking_id)
+JOIN seat_lists l USING (booking_id)
+JOIN marker ON marker.show_id = input.show_id AND marker.generation = input.generation AND marker.seat_ids = l.seat_ids
+ORDER BY input.i
+`
+
+type BookingCreateManyParams struct {
+	ShowIds         []string
+	BookingIds      []uuid.UUID
+	Generations     []int64
+	HolderIds       []string
+	IdempotencyKeys []string
+	Fingerprints    [][]byte
+	HoldHashes      [][]byte
+	SeatBookings    []int64
+	SeatIds         []string
+}
+
+type BookingCreateManyRow struct {
+	BookingID   uuid.UUID
+	ConfirmedAt time.Time
+	MarkerSeq   int64
+}
+
+// BookingCreateMany is BookingCreate for a batch of bookings, each table written in one
+// statement: booking i is (@show_ids[i], @booking_ids[i], @generations[i], …, ” for no
+// idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
+// 1). It returns each booking's time and marker_outbox row. Run it after
+// SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
+// (BookingCreate, one booking each, tells which booking it was).
+func (q *Queries) BookingCreateMany(ctx context.Context, arg BookingCreateManyParams) ([]BookingCreateManyRow, error) {
+	rows, err := q.db.Query(ctx, bookingCreateMany,
+		arg.ShowIds,
+		arg.BookingIds,
+		arg.Generations,
+		arg.HolderIds,
+		arg.IdempotencyKeys,
+		arg.Fingerprints,
+		arg.HoldHashes,
+		arg.SeatBookings,
+		arg.SeatIds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BookingCreateManyRow{}
+	for rows.Next() {
+		var i BookingCreateManyRow
+		if err := rows.Scan(&i.BookingID, &i.ConfirmedAt, &i.MarkerSeq); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const bookingEventInsert = `-- name: BookingEventInsert :exec
 INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
 VALUES ($1, $2, $3, $4::bigint, $5::text[], $6)

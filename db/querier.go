@@ -27,6 +27,13 @@ type Querier interface {
 	// SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
 	// violation on bookings_hold_unique.
 	BookingCreate(ctx context.Context, arg []BookingCreateParams) *BookingCreateBatchResults
+	// BookingCreateMany is BookingCreate for a batch of bookings, each table written in one
+	// statement: booking i is (@show_ids[i], @booking_ids[i], @generations[i], …, '' for no
+	// idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
+	// 1). It returns each booking's time and marker_outbox row. Run it after
+	// SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
+	// (BookingCreate, one booking each, tells which booking it was).
+	BookingCreateMany(ctx context.Context, arg BookingCreateManyParams) ([]BookingCreateManyRow, error)
 	// BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
 	// is written by BookingCreate).
 	BookingEventInsert(ctx context.Context, arg BookingEventInsertParams) error

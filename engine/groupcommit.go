@@ -381,12 +381,15 @@ func (e *Engine) runBatch(ctx context.Context, guard *stallGuard, conn *pgxpool.
 		}
 		return false
 	}
+	perBooking := false
 	for len(pending) > 0 {
-		ok, err := retryTx(ctx, func() (bool, error) { return e.batchOnce(ctx, guard, ran, conn, pending) })
+		ok, err := retryTx(ctx, func() (bool, error) { return e.batchOnce(ctx, guard, ran, conn, pending, perBooking) })
 		var me *memberErr
 		switch {
 		case err == nil:
 			return ok
+		case errors.Is(err, errWhoseWrite) && !perBooking:
+			perBooking = true // again, a statement per booking: the failing one names its confirmation
 		case errors.As(err, &me):
 			me.r.err = me.err
 			pending = slices.DeleteFunc(pending, func(r *confirmReq) bool { return r == me.r })
@@ -408,7 +411,7 @@ type seatKey struct{ show, seat string }
 
 // batchOnce is one attempt at the batch's transaction (see the top of this file). It
 // sets the outcome of each confirmation of batch and reports whether it committed.
-func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIdentity, conn *pgxpool.Conn, batch []*confirmReq) (bool, error) {
+func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIdentity, conn *pgxpool.Conn, batch []*confirmReq, perBooking bool) (bool, error) {
 	for _, r := range batch {
 		r.err, r.res = nil, committed{}
 	}
@@ -475,7 +478,7 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	if e.cfg.ConfirmSavepoints {
 		accepted, err = e.writeInSavepoints(ctx, guard, tx, batch)
 	} else {
-		accepted, err = e.decideAndWrite(ctx, guard, q, batch, fence, claimed)
+		accepted, err = e.decideAndWrite(ctx, guard, q, batch, fence, claimed, perBooking)
 	}
 	if err != nil || len(accepted) == 0 {
 		return false, err
@@ -630,8 +633,9 @@ func readClaims(ctx context.Context, q *db.Queries, shows, seats []string) (map[
 
 // decideAndWrite is steps 3 and 4 of the batch: it decides each confirmation in queue
 // order from the batch's locked fences and claims, and writes the accepted ones, which
-// it returns.
-func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Queries, batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool) ([]*confirmReq, error) {
+// it returns: each table in one statement (BookingCreateMany), or, with perBooking, a
+// statement per booking (pipelined), which tells whose write a violation was.
+func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Queries, batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool, perBooking bool) ([]*confirmReq, error) {
 
 	// 3. Decide, in queue order.
 	type idemKey struct{ show, holder, key string }
@@ -691,9 +695,12 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 		// Cannot happen under the locks; if it does, nothing of the batch commits.
 		return nil, fmt.Errorf("%w: %d of %d fences advanced under their locks", ErrUnavailable, n, len(fSeats))
 	}
+	guard.step()
+	if !perBooking {
+		return accepted, e.createMany(ctx, q, accepted, params)
+	}
 	var failed *memberErr
 	var firstErr error
-	guard.step()
 	q.BookingCreate(ctx, params).QueryRow(func(i int, row db.BookingCreateRow, err error) {
 		switch {
 		case err == nil:
@@ -712,6 +719,47 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 		return nil, e.txErr(firstErr)
 	}
 	return accepted, nil
+}
+
+// errWhoseWrite: a write of the batch's one statement failed in a way that belongs to
+// one confirmation (claimErr); the batch runs again with a statement per booking, which
+// tells whose it was.
+var errWhoseWrite = errors.New("a booking of the batch was refused by the database")
+
+// createMany writes the bookings of accepted (their params) in one statement per table
+// and sets each one's outcome.
+func (e *Engine) createMany(ctx context.Context, q *db.Queries, accepted []*confirmReq, params []db.BookingCreateParams) error {
+	var m db.BookingCreateManyParams
+	for i, p := range params {
+		m.ShowIds = append(m.ShowIds, p.ShowID)
+		m.BookingIds = append(m.BookingIds, p.BookingID)
+		m.Generations = append(m.Generations, p.Generation)
+		m.HolderIds = append(m.HolderIds, p.HolderID)
+		m.IdempotencyKeys = append(m.IdempotencyKeys, p.IdempotencyKey.String) // '' for none
+		m.Fingerprints = append(m.Fingerprints, p.Fingerprint)
+		m.HoldHashes = append(m.HoldHashes, p.HoldHash)
+		for _, s := range p.SeatIds {
+			m.SeatBookings = append(m.SeatBookings, int64(i+1))
+			m.SeatIds = append(m.SeatIds, s)
+		}
+	}
+	rows, err := q.BookingCreateMany(ctx, m)
+	if err != nil {
+		if claimErr(err) != nil {
+			return fmt.Errorf("%w: %w", errWhoseWrite, err)
+		}
+		return e.txErr(err)
+	}
+	if len(rows) != len(accepted) {
+		return fmt.Errorf("%w: %d of %d bookings written", ErrUnavailable, len(rows), len(accepted))
+	}
+	for i, row := range rows {
+		if row.BookingID != accepted[i].id {
+			return fmt.Errorf("%w: booking %d came back as %s, not %s", ErrUnavailable, i, row.BookingID, accepted[i].id)
+		}
+		accepted[i].res = committed{at: row.ConfirmedAt, seq: row.MarkerSeq}
+	}
+	return nil
 }
 
 // writeInSavepoints is steps 3 and 4 of the batch with savepoints

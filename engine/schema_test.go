@@ -382,6 +382,23 @@ func TestSQLInvariants(t *testing.T) {
 			"23000", "seat_claims_immutable"},
 		{"truncate the event log", inTx("TRUNCATE booking_events"), "23000", "booking_events_no_truncate"},
 		{"truncate the fences", inTx("TRUNCATE seat_fences CASCADE"), "23000", "seat_fences_no_truncate"},
+		// Rules that were foreign keys until migration 00008, now triggers of the same names.
+		{"an event of a show that does not exist", inTx(
+			"INSERT INTO booking_events (show_id, kind, generation, seat_ids) VALUES ('nope', 'refused_lost', 1, '{A1}')"),
+			"23503", "booking_events_show_fkey"},
+		{"a marker write owed for a show that does not exist", inTx(
+			"INSERT INTO marker_outbox (show_id, generation, sold, seat_ids) VALUES ('nope', 1, true, '{A1}')"),
+			"23503", "marker_outbox_show_fkey"},
+		{"a seat of no booking", inTx("INSERT INTO booking_seats (show_id, booking_id, seat_id) VALUES ('inv', gen_random_uuid(), 'A3')"),
+			"23503", "booking_seats_booking_fkey"},
+		{"delete a booking that has claims", inTx("DELETE FROM bookings WHERE booking_id = $1"),
+			"23503", "seat_claims_booking_fkey"},
+		{"delete a claimed seat of a booking", inTx("DELETE FROM booking_seats WHERE booking_id = $1"),
+			"23503", "seat_claims_booking_seat_fkey"},
+		{"rewrite a booking's generation under its claims", inTx("UPDATE bookings SET generation = 6 WHERE booking_id = $1"),
+			"23503", "seat_claims_booking_fkey"},
+		{"delete a show that has bookings", inTx("DELETE FROM shows WHERE show_id = 'inv'"),
+			"23503", "bookings_show_fkey"},
 		{"a second booking of one hold", func() error {
 			q := bookingParams("inv", 8, "", "A3")
 			q.HoldHash = p.HoldHash

@@ -32,6 +32,56 @@ WITH booking AS (
 )
 SELECT booking.confirmed_at, marker.seq AS marker_seq FROM booking, marker;
 
+-- name: BookingCreateMany :many
+-- BookingCreateMany is BookingCreate for a batch of bookings, each table written in one
+-- statement: booking i is (@show_ids[i], @booking_ids[i], @generations[i], …, '' for no
+-- idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
+-- 1). It returns each booking's time and marker_outbox row. Run it after
+-- SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
+-- (BookingCreate, one booking each, tells which booking it was).
+WITH input AS (
+    SELECT unnest(@show_ids::text[]) AS show_id, unnest(@booking_ids::uuid[]) AS booking_id,
+           unnest(@generations::bigint[]) AS generation, unnest(@holder_ids::text[]) AS holder_id,
+           unnest(@idempotency_keys::text[]) AS idempotency_key, unnest(@fingerprints::bytea[]) AS fingerprint,
+           unnest(@hold_hashes::bytea[]) AS hold_hash, generate_series(1, cardinality(@show_ids::text[]))::bigint AS i
+), seat_input AS (
+    SELECT input.show_id, input.booking_id, input.generation, s.seat_id
+    FROM (SELECT unnest(@seat_bookings::bigint[]) AS i, unnest(@seat_ids::text[]) AS seat_id) AS s
+    JOIN input ON input.i = s.i
+), seat_lists AS (
+    SELECT booking_id, array_agg(seat_id ORDER BY seat_id)::text[] AS seat_ids
+    FROM seat_input GROUP BY booking_id
+), booking AS (
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
+    SELECT show_id, booking_id, generation, holder_id, NULLIF(idempotency_key, ''), fingerprint, hold_hash
+    FROM input
+    RETURNING booking_id, confirmed_at
+), booked_seats AS (
+    INSERT INTO booking_seats (show_id, booking_id, seat_id)
+    SELECT show_id, booking_id, seat_id FROM seat_input
+), claims AS (
+    INSERT INTO seat_claims (show_id, seat_id, booking_id, generation)
+    SELECT show_id, seat_id, booking_id, generation FROM seat_input
+    ORDER BY show_id, seat_id
+), event AS (
+    INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
+    SELECT input.show_id, input.booking_id, 'confirmed', input.generation, l.seat_ids, input.holder_id
+    FROM input JOIN seat_lists l USING (booking_id)
+    ORDER BY input.i
+), marker AS (
+    INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
+    SELECT input.show_id, input.generation, true, l.seat_ids
+    FROM input JOIN seat_lists l USING (booking_id)
+    ORDER BY input.i
+    RETURNING show_id, generation, seat_ids, seq
+)
+SELECT booking.booking_id, booking.confirmed_at, marker.seq AS marker_seq
+FROM input
+JOIN booking USING (booking_id)
+JOIN seat_lists l USING (booking_id)
+JOIN marker ON marker.show_id = input.show_id AND marker.generation = input.generation AND marker.seat_ids = l.seat_ids
+ORDER BY input.i;
+
 -- name: BookingGet :one
 SELECT * FROM booking_details WHERE booking_id = @booking_id;
 

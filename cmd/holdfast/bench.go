@@ -41,13 +41,14 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		quick    = fs.Bool("quick", false, "a smoke run for CI: the on-sales only (onsale, fair), 2,000 seats, short think times; fails on a double booking")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 		svgDir   = fs.String("svg", "", "also draw the charts (seats sold over time, hold p99 by arrival rate, batch sizes) as SVG files in this directory")
+		runs     = fs.Int("runs", 1, "run the workloads this many times in a row and print each goal's spread (the JSON and charts are the last run's)")
 	)
 	backends.register(fs, true)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
-	if *duration <= 0 || *warmup < 0 || *seats < 10 || *buyers < 1 || *rate <= 0 {
-		return usageErr("--duration and --sale-rate must be positive, --sale-seats at least 10, --sale-buyers at least 1")
+	if *duration <= 0 || *warmup < 0 || *seats < 10 || *buyers < 1 || *rate <= 0 || *runs < 1 {
+		return usageErr("--duration and --sale-rate must be positive, --sale-seats at least 10, --sale-buyers and --runs at least 1")
 	}
 	if *quick {
 		if *only == "" {
@@ -80,14 +81,26 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		defer pprof.StopCPUProfile()
 	}
 	fmt.Fprintf(stdout, "holdfast bench: %s, %s warm-up + %s per timed workload\n", time.Now().UTC().Format(time.RFC3339), *warmup, *duration)
-	rep, err := bench.Run(ctx, bench.Options{DatabaseURL: backends.databaseURL, Redis: rdb, Warmup: *warmup, Duration: *duration,
-		SaleSeats: *seats, SaleBuyers: *buyers, SaleRate: *rate, SaleTimeout: *timeout, PoolSize: backends.pgMaxConns, Progress: stderr,
-		Only: splitList(*only), Quick: *quick})
-	if err != nil {
-		return err
+	var reps []*bench.Report
+	for i := range *runs {
+		if *runs > 1 {
+			fmt.Fprintf(stdout, "\n== run %d of %d\n", i+1, *runs)
+		}
+		rep, err := bench.Run(ctx, bench.Options{DatabaseURL: backends.databaseURL, Redis: rdb, Warmup: *warmup, Duration: *duration,
+			SaleSeats: *seats, SaleBuyers: *buyers, SaleRate: *rate, SaleTimeout: *timeout, PoolSize: backends.pgMaxConns, Progress: stderr,
+			Only: splitList(*only), Quick: *quick})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		rep.Print(stdout)
+		reps = append(reps, rep)
 	}
-	fmt.Fprintln(stdout)
-	rep.Print(stdout)
+	if len(reps) > 1 {
+		fmt.Fprintln(stdout)
+		bench.PrintSpread(stdout, reps)
+	}
+	rep := reps[len(reps)-1]
 	if *jsonPath != "" {
 		f, err := os.Create(*jsonPath)
 		if err != nil {

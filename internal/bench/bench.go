@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,6 +247,13 @@ func (e *env) openScratch(ctx context.Context) (func() error, error) {
 	return drop, nil
 }
 
+// poolOf is a pool of its own on the bench's database, of conns connections.
+func (e *env) poolOf(ctx context.Context, conns int) (*pgxpool.Pool, error) {
+	cfg := e.pool.Config()
+	cfg.MaxConns = int32(conns)
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
 // prefix returns a fresh Redis key prefix, deleted at the end of the run.
 func (e *env) prefix() string {
 	p := fmt.Sprintf("hfbench%s%d", e.runID, len(e.prefixes))
@@ -395,6 +403,42 @@ func (r *Report) Print(w io.Writer) {
 			verdict = "MISSED"
 		}
 		fmt.Fprintf(w, "  %-6s %-58s %-12s measured %.2f\n", verdict, g.Name, g.Target, g.Value)
+	}
+}
+
+// PrintSpread writes, for each goal of the runs, its value in every run (in order),
+// their range, and in how many runs it was met.
+func PrintSpread(w io.Writer, runs []*Report) {
+	type spread struct {
+		target string
+		values []float64
+		met    int
+	}
+	var names []string
+	by := map[string]*spread{}
+	for _, r := range runs {
+		for _, g := range r.Goals {
+			sp := by[g.Name]
+			if sp == nil {
+				sp = &spread{target: g.Target}
+				by[g.Name] = sp
+				names = append(names, g.Name)
+			}
+			sp.values = append(sp.values, g.Value)
+			if g.Met {
+				sp.met++
+			}
+		}
+	}
+	fmt.Fprintf(w, "goals over %d runs:\n", len(runs))
+	for _, n := range names {
+		sp := by[n]
+		vals := make([]string, len(sp.values))
+		for i, v := range sp.values {
+			vals[i] = fmt.Sprintf("%.2f", v)
+		}
+		fmt.Fprintf(w, "  met in %d of %d  %-60s %-10s runs %s (spread %.2f–%.2f)\n", sp.met, len(runs), n, sp.target,
+			strings.Join(vals, ", "), slices.Min(sp.values), slices.Max(sp.values))
 	}
 }
 

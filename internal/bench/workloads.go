@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/db"
@@ -330,12 +331,14 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 		}
 	}
 	q := db.New(e.pool)
-	txo := pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '2000ms'; SET LOCAL statement_timeout = '5000ms'"}
+	// The engine's bounds and generic plans (engine/backends.go): what it does to its own
+	// transactions, the raw design does too.
+	txo := pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '2000ms'; SET LOCAL statement_timeout = '5000ms'; SET LOCAL plan_cache_mode = force_generic_plan"}
 	fp := make([]byte, 32)
-	raw := func(ctx context.Context, i int64) error {
+	raw := func(ctx context.Context, pool *pgxpool.Pool, i int64) error {
 		show, seat := iv.seatOf(i)
 		seats := []string{seat}
-		return pgx.BeginTxFunc(ctx, e.pool, txo, func(tx pgx.Tx) error {
+		return pgx.BeginTxFunc(ctx, pool, txo, func(tx pgx.Tx) error {
 			qt := q.WithTx(tx)
 			adv, err := qt.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: show, SeatIds: seats, Generation: 1})
 			if err != nil {
@@ -351,7 +354,7 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 		})
 	}
 	e.progress("   seeding %d bookings of history", min(part, 5_000))
-	if err := parallel(ctx, 50, int(min(part, 5_000)), func(ctx context.Context, i int) error { return raw(ctx, int64(i)) }); err != nil {
+	if err := parallel(ctx, 50, int(min(part, 5_000)), func(ctx context.Context, i int) error { return raw(ctx, e.pool, int64(i)) }); err != nil {
 		return err
 	}
 	// VACUUM as well: otherwise autovacuum, woken by the seeded rows, runs during the
@@ -400,20 +403,40 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 			return err
 		}
 	}
-	rawFrom, rawPrep := int64(len(variants)+1)*part, int64(min(part, confirmPrep/3))
-	checkpoint()
+	// The raw design on pools of several sizes, as its operator would size it: the
+	// best is the baseline (on 2 cores, 64 connections each in a transaction lose to 8).
+	rawFrom := int64(len(variants)+1) * part
+	rawPrep := part / int64(len(rawPools))
 	var rs stats
-	rawCost, err := e.pgCost(ctx, func() int64 {
-		rs = drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
-			if seq >= rawPrep {
-				return errExhausted
-			}
-			return raw(ctx, rawFrom+seq)
+	var rawCost string
+	rawConns := 0
+	for k, conns := range rawPools {
+		pool, err := e.poolOf(ctx, conns)
+		if err != nil {
+			return err
+		}
+		from := rawFrom + int64(k)*rawPrep
+		checkpoint()
+		var s stats
+		cost, err := e.pgCost(ctx, func() int64 {
+			s = drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+				if seq >= rawPrep {
+					return errExhausted
+				}
+				return raw(ctx, pool, from+seq)
+			})
+			return min(s.issued, rawPrep)
 		})
-		return min(rs.issued, rawPrep)
-	})
-	if err != nil {
-		return err
+		pool.Close()
+		if err != nil {
+			return err
+		}
+		e.progress("   raw SQL on %d connections: %.0f/s (p99 %.1f ms)", conns, s.rate(), s.pct(.99))
+		r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: fmt.Sprintf("raw SQL transaction (pgx), %d connections", conns), Clients: clients,
+			OpsPerS: s.rate(), P50ms: s.pct(.5), P99ms: s.pct(.99), Note: refusals(s, cost)})
+		if s.rate() > rs.rate() || rawConns == 0 {
+			rs, rawCost, rawConns = s, cost, conns
+		}
 	}
 	for _, v := range variants {
 		note := refusals(v.s, v.note, v.cost)
@@ -421,13 +444,14 @@ func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
 			Ratio: v.s.rate() / rs.rate(), Note: note})
 		e.progress("   %s: %.0f/s (p99 %.1f ms)", v.name, v.s.rate(), v.s.pct(.99))
 	}
-	r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: "raw SQL transaction (pgx)", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs, rawCost)})
-	e.progress("   raw SQL: %.0f/s (p99 %.1f ms)", rs.rate(), rs.pct(.99))
+	r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: "raw SQL transaction (pgx), best pool", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99),
+		Note: refusals(rs, fmt.Sprintf("%d connections", rawConns), rawCost)})
+	e.progress("   raw SQL, best pool (%d connections): %.0f/s (p99 %.1f ms)", rawConns, rs.rate(), rs.pct(.99))
 	gs := variants[0].s
 	ratio := gs.rate() / rs.rate()
-	r.goal("confirm throughput, group commit / raw SQL transaction, 200 confirmers", ">= 3.00", ratio, ratio >= 3)
+	r.goal("confirm throughput, group commit / raw SQL transaction (best pool), 200 confirmers", ">= 3.00", ratio, ratio >= 3)
 	p99 := gs.pct(.99) / rs.pct(.99)
-	r.goal("confirm p99, group commit / raw SQL transaction", "<= 1.00", p99, p99 <= 1)
+	r.goal("confirm p99, group commit / raw SQL transaction (best pool)", "<= 1.00", p99, p99 <= 1)
 	return nil
 }
 
@@ -447,6 +471,9 @@ func (e *env) pgCost(ctx context.Context, run func() int64) (string, error) {
 	n := float64(max(1, ops))
 	return fmt.Sprintf("per confirmation: %.3f ms PG CPU, %.0f WAL bytes", 1000*(after.pgCPU-before.pgCPU)/n, (after.walBytes-before.walBytes)/n), nil
 }
+
+// rawPools are the pool sizes the raw SQL design is measured on.
+var rawPools = []int{8, 16, 64}
 
 // parallel runs fn for i in [0, n) from clients goroutines and returns the first error.
 func parallel(ctx context.Context, clients, n int, fn func(context.Context, int) error) error {
