@@ -473,7 +473,7 @@ func (e *env) pgCost(ctx context.Context, run func() int64) (string, error) {
 }
 
 // rawPools are the pool sizes the raw SQL design is measured on.
-var rawPools = []int{8, 16, 64}
+var rawPools = []int{4, 8, 16, 64}
 
 // parallel runs fn for i in [0, n) from clients goroutines and returns the first error.
 func parallel(ctx context.Context, clients, n int, fn func(context.Context, int) error) error {
