@@ -50,6 +50,9 @@ type Engine struct {
 	reconciling atomic.Bool   // a reconciliation after a failover runs (reconcile.go)
 	queues      queueWatch    // the waiting rooms the engine admits for (queue.go)
 	queueSlots  chan struct{} // waiting-room calls in flight (queueConcurrency)
+	// queueFailedAt: unix ns of the last waiting-room call that found Redis
+	// unavailable, 0 once one answered since (queueDown).
+	queueFailedAt atomic.Int64
 	// queueScripts runs the waiting room's scripts: rdb's second (deferred)
 	// autopipeliner, a stream of pipelines of its own, or rdb itself.
 	queueScripts redis.Scripter

@@ -45,10 +45,11 @@ func (e *Engine) ticket(ctx context.Context, op, showID, holderID string) (Ticke
 	if err != nil {
 		return Ticket{}, err
 	}
-	// The rules' first read (and their push to Redis) and the call share one bound.
-	ctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
-	defer cancel()
-	st := e.rulesOf(ctx, sh)
+	// The rules' first read (and their push to Redis) is bounded like a call; the call
+	// bounds itself (queueCall).
+	rctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
+	st := e.rulesOf(rctx, sh)
+	cancel()
 	r, err := e.queueCall(ctx, sh, op, st, holderTag(holderID))
 	if err != nil {
 		return Ticket{}, err
@@ -91,9 +92,10 @@ func (e *Engine) Queue(ctx context.Context, showID string) (QueueStatus, error) 
 			return q, nil
 		}
 		q := &queueRead{at: time.Now()}
-		ctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
-		defer cancel()
-		r, err := e.queueCall(ctx, sh, "admit", e.rulesOf(ctx, sh), "")
+		rctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
+		st := e.rulesOf(rctx, sh)
+		cancel()
+		r, err := e.queueCall(ctx, sh, "admit", st, "")
 		switch {
 		case err != nil:
 			q.err = err
@@ -146,6 +148,14 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 	// (e.scripts): a crowd joining at once waits in its own line, not in front of the
 	// holds of those already admitted. The room's own rounds (admit: the ticker and
 	// status reads, a few a second) and rule writes skip that line.
+	//
+	// The wait for a slot is the caller's to bound: under a flood it is where the crowd
+	// waits (seconds, by design). Only the call itself is bounded here; and while the
+	// last call found Redis unavailable (within queueDownFor, no call answered since),
+	// the next ones are refused at once instead of each waiting out its bound.
+	if err := e.queueDown(); err != nil {
+		return queueReply{}, err
+	}
 	if op == "join" || op == "ticket" {
 		select {
 		case e.queueSlots <- struct{}{}:
@@ -153,6 +163,9 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 			return queueReply{}, unavailable("redis", ctx.Err())
 		}
 		defer func() { <-e.queueSlots }()
+		if err := e.queueDown(); err != nil { // it went down while this one waited
+			return queueReply{}, err
+		}
 	}
 	// Bounded: the deferred pipeline's result waits for its command, which a Redis
 	// that refuses connections keeps retrying for seconds, whatever the context says.
@@ -174,10 +187,16 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return queueReply{}, e.redisErr(r.err)
+			err := e.redisErr(r.err)
+			if errors.Is(err, ErrUnavailable) {
+				e.queueFailedAt.Store(time.Now().UnixNano())
+			}
+			return queueReply{}, err
 		}
+		e.queueFailedAt.Store(0)
 		res = r.res
 	case <-bound.C:
+		e.queueFailedAt.Store(time.Now().UnixNano())
 		return queueReply{}, unavailable("redis", errors.New("the waiting room script did not answer in time"))
 	case <-ctx.Done():
 		return queueReply{}, unavailable("redis", ctx.Err())
@@ -201,10 +220,23 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 	return r, nil
 }
 
-// queueCallTimeout bounds one call of the queue script, queue included: a Redis that
-// refuses connections makes the deferred pipeline retry for seconds, and an answer
+// queueCallTimeout bounds one call of the queue script once it has its slot: a Redis
+// that refuses connections makes the deferred pipeline retry for seconds, and an answer
 // (ErrUnavailable) must come sooner.
 const queueCallTimeout = 1500 * time.Millisecond
+
+// queueDownFor is how long after a waiting-room call found Redis unavailable the next
+// ones are refused at once (unless one has answered since).
+const queueDownFor = time.Second
+
+// queueDown refuses a waiting-room call while the last one found Redis unavailable.
+func (e *Engine) queueDown() error {
+	at := e.queueFailedAt.Load()
+	if at != 0 && time.Since(time.Unix(0, at)) < queueDownFor {
+		return unavailable("redis", errors.New("the waiting room's last call found Redis unavailable"))
+	}
+	return nil
+}
 
 // queueWatchFor is how long the engine keeps admitting for a show's waiting room after
 // anything asked about it (a join, a ticket, a refused hold, a status read).
