@@ -193,7 +193,9 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 			}
 			return queueReply{}, err
 		}
-		e.queueFailedAt.Store(0)
+		if e.queueFailedAt.Load() != 0 { // a load, not a store, on every call of a flood
+			e.queueFailedAt.Store(0)
+		}
 		res = r.res
 	case <-bound.C:
 		e.queueFailedAt.Store(time.Now().UnixNano())
