@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -373,11 +374,11 @@ func (v *env) indexConsistent(show string) {
 	now := time.Now().UnixMilli()
 	for i, s := range sh.layout {
 		b := fmt.Sprint(sh.bucket[i])
-		if got := v.rdb.HGet(ctx, sh.k.base+"meta:"+b, s.ID).Val(); got != sh.meta[i] {
+		if got := v.rdb.HGet(ctx, sh.k.base+"mt:"+b, s.ID).Val(); got != sh.meta[i] {
 			v.t.Fatalf("seat %s meta %q, want %q", s.ID, got, sh.meta[i])
 		}
 		sec := fmt.Sprint(sh.sections[s.Section])
-		score, err := v.rdb.ZScore(ctx, sh.k.base+"free:"+sec, s.ID+"@"+b).Result()
+		score, err := v.rdb.ZScore(ctx, sh.k.base+"fr:"+sec, s.ID+"@"+b).Result()
 		present := err == nil
 		mark := v.rdb.HGet(ctx, sh.soldKeys[s.ID], s.ID).Val()
 		sold := mark != "" && mark[0] != '-'
@@ -402,29 +403,63 @@ func (v *env) indexConsistent(show string) {
 			free[i] = true
 		}
 	}
-	want := map[string]bool{}
+	score := func(i int) int64 { return int64(sh.layout[i].Rank)*bestScale + int64(i) }
+	// Each segment's record: its places' scores and seats.
+	for i := 0; i < len(sh.layout); i++ {
+		j := i
+		for sh.joinedRight(j) {
+			j++
+		}
+		var scores, seats []string
+		for k := i; k <= j; k++ {
+			scores = append(scores, fmt.Sprintf("%016d", score(k)))
+			seats = append(seats, fmt.Sprintf("%s@%d", sh.layout[k].ID, sh.bucket[k]))
+		}
+		want := strings.Join(scores, "") + " " + strings.Join(seats, " ")
+		if got := v.rdb.HGet(ctx, sh.k.base+"sg", fmt.Sprint(i)).Val(); got != want {
+			v.t.Fatalf("segment %d (%s..%s):\n got %q\nwant %q", i, sh.layout[i].ID, sh.layout[j].ID, got, want)
+		}
+		i = j
+	}
+	// The listed runs (kept lazily): each a range of one segment, in the list of its
+	// length, at its best seat's score; and every run of free seats within a listed one.
+	type span struct{ from, to int } // layout indices
+	var listed []span
+	for _, sec := range sh.sections {
+		for c := 1; c <= 10; c++ {
+			for _, m := range v.rdb.ZRangeWithScores(ctx, fmt.Sprintf("%srn:%d:%d", sh.k.base, sec, c), 0, -1).Val() {
+				var seg, lo, n int
+				if _, err := fmt.Sscanf(m.Member.(string), "%d:%d:%d", &seg, &lo, &n); err != nil {
+					v.t.Fatalf("listed run %q: %v", m.Member, err)
+				}
+				from, to := seg+lo-1, seg+lo+n-2
+				if seg < 0 || to >= len(sh.layout) || sh.place[seg] != 1 || lo < 1 || n < 1 || min(n, 10) != c ||
+					sh.place[from] != lo || (n > 1 && sh.place[to] != lo+n-1) || sh.sections[sh.layout[from].Section] != sec {
+					v.t.Fatalf("listed run %q in section %d, list %d: not a range of a segment", m.Member, sec, c)
+				}
+				best := score(from)
+				for k := from; k <= to; k++ {
+					best = min(best, score(k))
+				}
+				if int64(m.Score) != best {
+					v.t.Fatalf("listed run %q at %v, its best seat's score is %d", m.Member, m.Score, best)
+				}
+				listed = append(listed, span{from, to})
+			}
+		}
+	}
 	for i := 0; i < len(sh.layout); i++ {
 		if !free[i] {
 			continue
 		}
 		j := i
-		for j+1 < len(sh.layout) && free[j+1] && sh.joinedRight(j) {
+		for free[j+1] && sh.joinedRight(j) {
 			j++
 		}
-		want[fmt.Sprintf("%d:%s@%d:%d", sh.sections[sh.layout[i].Section], sh.layout[i].ID, sh.bucket[i], j-i+1)] = true
-		i = j
-	}
-	got := map[string]bool{}
-	for name, sec := range sh.sections {
-		_ = name
-		for c := 1; c <= 10; c++ {
-			for _, m := range v.rdb.ZRange(ctx, fmt.Sprintf("%srun:%d:%d", sh.k.base, sec, c), 0, -1).Val() {
-				got[fmt.Sprintf("%d:%s", sec, m)] = true
-			}
+		if !slices.ContainsFunc(listed, func(s span) bool { return s.from <= i && j <= s.to }) {
+			v.t.Fatalf("the free seats %s..%s lie within no listed run", sh.layout[i].ID, sh.layout[j].ID)
 		}
-	}
-	if fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
-		v.t.Fatalf("runs in the index:\n%v\nruns of free seats (expired holds not yet given back excepted):\n%v", sortedKeys(got), sortedKeys(want))
+		i = j
 	}
 }
 
@@ -522,4 +557,89 @@ func TestHoldBestMixed(t *testing.T) {
 	if n := len(v.claims("mix")); n+v.heldInRedis("mix") != len(sh.layout) || v.doubleBookings() != 0 {
 		t.Fatalf("%d sold + %d held of %d seats", n, v.heldInRedis("mix"), len(sh.layout))
 	}
+}
+
+// TestHoldBestAfterNamedHoldsAndReleases: the runs of free seats are kept lazily (a
+// named hold does not split them; HoldBest does when it meets them), so HoldBest is
+// checked here against the layout after every kind of change: one caller, named holds
+// of 1-3 seats, releases, confirmations and best-available holds of 1-8 together or
+// not, on rows of 40 (segments of 32 and 8). Every best-available hold is the best
+// block left at its moment, and the index agrees with the keys along the way.
+func TestHoldBestAfterNamedHoldsAndReleases(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 8; c.MaxSeatsPerHolder = 1000 })
+	if err := v.e.CreateShowLayout(t.Context(), "lazy", venueLayout(2, 4, 40)); err != nil {
+		t.Fatal(err)
+	}
+	sh := v.showOf("lazy")
+	rng := rand.New(rand.NewPCG(7, 22))
+	taken := map[string]bool{} // held or sold
+	var live []Hold
+	bests := 0
+	for step := range 600 {
+		switch op := rng.IntN(10); {
+		case op < 4: // a named hold of 1-3 seats side by side
+			i := rng.IntN(len(sh.layout) - 3)
+			n := 1 + rng.IntN(3)
+			var seats []string
+			for k := i; k < i+n; k++ {
+				seats = append(seats, sh.layout[k].ID)
+			}
+			h, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "lazy", SeatIDs: seats, TTL: 10 * time.Minute})
+			if errors.Is(err, ErrSeatsUnavailable) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range seats {
+				taken[s] = true
+			}
+			live = append(live, h)
+		case op < 6 && len(live) > 0: // a release, or a confirmation
+			k := rng.IntN(len(live))
+			h := live[k]
+			live = slices.Delete(live, k, k+1)
+			if rng.IntN(3) == 0 {
+				if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if err := v.e.Release(t.Context(), h); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range h.SeatIDs {
+				delete(taken, s)
+			}
+		default: // best available
+			count, adjacent := 1+rng.IntN(8), rng.IntN(3) > 0
+			want, ok := bestOffline(sh, taken, count, "", adjacent)
+			h, err := v.e.HoldBest(t.Context(), BestRequest{ShowID: "lazy", Count: count, Adjacent: adjacent, TTL: 10 * time.Minute})
+			if !ok {
+				if !errors.Is(err, ErrSeatsUnavailable) {
+					t.Fatalf("step %d: %d (adjacent %v) when none fit: %v %v", step, count, adjacent, h.SeatIDs, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("step %d: %d (adjacent %v): %v", step, count, adjacent, err)
+			}
+			if got := sumOf(sh, h.SeatIDs); got != want || (adjacent && !adjacentSeats(sh, h.SeatIDs)) {
+				t.Fatalf("step %d: %d (adjacent %v) chose %v (score %d), the best left scores %d", step, count, adjacent, h.SeatIDs, got, want)
+			}
+			for _, s := range h.SeatIDs {
+				taken[s] = true
+			}
+			live = append(live, h)
+			bests++
+		}
+		if step%50 == 49 {
+			v.indexConsistent("lazy")
+		}
+	}
+	if bests < 100 {
+		t.Fatalf("only %d best-available holds granted", bests)
+	}
+	v.indexConsistent("lazy")
 }

@@ -180,7 +180,7 @@ func (k keys) hold(seatID string) string { return k.base + "hold:" + seatID }
 func (k keys) holder(tag string) string  { return k.base + "holder:" + tag }
 func (k keys) feed() string              { return k.base + "feed" }
 func (k keys) feedN() string             { return k.base + "feed:n" }
-func (k keys) index() string             { return k.base + "ix" }
+func (k keys) index() string             { return k.base + "ixs" }
 func (k keys) booked() string            { return k.base + "booked" }
 
 // holdHash identifies a hold in the database without its secret: SHA-256 over the show

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +24,7 @@ type show struct {
 	bySeat   []int             // the layout index of each seat of seats
 	sections map[string]int    // section -> its number, in layout order
 	meta     []string          // by layout index: the seat's best-available meta (internal/lua/common.lua)
+	place    []int             // by layout index: the seat's place in its index segment, from 1 (0 before indexMeta)
 	bucket   []int             // by layout index: the seat's sold bucket
 
 	slotsOnce sync.Once
@@ -178,41 +178,42 @@ const bestScale = 1 << 20
 const runSegment = 32
 
 // indexMeta computes each seat's best-available meta: its score, its section's number,
-// and its neighbours in the row (positions one below and one above, in one segment).
+// its segment (the layout index of the segment's first seat: a run of at most runSegment
+// adjacent seats of one row) and its place in the segment, from 1.
 func (sh *show) indexMeta() {
 	sh.sections = map[string]int{}
 	sh.meta = make([]string, len(sh.layout))
-	ref := func(i int) string { return sh.layout[i].ID + "@" + strconv.Itoa(sh.bucket[i]) }
+	sh.place = make([]int, len(sh.layout))
 	inRow := make([]int, len(sh.layout)) // the seat's place in its row
 	for i := 1; i < len(sh.layout); i++ {
 		if a, b := sh.layout[i-1], sh.layout[i]; a.Section == b.Section && a.Row == b.Row {
 			inRow[i] = inRow[i-1] + 1
 		}
 	}
-	joined := func(i, j int) bool { // j = i+1
-		a, b := sh.layout[i], sh.layout[j]
-		return a.Section == b.Section && a.Row == b.Row && b.Position == a.Position+1 && inRow[j]%runSegment != 0
-	}
+	seg := 0
 	for i, s := range sh.layout {
 		sec, ok := sh.sections[s.Section]
 		if !ok {
 			sec = len(sh.sections)
 			sh.sections[s.Section] = sec
 		}
-		left, right := "-", "-"
-		if i > 0 && joined(i-1, i) {
-			left = ref(i - 1)
+		if i > 0 {
+			a := sh.layout[i-1]
+			if a.Section == s.Section && a.Row == s.Row && s.Position == a.Position+1 && inRow[i]%runSegment != 0 {
+				sh.place[i] = sh.place[i-1] + 1
+			} else {
+				seg, sh.place[i] = i, 1
+			}
+		} else {
+			sh.place[i] = 1
 		}
-		if i+1 < len(sh.layout) && joined(i, i+1) {
-			right = ref(i + 1)
-		}
-		sh.meta[i] = strconv.FormatInt(int64(s.Rank)*bestScale+int64(i), 10) + " " + strconv.Itoa(sec) + " " + left + " " + right
+		sh.meta[i] = strconv.FormatInt(int64(s.Rank)*bestScale+int64(i), 10) + " " + strconv.Itoa(sec) + " " + strconv.Itoa(seg) + " " + strconv.Itoa(sh.place[i])
 	}
 }
 
 // joinedRight reports whether seat i (layout index) is adjacent to seat i+1 for
-// best-available blocks.
-func (sh *show) joinedRight(i int) bool { return !strings.HasSuffix(sh.meta[i], " -") }
+// best-available blocks (one segment holds both).
+func (sh *show) joinedRight(i int) bool { return i+1 < len(sh.place) && sh.place[i+1] > 1 }
 
 // scriptKeys returns the common key layout of the scripts for these seats (counter,
 // holder zset, hold keys, sold buckets; see internal/lua/common.lua), or ErrNotFound

@@ -92,7 +92,7 @@ func (e *env) bestCost(ctx context.Context, r *Report) error {
 	// The index's bytes per seat: the show's index keys, summed.
 	var idx int64
 	prefix := e.prefixes[len(e.prefixes)-1]
-	for _, pattern := range []string{"meta:*", "free:*", "run:*"} {
+	for _, pattern := range []string{"mt:*", "fr:*", "rn:*", "sg"} {
 		keys, err := e.rdb.Keys(ctx, prefix+":{bestcost}:"+pattern).Result()
 		if err != nil {
 			return err

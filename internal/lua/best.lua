@@ -44,7 +44,7 @@ if not given then return bad("rules") end
 
 if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
 local rules = sale_rules(given, ARGV[8])
-if redis.call("EXISTS", BASE .. "ix") == 0 then return {"NOINDEX"} end
+if redis.call("EXISTS", BASE .. "ixs") == 0 then return {"NOINDEX"} end
 local now = now_ms()
 local tok = BASE .. "tok:" .. token
 
@@ -103,13 +103,34 @@ local function any_best()
 end
 
 -- adjacent_best: the count adjacent free seats of one row with the lowest score sum.
--- Runs are visited by their best score; a run whose best score times count is not
--- below the best sum found cannot hold a better block.
+-- Listed runs are visited by their best score; a run whose best score times count is
+-- not below the best sum found cannot hold a better block. A listed run is checked
+-- against fr (runs are kept lazily, see common.lua): when its seats are no longer one
+-- run of free seats, it is unlisted and the runs of free seats within it are listed
+-- in its place (after the search, so the pages being read do not move) and searched
+-- at once.
 local function adjacent_best()
     local best, best_seats = nil, nil
+    local segs = {}           -- segment -> its seats (segment()), read once per call
+    local drop, add = {}, {}  -- listings to change once the search is over
+    local function consider(seats, lo, hi)
+        local len = hi - lo + 1
+        if len < count then return end
+        local sum = 0
+        for j = lo, lo + count - 1 do sum = sum + seats[j].score end
+        local at, low = lo, sum
+        for j = lo + count, hi do
+            sum = sum + seats[j].score - seats[j - count].score
+            if sum < low then at, low = j - count + 1, sum end
+        end
+        if not best or low < best then
+            best, best_seats = low, {}
+            for j = at, at + count - 1 do best_seats[#best_seats + 1] = seats[j] end
+        end
+    end
     for _, sec in ipairs(sections) do
         for c = math.min(count, 10), 10 do
-            local key, off, done = BASE .. "run:" .. sec .. ":" .. c, 0, false
+            local key, off, done = run_key(sec, c), 0, false
             while not done do
                 local r = redis.call("ZRANGE", key, 0, "+inf", "BYSCORE", "LIMIT", off, 16, "WITHSCORES")
                 if #r == 0 then break end
@@ -118,32 +139,42 @@ local function adjacent_best()
                         done = true
                         break
                     end
-                    local first, len = string.match(r[k], "^(.+):(%d+)$")
-                    len = tonumber(len)
-                    if len >= count then
-                        local s, b = ref(first)
-                        local seats = {meta_get(s, b)}
-                        for _ = 2, len do
-                            local ns, nb = ref(seats[#seats].right)
-                            seats[#seats + 1] = meta_get(ns, nb)
+                    local seg, lo, len = string.match(r[k], "^(%d+):(%d+):(%d+)$")
+                    lo, len = tonumber(lo), tonumber(len)
+                    local seats = segs[seg]
+                    if seats == nil then
+                        seats = segment(seg, sec) or false
+                        segs[seg] = seats
+                    end
+                    local hi = lo + len - 1
+                    if not seats or hi > #seats then
+                        drop[#drop + 1] = {key, r[k]}
+                    else
+                        -- The runs of free seats within lo..hi, each as far as it goes.
+                        local p, whole = lo, false
+                        while p <= hi do
+                            if seats[p].free then
+                                local a, b = free_run(seats, p)
+                                if a == lo and b == hi then
+                                    whole = true
+                                else
+                                    add[#add + 1] = {run_key(sec, b - a + 1), int(run_score(seats, a, b)), run_name(seg, a, b)}
+                                end
+                                consider(seats, a, b)
+                                p = b + 1
+                            else
+                                p = p + 1
+                            end
                         end
-                        local sum = 0
-                        for j = 1, count do sum = sum + seats[j].score end
-                        local at, low = 1, sum
-                        for j = count + 1, len do
-                            sum = sum + seats[j].score - seats[j - count].score
-                            if sum < low then at, low = j - count + 1, sum end
-                        end
-                        if not best or low < best then
-                            best, best_seats = low, {}
-                            for j = at, at + count - 1 do best_seats[#best_seats + 1] = seats[j] end
-                        end
+                        if not whole then drop[#drop + 1] = {key, r[k]} end
                     end
                 end
                 off = off + 16
             end
         end
     end
+    for _, d in ipairs(drop) do redis.call("ZREM", d[1], d[2]) end
+    for _, a in ipairs(add) do redis.call("ZADD", a[1], a[2], a[3]) end
     return best_seats
 end
 

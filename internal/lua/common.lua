@@ -158,28 +158,42 @@ local function seat_list(fixed)
     return table.concat(ARGV, " ", fixed + 1, fixed + N)
 end
 
--- The best-available index (see index.lua, best.lua). Per seat, in the hash
--- <base>meta:<bucket> (the seat's sold bucket number): "<score> <section> <left> <right>",
--- score = rank * 2^20 + layout index (lower is better), left and right the seats at
--- position -1 and +1 of its row as "<seat>@<bucket>", or "-". Per section, the zset
--- <base>free:<section> holds every seat that is not sold: a free seat at its score, a
--- held one at HELD + its hold's expiry (ms), so that expired holds are found by score and
--- given back lazily. The zsets <base>run:<section>:<c> hold the section's maximal runs
--- of free adjacent seats of length c (10 for 10 and more), as "<first seat>@<bucket>:<len>"
--- at the run's best score. Set members are "<seat>@<bucket>". A seat without meta is not
--- indexed yet: scripts leave it alone. <base>ix exists once every seat is indexed.
+-- The best-available index (see index.lua, best.lua). A row is indexed in segments of
+-- at most 32 adjacent seats (engine/shows.go): a best-available block never spans two.
+--   <base>mt:<bucket>  hash seat -> its meta "<score> <section> <segment> <place>": score =
+--                      rank * 2^20 + layout index (lower is better), the section's number,
+--                      the segment (the layout index of its first seat) and the seat's
+--                      place in it (1..32)
+--   <base>sg           hash segment -> "<scores> <seats>": its places' scores, SCORE_W
+--                      digits each, then its seats as "<seat>@<bucket>", space-separated
+--   <base>fr:<section> zset "<seat>@<bucket>": every seat that is not sold, a free one at
+--                      its score, a held one at HELD + its hold's expiry (ms), so that
+--                      expired holds are found by score and given back lazily
+--   <base>rn:<section>:<c>  zset "<segment>:<first place>:<len>": runs of adjacent seats
+--                      of length c (10 for 10 and more), at the run's best score
+--   <base>ixs          exists once every seat is indexed
+-- A seat without meta is not indexed yet: scripts leave it alone.
+--
+-- The runs are kept lazily: a seat that stops being free changes only its entry in
+-- fr, and the runs it was in stay listed until best.lua meets them, checks them
+-- against fr and puts the runs of free seats they now hold in their place. A seat that
+-- becomes free lists the run of free seats it now belongs to. So every run of free
+-- seats (maximal: no free seat on either side in its segment) lies within a listed run,
+-- whose score (its best seat's) is never above its own and whose length is never below
+-- it — best.lua meets that one first and finds the run there.
 local HELD = 4503599627370496 -- 2^52
+local SCORE_W = 16            -- digits of a score in a segment record (2^52 < 10^16)
 
 local function bucket_of(i) return string.match(sk(i), "sold:(%d+)$") end
 
 -- meta_parse reads seat's meta value m (in bucket b).
 local function meta_parse(seat, b, m)
-    local score, sec, left, right = string.match(m, "^(%d+) (%d+) (%S+) (%S+)$")
-    return {seat = seat, b = b, score = tonumber(score), sec = sec, left = left, right = right}
+    local score, sec, seg, pos = string.match(m, "^(%d+) (%d+) (%d+) (%d+)$")
+    return {seat = seat, b = b, score = tonumber(score), sec = sec, seg = seg, pos = tonumber(pos)}
 end
 
 local function meta_get(seat, b)
-    local m = redis.call("HGET", BASE .. "meta:" .. b, seat)
+    local m = redis.call("HGET", BASE .. "mt:" .. b, seat)
     if not m then return nil end
     return meta_parse(seat, b, m)
 end
@@ -189,55 +203,50 @@ local function ref(r)
     return string.match(r, "^(.+)@(%d+)$")
 end
 
-local function free_key(sec) return BASE .. "free:" .. sec end
+local function free_key(sec) return BASE .. "fr:" .. sec end
 local function member(m) return m.seat .. "@" .. m.b end
+local SEG = "sg"
 
--- is_free: the seat is in its section's free set at its own score (not held, not sold).
-local function is_free(m)
-    local s = redis.call("ZSCORE", free_key(m.sec), member(m))
-    return s ~= false and s ~= nil and tonumber(s) < HELD
-end
-
--- walk returns the free seats next to m in direction dir ("left" or "right"), nearest first.
-local function walk(m, dir)
-    local out, cur = {}, m
-    while true do
-        local s, b = ref(cur[dir])
-        if not s then break end
-        local nm = meta_get(s, b)
-        if not nm or not is_free(nm) then break end
-        out[#out + 1] = nm
-        cur = nm
+-- segment reads segment seg of section sec: its seats, as metas in place order, each
+-- with free set when fr lists it as free now.
+local function segment(seg, sec)
+    local v = redis.call("HGET", BASE .. SEG, seg)
+    if not v then return nil end
+    local cut = string.find(v, " ", 1, true)
+    local out, mems = {}, {}
+    for s, b in string.gmatch(string.sub(v, cut + 1), "(%S+)@(%d+)") do
+        local k = #out + 1
+        local at = SCORE_W * (k - 1) + 1
+        out[k] = {seat = s, b = b, score = tonumber(string.sub(v, at, at + SCORE_W - 1)), sec = sec, seg = seg, pos = k}
+        mems[k] = s .. "@" .. b
     end
+    local sc = redis.call("ZMSCORE", free_key(sec), unpack(mems))
+    for k, m in ipairs(out) do m.free = sc[k] ~= false and sc[k] ~= nil and tonumber(sc[k]) < HELD end
     return out
 end
 
-local function run_key(sec, len) return BASE .. "run:" .. sec .. ":" .. math.min(len, 10) end
-local function run_member(first, len) return member(first) .. ":" .. len end
+local function run_key(sec, len) return BASE .. "rn:" .. sec .. ":" .. math.min(len, 10) end
 
-local function run_del(first, len) redis.call("ZREM", run_key(first.sec, len), run_member(first, len)) end
-
--- run_add indexes a run of free seats, given left to right.
-local function run_add(seats)
-    local best = seats[1].score
-    for k = 2, #seats do best = math.min(best, seats[k].score) end
-    redis.call("ZADD", run_key(seats[1].sec, #seats), int(best), run_member(seats[1], #seats))
+-- run_name is the run of places lo..hi of segment seg as listed; run_score its best
+-- seat's score (seats: the segment's, from segment()).
+local function run_name(seg, lo, hi) return seg .. ":" .. lo .. ":" .. (hi - lo + 1) end
+local function run_score(seats, lo, hi)
+    local best = seats[lo].score
+    for k = lo + 1, hi do best = math.min(best, seats[k].score) end
+    return best
 end
 
-local function reversed(t)
-    local out = {}
-    for k = #t, 1, -1 do out[#out + 1] = t[k] end
-    return out
+-- free_run is the run of free seats around place p of seats: its first and last place.
+local function free_run(seats, p)
+    local lo, hi = p, p
+    while lo > 1 and seats[lo - 1].free do lo = lo - 1 end
+    while hi < #seats and seats[hi + 1].free do hi = hi + 1 end
+    return lo, hi
 end
 
 -- take: a free seat stops being free; held until exp (ms), or sold when exp is nil.
+-- The runs it was in are left to best.lua.
 local function take(m, exp)
-    if is_free(m) then
-        local L, R = walk(m, "left"), walk(m, "right")
-        run_del(#L > 0 and L[#L] or m, #L + 1 + #R)
-        if #L > 0 then run_add(reversed(L)) end
-        if #R > 0 then run_add(R) end
-    end
     if exp then
         redis.call("ZADD", free_key(m.sec), int(HELD + exp), member(m))
     else
@@ -245,27 +254,27 @@ local function take(m, exp)
     end
 end
 
--- give: a seat that is not free becomes free.
+-- give: a seat that is not free becomes free, and the run of free seats it is now in
+-- is listed.
 local function give(m)
-    if is_free(m) then return end
-    local L, R = walk(m, "left"), walk(m, "right")
-    if #L > 0 then run_del(L[#L], #L) end
-    if #R > 0 then run_del(R[1], #R) end
-    local seats = reversed(L)
-    seats[#seats + 1] = m
-    for k = 1, #R do seats[#seats + 1] = R[k] end
-    run_add(seats)
+    local s = redis.call("ZSCORE", free_key(m.sec), member(m))
+    if s and tonumber(s) < HELD then return end
     redis.call("ZADD", free_key(m.sec), int(m.score), member(m))
+    local seats = segment(m.seg, m.sec)
+    if not seats or not seats[m.pos] then return end
+    local lo, hi = free_run(seats, m.pos)
+    redis.call("ZADD", run_key(m.sec, hi - lo + 1), int(run_score(seats, lo, hi)), run_name(m.seg, lo, hi))
 end
 
 -- index_held: seat i of the call is now held until exp (a hold, an extension, a commit's
 -- reservation). A sold seat stays out of the index whatever its hold does: a hold taken
 -- while the seat's marker was owed outlives the marker's arrival (mark.lua leaves it to
 -- its owner), and extending it must not list the seat again.
-local function index_held(i, seat_id, exp)
+-- unsold says the caller has just read the seat's marker and found it unsold.
+local function index_held(i, seat_id, exp, unsold)
     local m = meta_get(seat_id, bucket_of(i))
     if not m then return end
-    if is_sold(redis.call("HGET", sk(i), seat_id)) then take(m, nil) else take(m, exp) end
+    if not unsold and is_sold(redis.call("HGET", sk(i), seat_id)) then take(m, nil) else take(m, exp) end
 end
 
 -- index_fix: the indexed seat m is now as Redis says: sold, held (its key's TTL) or

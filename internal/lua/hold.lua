@@ -72,7 +72,7 @@ local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
 for i = 1, n do
     redis.call("SET", hk(i), value, "PXAT", now + ttl)
     if capped then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end
-    index_held(i, seat(i, F), now + ttl)
+    index_held(i, seat(i, F), now + ttl, true) -- no marker: read above
 end
 if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)

@@ -4,7 +4,8 @@
 -- built. A page that is indexed already is left alone (the call is idempotent).
 --
 -- KEYS[1]    <base>gen (names the show's base)
--- ARGV       triples: seat id, its bucket, its meta "<score> <section> <left> <right>"
+-- ARGV       triples: seat id, its bucket, its meta "<score> <section> <segment> <place>";
+--            a page holds whole segments, their seats in place order
 --
 -- Returns the number of seats indexed (0 when the page was indexed already).
 
@@ -12,21 +13,27 @@ if #KEYS ~= 1 or string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
 BASE = string.sub(KEYS[1], 1, -4)
 if #ARGV == 0 or #ARGV % 3 ~= 0 then return bad("argument count") end
 local n = #ARGV / 3
+local metas = {}
 for i = 1, n do
     local seat_id, b, m = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
     if #seat_id < 1 or #seat_id > 64 or not string.match(seat_id, "^[%w][%w._-]*$") then return bad("seat " .. i) end
     if not string.match(b, "^%d+$") then return bad("bucket " .. i) end
-    if not string.match(m, "^%d+ %d+ %S+ %S+$") or #m > 200 then return bad("meta " .. i) end
+    if not string.match(m, "^%d+ %d+ %d+ %d+$") or #m > 64 then return bad("meta " .. i) end
+    metas[i] = meta_parse(seat_id, b, m)
+    local prev = metas[i - 1]
+    local first = not prev or prev.seg ~= metas[i].seg
+    if metas[i].score >= HELD or metas[i].pos > 32 or (first and metas[i].pos ~= 1) or (not first and (metas[i].pos ~= prev.pos + 1 or metas[i].sec ~= prev.sec)) then
+        return bad("meta " .. i)
+    end
 end
-if redis.call("HEXISTS", BASE .. "meta:" .. ARGV[2], ARGV[1]) == 1 then return 0 end
+if redis.call("HEXISTS", BASE .. "mt:" .. ARGV[2], ARGV[1]) == 1 then return 0 end
 
 local now = now_ms()
 -- Batched by bucket and by section: one HSET and one HMGET per bucket of the page, one
--- ZADD per section, a PTTL per seat.
-local metas, by_bucket, order = {}, {}, {}
+-- ZADD per section, an HSET per segment, a PTTL per seat.
+local by_bucket, order = {}, {}
 for i = 1, n do
     local seat_id, b, raw = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-    metas[i] = meta_parse(seat_id, b, raw)
     local g = by_bucket[b]
     if not g then
         g = {set = {}, seats = {}, idx = {}}
@@ -41,7 +48,7 @@ end
 local sold = {}
 for _, b in ipairs(order) do
     local g = by_bucket[b]
-    redis.call("HSET", BASE .. "meta:" .. b, unpack(g.set))
+    redis.call("HSET", BASE .. "mt:" .. b, unpack(g.set))
     local marks = redis.call("HMGET", BASE .. "sold:" .. b, unpack(g.seats))
     for k, i in ipairs(g.idx) do sold[i] = is_sold(marks[k]) end
 end
@@ -56,27 +63,46 @@ local function zadd(sec, score, mem)
     z[#z + 1] = score
     z[#z + 1] = mem
 end
-local run = {}
-local function flush()
-    if #run > 0 then run_add(run) end
-    run = {}
-end
-for i = 1, n do
-    local m = metas[i]
-    if sold[i] then
-        flush()
-    else
-        local ttl = redis.call("PTTL", BASE .. "hold:" .. m.seat)
-        if ttl >= 0 then
-            zadd(m.sec, int(HELD + now + ttl), member(m))
-            flush()
-        else
-            zadd(m.sec, int(m.score), member(m))
-            if #run > 0 and run[#run].right ~= member(m) then flush() end
-            run[#run + 1] = m
+-- index_segment: the seats of one segment (metas[from..to]) and their states; its
+-- record is written and its runs of free seats listed.
+local function index_segment(from, to)
+    local scores, seats, free = {}, {}, {}
+    for i = from, to do
+        local m = metas[i]
+        local k = i - from + 1
+        free[k] = false
+        if not sold[i] then
+            local ttl = redis.call("PTTL", BASE .. "hold:" .. m.seat)
+            if ttl >= 0 then
+                zadd(m.sec, int(HELD + now + ttl), member(m))
+            else
+                zadd(m.sec, int(m.score), member(m))
+                free[k] = true
+            end
+        end
+        scores[k] = string.format("%0" .. SCORE_W .. "d", m.score)
+        seats[k] = member(m)
+        m.free = free[k]
+    end
+    local m = metas[from]
+    redis.call("HSET", BASE .. SEG, m.seg, table.concat(scores) .. " " .. table.concat(seats, " "))
+    local L, lo = to - from + 1, nil
+    local segseats = {unpack(metas, from, to)}
+    for k = 1, L + 1 do
+        if k <= L and free[k] then
+            lo = lo or k
+        elseif lo then
+            redis.call("ZADD", run_key(m.sec, k - lo), int(run_score(segseats, lo, k - 1)), run_name(m.seg, lo, k - 1))
+            lo = nil
         end
     end
 end
-flush()
+local from = 1
+for i = 1, n do
+    if i == n or metas[i + 1].seg ~= metas[i].seg then
+        index_segment(from, i)
+        from = i + 1
+    end
+end
 for _, sec in ipairs(zorder) do redis.call("ZADD", free_key(sec), unpack(zadds[sec])) end
 return n
