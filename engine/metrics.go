@@ -18,6 +18,7 @@ type metrics struct {
 	markerRepairs     prometheus.Counter
 	markerDeferred    prometheus.Counter
 	seatMapRebuilds   prometheus.Counter
+	seatMapMerges     prometheus.Counter
 	admissionRefusals *prometheus.CounterVec
 	confirmQueueWait  prometheus.Histogram
 	confirmBatchSize  prometheus.Histogram
@@ -63,6 +64,10 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 		seatMapRebuilds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "holdfast_seatmap_rebuilds_total",
 			Help: "Seat-map rebuilds from PostgreSQL and Redis: a show first read, a gap in its change feed, a Resync.",
+		}),
+		seatMapMerges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_seatmap_watch_merges_total",
+			Help: "Times a seat-map watcher that fell behind had its unread events merged into one (or replaced by a snapshot).",
 		}),
 		admissionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_confirm_admission_refusals_total",
@@ -121,7 +126,7 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Name: "holdfast_confirm_queue_length",
 			Help: "Confirmations waiting in the queue for a batch now.",
 		}, confirmQueue)
-		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize,
+		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize,
 			m.failovers, m.stalls, m.unproven, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

@@ -42,9 +42,14 @@ type SeatChange struct {
 // SeatMapEvent is what a watch delivers: either the changes that make Version from
 // the version before it, or, when Snapshot is set, a whole map to start over from (the
 // first event of a watch that cannot resume, after the engine rebuilt the map, or when
-// the watcher fell behind).
+// the watcher fell behind far). A watcher that fell behind a little gets the changes
+// it had not read merged into one event (Merged > 1): each seat once, in its latest
+// state, which applied in order gives the same map.
 type SeatMapEvent struct {
 	Version uint64
+	// Merged is how many events this one stands for: 1, or more for a watcher that fell
+	// behind (its events are its own, unlike the others, which every watcher shares).
+	Merged int
 	// Position is where in the show's change feed the map stood after this event: the
 	// same for every engine on the same Redis, so that a watcher can resume on another
 	// engine (WatchSeatMapFrom). Versions are this engine's own.

@@ -531,3 +531,82 @@ func TestFeedIsBounded(t *testing.T) {
 		t.Logf("feed of %d entries: %d bytes", n, mem)
 	}
 }
+
+// TestWatchSeatMapMergesForASlowWatcher: a watcher that stops reading is not waited
+// for; when it reads again, what it missed comes merged into one event (each seat
+// once, in its latest state) while that is smaller than a snapshot, and as a snapshot
+// past that (an eighth of the show's seats changed). Either way its map is the
+// engine's once it has read them.
+func TestWatchSeatMapMergesForASlowWatcher(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHolder = 1000 })
+	seats := seatNames(2000)
+	v.show("slow", seats...)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch, err := v.e.WatchSeatMap(ctx, "slow", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-ch
+	if first.Snapshot == nil {
+		t.Fatalf("first event %+v, want a snapshot", first)
+	}
+	mine := first.Snapshot
+	// catchUp reads what is waiting and applies it; it returns how many events it
+	// read, how many of them were merged and whether one was a snapshot.
+	catchUp := func() (n, merged int, snapshot bool) {
+		for {
+			select {
+			case ev := <-ch:
+				n++
+				if ev.Merged > 1 {
+					merged++
+				}
+				if ev.Snapshot != nil {
+					snapshot, mine = true, ev.Snapshot
+				}
+				for _, c := range ev.Changes {
+					mine = patched(mine, c)
+				}
+			case <-time.After(300 * time.Millisecond):
+				return n, merged, snapshot
+			}
+		}
+	}
+	// hold takes seats [from, to) one hold each, every hold its own event (each read
+	// waits for its own write), while the watcher does not read.
+	hold := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "slow", SeatIDs: []string{seats[i]}, TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.e.SeatMap(t.Context(), "slow"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sameAsEngine := func() {
+		t.Helper()
+		m, err := v.e.SeatMap(t.Context(), "slow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(mapStates(mine), mapStates(m)) {
+			t.Fatal("the watcher's map is not the engine's after reading what was waiting")
+		}
+	}
+	// 3 × watchBuffer changes: fewer than an eighth of 2,000 seats.
+	hold(0, 3*watchBuffer)
+	n, merged, snapshot := catchUp()
+	if snapshot || merged == 0 || n > watchBuffer {
+		t.Fatalf("after %d changes missed: %d events, %d merged, snapshot %v; want merged changes, no snapshot", 3*watchBuffer, n, merged, snapshot)
+	}
+	sameAsEngine()
+	// 300 more: past an eighth, a snapshot is smaller.
+	hold(3*watchBuffer, 3*watchBuffer+300)
+	if _, _, snapshot = catchUp(); !snapshot {
+		t.Fatal("after 300 changes missed (more than an eighth of the seats), no snapshot")
+	}
+	sameAsEngine()
+}

@@ -509,24 +509,58 @@ func floorMillis(d time.Duration) int64 {
 // Redis's clock, as Hold.ExpiresAt is. The offset only times the view's own work.
 func localTime(ms int64) time.Time { return time.UnixMilli(ms) }
 
-// send gives w an event, or, when w has fallen watchBuffer events behind, drops what it
-// has not read and gives it a snapshot to start over from: a slow watcher never holds
-// the view up. Caller holds mu.
+// send gives w an event. A watcher never holds the view up: when w has fallen
+// watchBuffer events behind, the events it has not read are merged with ev into one
+// (each seat once, in its latest state), or, when one of them is a snapshot or the
+// changes would outweigh one, replaced by a snapshot. Caller holds mu.
 func (v *view) send(w *watcher, ev SeatMapEvent) {
+	ev.Merged = max(ev.Merged, 1)
 	select {
 	case w.ch <- ev:
 		return
 	default:
 	}
+	var queued []SeatMapEvent
 drain:
 	for {
 		select {
-		case <-w.ch:
+		case old := <-w.ch:
+			queued = append(queued, old)
 		default:
 			break drain
 		}
 	}
-	w.ch <- SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked()}
+	queued = append(queued, ev)
+	v.e.m.seatMapMerges.Inc()
+	w.ch <- v.merge(queued)
+}
+
+// merge is one event that has the effect of evs applied in order: the last one's
+// version and position, each changed seat once in its last state; a snapshot when one
+// of evs is, or when more than an eighth of the show's seats changed (a snapshot is
+// then about as small). Caller holds mu.
+func (v *view) merge(evs []SeatMapEvent) SeatMapEvent {
+	last := evs[len(evs)-1]
+	out := SeatMapEvent{Version: last.Version, Position: last.Position}
+	at := map[int]int{} // seat index -> its place in out.Changes
+	for _, ev := range evs {
+		out.Merged += max(ev.Merged, 1)
+		if ev.Snapshot != nil {
+			return SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked(), Merged: out.Merged}
+		}
+		for _, c := range ev.Changes {
+			if k, ok := at[c.Index]; ok {
+				out.Changes[k] = c
+				continue
+			}
+			at[c.Index] = len(out.Changes)
+			out.Changes = append(out.Changes, c)
+		}
+		if len(out.Changes) > len(v.sh.layout)/8 {
+			return SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked(), Merged: out.Merged}
+		}
+	}
+	return out
 }
 
 // rebuild reads the show's state from scratch: Redis's clock and the feed's position

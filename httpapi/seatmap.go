@@ -357,7 +357,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			own := position != 0
 			position = 0
-			if !s.writeEvent(&buf, r.PathValue("show"), ev, !own) {
+			if !s.writeEvent(&buf, r.PathValue("show"), ev, !own && shareable(ev)) {
 				return
 			}
 			// What else is waiting goes out in the same write.
@@ -369,7 +369,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 						_ = write()
 						return
 					}
-					if !s.writeEvent(&buf, r.PathValue("show"), ev, true) {
+					if !s.writeEvent(&buf, r.PathValue("show"), ev, shareable(ev)) {
 						return
 					}
 				default:
@@ -482,6 +482,10 @@ func (c *eventCache) put(k eventKey, b []byte) {
 	c.bytes += len(b)
 	c.order = append(c.order, k)
 }
+
+// shareable reports whether ev is the event every stream of its show gets at its
+// version: a snapshot, or one batch of changes (not a lagging stream's merged ones).
+func shareable(ev engine.SeatMapEvent) bool { return ev.Snapshot != nil || ev.Merged <= 1 }
 
 // writeEvent formats one SSE event into buf, once per show and version when shared
 // (an event of one stream alone, a resume's catch-up, is not).
