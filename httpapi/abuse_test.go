@@ -515,16 +515,24 @@ func TestSlowReaderIsCut(t *testing.T) {
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
 	fmt.Fprintf(conn, "GET /v1/shows/s/events HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
 	a.waitStreams(1)
-	// Changes, many: each is an event the stalled reader does not take.
+	// Changes, many: each is an event the stalled reader does not take. Each seat is
+	// held on one pass and released on the next, so that every call changes the map
+	// (a hold released within the same feed read would change nothing a watcher sees).
 	deadline := time.Now().Add(30 * time.Second)
+	held := make([]map[string]any, len(ids))
 	for i := 0; a.s.streams.open() > 0; i++ {
 		if time.Now().After(deadline) {
-			t.Fatal("a reader that never reads is still connected after 30 s")
+			t.Fatalf("a reader that never reads is still connected after 30 s (%d changes)", i)
 		}
-		h := a.do("POST", "/v1/shows/s/holds", "w", "", map[string]any{"seats": []string{ids[i%2000]}})
-		if h.status == 201 {
-			a.do("POST", "/v1/holds/release", "w", "", h.body)
+		k := i % len(ids)
+		if held[k] != nil {
+			a.want(a.do("POST", "/v1/holds/release", fmt.Sprint("w", k), "", held[k]), 204, "")
+			held[k] = nil
+			continue
 		}
+		h := a.do("POST", "/v1/shows/s/holds", fmt.Sprint("w", k), "", map[string]any{"seats": []string{ids[k]}})
+		a.want(h, 201, "")
+		held[k] = h.body
 	}
 }
 
