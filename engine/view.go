@@ -34,14 +34,18 @@ const (
 	feedBlock = 2 * time.Second // how long one XREAD waits for entries
 	// feedInterval is the shortest time between two feed reads while changes keep
 	// coming: changes made meanwhile are read, applied and published together, so a
-	// busy show gives its watchers at most 40 batches a second, each larger.
-	feedInterval   = 20 * time.Millisecond
-	feedCount      = 1000 // entries per XREAD
-	ringBatches    = 4096 // change batches kept for WatchSeatMap resumes
-	watchBuffer    = 64   // events a watcher may fall behind before it is resynced
-	ownWriteWait   = time.Second
-	staleAfter     = 3 * feedBlock // AsOf older than this makes a map Stale
-	maxFeedBackoff = time.Second
+	// busy show gives its watchers at most 50 batches a second, each larger. With
+	// many watchers it grows by feedIntervalPerWatch each (100 ms for 5,000): every
+	// batch is one write per watcher, and fewer, larger batches keep the fan-out
+	// within what the process can write.
+	feedInterval         = 20 * time.Millisecond
+	feedIntervalPerWatch = 20 * time.Microsecond
+	feedCount            = 1000 // entries per XREAD
+	ringBatches          = 4096 // change batches kept for WatchSeatMap resumes
+	watchBuffer          = 64   // events a watcher may fall behind before it is resynced
+	ownWriteWait         = time.Second
+	staleAfter           = 3 * feedBlock // AsOf older than this makes a map Stale
+	maxFeedBackoff       = time.Second
 )
 
 // streamPos orders feed entry ids "ms-seq" as one number: ms<<22 | seq.
@@ -223,7 +227,7 @@ func (v *view) follow(ctx context.Context) {
 		if v.e.hooks.beforeFeedRead != nil {
 			v.e.hooks.beforeFeedRead(ctx, v.sh.id)
 		}
-		if wait := feedInterval - time.Since(lastRead); wait > 0 {
+		if wait := max(feedInterval, time.Duration(v.watches.Load())*feedIntervalPerWatch) - time.Since(lastRead); wait > 0 {
 			sleep(ctx, wait)
 		}
 		sent := time.Now()
