@@ -112,7 +112,8 @@ run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are se
 	@$(with-services) $(with-operator-token) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo $(LOCAL_LIMITS)
 
 bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL, the on-sale vs a database-only design; charts in docs/bench (BENCH_FLAGS=…)
-	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --json bench.json --svg docs/bench $(BENCH_FLAGS)
+	@$(with-services) eval "$$($(SERVICES) browser)"; export HOLDFAST_CHROMIUM; \
+	./$(BIN) bench --pg-max-conns 64 --json bench.json --svg docs/bench $(BENCH_FLAGS)
 
 abuse: build ## Run the attacks of docs/RELIABILITY.md ("Abuse") against two servers with default limits; prints a table (~4 min)
 	@$(with-services) ./$(BIN) abuse

@@ -76,7 +76,19 @@ func newBrowser(t *testing.T) context.Context {
 
 // seatState reads a seat's drawn state (free, held, mine, sold) from the page.
 func seatState(ctx context.Context, seat string) (string, error) {
-	return chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.getElementById('seat-%s')||{dataset:{}}).dataset.state||''`, seat)))
+	return chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`window.holdfastMap ? holdfastMap.state(%q) : ''`, seat)))
+}
+
+// clickSeat clicks where the page draws seat (an SVG circle or a spot on the canvas).
+func clickSeat(ctx context.Context, seat string) error {
+	p, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(`holdfastMap.point(%q)`, seat)))
+	if err != nil {
+		return err
+	}
+	if len(p) != 2 {
+		return fmt.Errorf("seat %s is not on the page", seat)
+	}
+	return chromedp.Do(ctx, chromedp.MouseClickXY(p[0], p[1]))
 }
 
 // waitSeat waits until the page draws seat in state, and returns how long it took.
@@ -98,12 +110,22 @@ func waitSeat(t *testing.T, ctx context.Context, seat, state string, within time
 	}
 }
 
-// TestSeatMapPageInABrowser drives the seat-map page in headless Chromium: it draws
-// every seat of the layout; a hold made through the API shows as held within 1 s
-// without a reload; clicking a free seat and "Hold" holds it (mine); "Confirm" turns it
-// sold; an expiry turns a seat free.
+// TestSeatMapPageInABrowser drives the seat-map page in headless Chromium, drawn as
+// SVG elements (the default for this size) and on a canvas (the default past 5,000
+// seats): it draws every seat of the layout; a hold made through the API shows as held
+// within 1 s without a reload; clicking a free seat and "Hold" holds it (mine);
+// "Confirm" turns it sold; an expiry turns a seat free.
 func TestSeatMapPageInABrowser(t *testing.T) {
 	t.Parallel()
+	for _, draw := range []string{"svg", "canvas"} {
+		t.Run(draw, func(t *testing.T) {
+			t.Parallel()
+			seatMapPageInABrowser(t, draw)
+		})
+	}
+}
+
+func seatMapPageInABrowser(t *testing.T, draw string) {
 	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
 	venue := demo.Venue(300)
 	layout := make([]map[string]any, len(venue))
@@ -114,18 +136,27 @@ func TestSeatMapPageInABrowser(t *testing.T) {
 	ctx := newBrowser(t)
 	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
+	page := a.srv.URL + "/shows/venue"
+	if draw == "canvas" {
+		page += "?draw=canvas"
+	}
 	if err := chromedp.Do(tctx,
-		chromedp.Navigate(a.srv.URL+"/shows/venue"),
+		chromedp.Navigate(page),
 		chromedp.WaitVisible(chromedp.CSS(`body[data-seats="300"]`)),
 	); err != nil {
 		t.Fatal(err)
 	}
-	drawn, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll('#map circle').length`))
+	drawn, err := chromedp.Run(tctx, chromedp.Evaluate[int](`holdfastMap.view === 'canvas' ? holdfastMap.seats() * document.querySelectorAll('#map-canvas').length : document.querySelectorAll('#map circle').length`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if drawn != 300 {
-		t.Fatalf("the page drew %d seats of 300", drawn)
+	if view, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`holdfastMap.view`)); view != draw || drawn != 300 {
+		t.Fatalf("the page drew %d seats of 300 as %q, want %s", drawn, view, draw)
+	}
+	// Once the stream's snapshot is in, every seat is drawn free.
+	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](`holdfastMap.states().every((s) => s === 'free')`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		st, _ := chromedp.Run(tctx, chromedp.Evaluate[[]string](`holdfastMap.states()`))
+		t.Fatalf("not every seat drawn free after the snapshot: %v (%v)", err, st)
 	}
 	if err := chromedp.Do(tctx, chromedp.WaitVisible(chromedp.Search(`//p[@id="status" and starts-with(., "live")]`))); err != nil {
 		t.Fatal(err)
@@ -137,7 +168,10 @@ func TestSeatMapPageInABrowser(t *testing.T) {
 	t.Logf("a hold through the API was drawn after %v", took)
 
 	// Click a free seat, then Hold: mine.
-	if err := chromedp.Do(tctx, chromedp.Click(chromedp.ID(`seat-R02-010`)), chromedp.Click(chromedp.ID(`hold`))); err != nil {
+	if err := clickSeat(tctx, "R02-010"); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.ID(`hold`))); err != nil {
 		t.Fatal(err)
 	}
 	waitSeat(t, tctx, "R02-010", "mine", 5*time.Second)

@@ -35,13 +35,22 @@
   const saveHolds = () => localStorage.setItem(holdsKey, JSON.stringify(myHolds));
 
   let layout = [];           // seats in layout order
-  let states = '';           // one char per seat: f, h, s; '?' until the first snapshot
+  let states = [];           // one char per seat: f, h, s; '?' until the first snapshot
+  const counts = { f: 0, h: 0, s: 0 };
   const index = new Map();   // seat id -> layout index
-  const circles = [];        // by layout index
+  let view = null;           // draws the seats: svgView (as elements) or canvasView
   const selected = new Set();// layout indices
+  let shownMine = new Set(); // the seats last drawn as mine
   let version = '';
   let connected = false;
   let loaded = false;        // a snapshot has come: until then no seat is drawn free
+
+  // What holdfast bench reads from the page (ms): building the map, drawing a
+  // snapshot, each changes event, and the main thread's long tasks.
+  const perf = window.holdfastPerf = { view: '', draw: 0, snapshot: 0, painted: false, changes: [], longTasks: [] };
+  try {
+    new PerformanceObserver((l) => { for (const e of l.getEntries()) perf.longTasks.push(e.duration); }).observe({ entryTypes: ['longtask'] });
+  } catch (e) { /* no long-task timing in this browser */ }
 
   $('title').textContent = show;
   $('holder').textContent = holder;
@@ -67,18 +76,39 @@
   }
 
   function paint(i, my) {
-    const el = circles[i];
-    if (!el) return;
     const st = stateOf(i, my);
-    if (el.dataset.state !== st) el.dataset.state = st;
     if (st !== 'free' && selected.has(i)) selected.delete(i);
-    el.classList.toggle('selected', selected.has(i));
+    view.paint(i, st, selected.has(i));
   }
 
   function paintAll() {
     const my = mine();
     for (let i = 0; i < layout.length; i++) paint(i, my);
+    shownMine = my;
     panel();
+  }
+
+  // paintMine draws again only the seats whose "mine" changed (a hold made, expired,
+  // confirmed or released): the rest are drawn as their events come.
+  function paintMine() {
+    const my = mine();
+    for (const i of shownMine) if (!my.has(i)) paint(i, my);
+    for (const i of my) if (!shownMine.has(i)) paint(i, my);
+    shownMine = my;
+    panel();
+  }
+
+  // setStates takes a snapshot's states; setState one seat's, keeping the counts.
+  function setStates(str) {
+    states = str.split('');
+    counts.f = counts.h = counts.s = 0;
+    for (const c of states) if (c in counts) counts[c]++;
+  }
+  function setState(i, c) {
+    if (i === undefined || i < 0 || i >= states.length) return;
+    if (states[i] in counts) counts[states[i]]--;
+    states[i] = c;
+    if (c in counts) counts[c]++;
   }
 
   function panel() {
@@ -97,8 +127,7 @@
       li.className = 'countdown';
       ul.appendChild(li);
     }
-    let f = 0, hd = 0, s = 0;
-    for (let i = 0; i < states.length; i++) { const c = states[i]; if (c === 'f') f++; else if (c === 'h') hd++; else s++; }
+    const f = counts.f, hd = counts.h, s = counts.s;
     const st = $('status');
     if (!loaded) {
       st.textContent = connected ? 'loading the seat map…' : 'connecting…';
@@ -111,10 +140,15 @@
     st.classList.toggle('stale', !connected);
   }
 
+  // CANVAS_ABOVE: a show of more seats is drawn on a canvas (one element, seats painted
+  // in slices per animation frame) rather than one SVG element per seat; ?draw=svg or
+  // ?draw=canvas chooses. Measured with holdfast bench (docs/BENCHMARKS.md).
+  const CANVAS_ABOVE = 5000;
+
   // draw lays the venue out: the layout's coordinates when it has them, else rows of
   // seats stacked by section and row.
   function draw() {
-    const svg = $('map');
+    const t0 = performance.now();
     const hasXY = layout.some((s) => s.x !== 0 || s.y !== 0);
     const pos = [];
     if (hasXY) {
@@ -130,10 +164,46 @@
     let minX = Infinity, minY = Infinity, maxX = -Infinity, maxY = -Infinity;
     for (const [x, y] of pos) { minX = Math.min(minX, x); minY = Math.min(minY, y); maxX = Math.max(maxX, x); maxY = Math.max(maxY, y); }
     const pad = 12, left = 30, top = 22; // room for row and section labels
-    svg.setAttribute('viewBox', `${minX - left} ${minY - top} ${maxX - minX + left + pad} ${maxY - minY + top + pad}`);
-    const frag = document.createDocumentFragment();
+    const box = [minX - left, minY - top, maxX - minX + left + pad, maxY - minY + top + pad];
+    const want = new URLSearchParams(location.search).get('draw');
+    const canvas = want ? want === 'canvas' : layout.length > CANVAS_ABOVE;
+    view = canvas ? canvasView(pos, box) : svgView(pos, box);
+    perf.view = canvas ? 'canvas' : 'svg';
+    // For tests: a seat's drawn state, and where it is on the screen.
+    window.holdfastMap = {
+      view: perf.view,
+      seats: () => layout.length,
+      states: () => layout.map((_, i) => view.stateAt(i)),
+      state: (id) => (index.has(id) ? view.stateAt(index.get(id)) : ''),
+      point: (id) => (index.has(id) ? view.pointOf(index.get(id)) : null),
+    };
+    view.onPick((n) => {
+      if (stateOf(n, mine()) !== 'free') return;
+      if (selected.has(n)) selected.delete(n); else selected.add(n);
+      paint(n, mine());
+      panel();
+    });
+    perf.draw = performance.now() - t0;
+  }
+
+  // labels are the sections' and rows' names and where to write them.
+  function labels(pos) {
     const rows = new Map();
     const sections = new Map();
+    layout.forEach((s, i) => {
+      const key = s.section + '/' + s.row;
+      if (!rows.has(key)) rows.set(key, [pos[i][0], pos[i][1], s.row]);
+      if (!sections.has(s.section)) sections.set(s.section, [pos[i][0], pos[i][1], s.section]);
+    });
+    return { rows: [...rows.values()], sections: [...sections.values()] };
+  }
+
+  // svgView: a circle per seat, its state in data-state (what the page tests read).
+  function svgView(pos, box) {
+    const svg = $('map');
+    svg.setAttribute('viewBox', box.join(' '));
+    const frag = document.createDocumentFragment();
+    const circles = [];
     layout.forEach((s, i) => {
       const c = document.createElementNS(SVG, 'circle');
       c.setAttribute('cx', pos[i][0]);
@@ -147,11 +217,9 @@
       c.appendChild(t);
       circles[i] = c;
       frag.appendChild(c);
-      const key = s.section + '/' + s.row;
-      if (!rows.has(key)) rows.set(key, [pos[i][0], pos[i][1], s.row]);
-      if (!sections.has(s.section)) sections.set(s.section, [pos[i][0], pos[i][1]]);
     });
-    for (const [name, [x, y]] of sections) {
+    const { rows, sections } = labels(pos);
+    for (const [x, y, name] of sections) {
       const t = document.createElementNS(SVG, 'text');
       t.setAttribute('x', x - 18);
       t.setAttribute('y', y - 10);
@@ -159,7 +227,7 @@
       t.textContent = name;
       frag.appendChild(t);
     }
-    for (const [x, y, label] of rows.values()) {
+    for (const [x, y, label] of rows) {
       const t = document.createElementNS(SVG, 'text');
       t.setAttribute('x', x - 18);
       t.setAttribute('y', y + 2.5);
@@ -167,15 +235,137 @@
       frag.appendChild(t);
     }
     svg.appendChild(frag);
-    svg.addEventListener('click', (e) => {
-      const i = e.target.dataset && e.target.dataset.i;
-      if (i === undefined) return;
-      const n = Number(i);
-      if (stateOf(n, mine()) !== 'free') return;
-      if (selected.has(n)) selected.delete(n); else selected.add(n);
-      paint(n, mine());
-      panel();
-    });
+    return {
+      paint(i, st, sel) {
+        const el = circles[i];
+        if (!el) return;
+        if (el.dataset.state !== st) el.dataset.state = st;
+        el.classList.toggle('selected', sel);
+      },
+      flushed: () => Promise.resolve(),
+      stateAt: (i) => circles[i].dataset.state,
+      pointOf(i) { const r = circles[i].getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; },
+      onPick(fn) {
+        svg.addEventListener('click', (e) => {
+          const i = e.target.dataset && e.target.dataset.i;
+          if (i !== undefined) fn(Number(i));
+        });
+      },
+    };
+  }
+
+  // canvasView: the seats painted on one canvas, fitted to the page's width. Changed
+  // seats are queued and painted on the next animation frame, grouped by colour, at
+  // most SLICE a frame (a snapshot of a large show is drawn over a few frames, section
+  // after section, in layout order), so no frame is long. A click picks the nearest
+  // seat through a grid of the seats' positions.
+  function canvasView(pos, box) {
+    const SLICE = 20000, R = 5;
+    const svg = $('map');
+    svg.style.display = 'none';
+    const cv = document.createElement('canvas');
+    cv.id = 'map-canvas';
+    cv.setAttribute('role', 'img');
+    cv.setAttribute('aria-label', 'seat map');
+    cv.style.cssText = 'display:block;width:100%;margin:.5rem 0;touch-action:manipulation';
+    svg.after(cv);
+    const [x0, y0, w, h] = box;
+    const cssW = Math.max(200, cv.clientWidth || cv.parentElement.clientWidth || 800);
+    const scale = cssW / w;
+    const cssH = Math.ceil(h * scale);
+    const dpr = Math.max(0.25, Math.min(window.devicePixelRatio || 1, 16384 / cssH, 16384 / cssW));
+    cv.width = Math.ceil(cssW * dpr);
+    cv.height = Math.ceil(cssH * dpr);
+    cv.style.height = cssH + 'px';
+    const small = R * scale * dpr < 2;
+    const g = cv.getContext('2d', { alpha: false });
+    g.fillStyle = '#fafafa';
+    g.fillRect(0, 0, cv.width, cv.height);
+    g.setTransform(scale * dpr, 0, 0, scale * dpr, -x0 * scale * dpr, -y0 * scale * dpr);
+    const css = getComputedStyle(document.documentElement);
+    const colour = {
+      loading: '#d4d4d4', free: css.getPropertyValue('--free').trim(), held: css.getPropertyValue('--held').trim(),
+      sold: css.getPropertyValue('--sold').trim(), mine: css.getPropertyValue('--mine').trim(), selected: css.getPropertyValue('--selected').trim(),
+    };
+    const { sections } = labels(pos);
+    g.fillStyle = '#333';
+    g.font = `bold ${Math.max(9, 10 / scale)}px system-ui, sans-serif`;
+    for (const [x, y, name] of sections) g.fillText(name, x - 18, y - 10);
+    const shown = new Array(layout.length).fill('');  // the colour each seat is drawn in
+    const states = new Array(layout.length).fill('loading');
+    const dirty = [];
+    let queued = false, done = null, waiting = null;
+    function frame() {
+      queued = false;
+      const slice = dirty.splice(0, SLICE);
+      const by = new Map();
+      for (const i of slice) {
+        const c = colour[shown[i]] || colour.loading;
+        if (!by.has(c)) by.set(c, []);
+        by.get(c).push(i);
+      }
+      for (const [c, list] of by) {
+        if (small) { // a seat of a pixel or two: a square says as much, and is cheaper
+          g.fillStyle = c;
+          g.beginPath();
+          for (const i of list) g.rect(pos[i][0] - R, pos[i][1] - R, 2 * R, 2 * R);
+          g.fill();
+          continue;
+        }
+        g.fillStyle = '#fafafa'; // a seat's old colour goes first (antialiased edges)
+        g.beginPath();
+        for (const i of list) g.rect(pos[i][0] - R - 0.5, pos[i][1] - R - 0.5, 2 * R + 1, 2 * R + 1);
+        g.fill();
+        g.fillStyle = c;
+        g.beginPath();
+        for (const i of list) { g.moveTo(pos[i][0] + R, pos[i][1]); g.arc(pos[i][0], pos[i][1], R, 0, 2 * Math.PI); }
+        g.fill();
+      }
+      if (dirty.length) schedule();
+      else if (waiting) { const f = waiting; waiting = null; done = null; f(); }
+    }
+    function schedule() { if (!queued) { queued = true; requestAnimationFrame(frame); } }
+    // The grid for clicks: cells of 12 units.
+    const grid = new Map();
+    const cell = (x, y) => Math.floor(x / 12) + ',' + Math.floor(y / 12);
+    pos.forEach(([x, y], i) => { const k = cell(x, y); if (!grid.has(k)) grid.set(k, []); grid.get(k).push(i); });
+    for (let i = 0; i < layout.length; i++) { shown[i] = 'loading'; dirty.push(i); }
+    schedule();
+    return {
+      paint(i, st, sel) {
+        states[i] = st;
+        const k = sel ? 'selected' : st;
+        if (shown[i] === k) return;
+        shown[i] = k;
+        dirty.push(i);
+        schedule();
+      },
+      // flushed resolves once every queued seat is on the canvas.
+      flushed() {
+        if (!dirty.length && !queued) return Promise.resolve();
+        if (!done) done = new Promise((res) => { waiting = res; });
+        return done;
+      },
+      onPick(fn) {
+        cv.addEventListener('click', (e) => {
+          const r = cv.getBoundingClientRect();
+          const x = (e.clientX - r.left) / scale + x0, y = (e.clientY - r.top) / scale + y0;
+          let best = -1, bestD = (R + 2) * (R + 2);
+          for (let dx = -1; dx <= 1; dx++) for (let dy = -1; dy <= 1; dy++) {
+            for (const i of grid.get(cell(x + dx * 12, y + dy * 12)) || []) {
+              const d = (pos[i][0] - x) ** 2 + (pos[i][1] - y) ** 2;
+              if (d < bestD) { best = i; bestD = d; }
+            }
+          }
+          if (best >= 0) fn(best);
+        });
+      },
+      stateAt: (i) => states[i],
+      pointOf(i) {
+        const r = cv.getBoundingClientRect();
+        return [r.left + (pos[i][0] - x0) * scale, r.top + (pos[i][1] - y0) * scale];
+      },
+    };
   }
 
   async function call(method, path, body, extra) {
@@ -200,7 +390,7 @@
       myHolds.push(h);
       saveHolds();
       selected.clear();
-      for (const s of h.seats) states = setChar(states, index.get(s), 'h');
+      for (const s of h.seats) setState(index.get(s), 'h');
       paintAll();
     } catch (e) { say('Hold refused: ' + e.message); }
   });
@@ -210,7 +400,7 @@
     for (const h of myHolds.filter((h) => Date.parse(h.expires_at) > Date.now())) {
       try {
         await call('POST', '/v1/bookings', h, { 'Idempotency-Key': 'page-' + h.token.slice(0, 8) + h.generation });
-        for (const s of h.seats) states = setChar(states, index.get(s), 's');
+        for (const s of h.seats) setState(index.get(s), 's');
         myHolds = myHolds.filter((x) => x !== h);
       } catch (e) { say('Confirm refused: ' + e.message); }
     }
@@ -223,7 +413,7 @@
     for (const h of myHolds.filter((h) => Date.parse(h.expires_at) > Date.now())) {
       try {
         await call('POST', '/v1/holds/release', h);
-        for (const s of h.seats) states = setChar(states, index.get(s), 'f');
+        for (const s of h.seats) setState(index.get(s), 'f');
       } catch (e) { say('Release refused: ' + e.message); }
     }
     myHolds = [];
@@ -231,28 +421,28 @@
     paintAll();
   });
 
-  function setChar(str, i, c) { return i === undefined ? str : str.slice(0, i) + c + str.slice(i + 1); }
-
   function listen() {
     const es = new EventSource(api + '/events');
     es.addEventListener('snapshot', (e) => {
+      const t0 = performance.now();
       const m = JSON.parse(e.data);
-      states = m.states;
+      setStates(m.states);
       version = m.version;
       connected = true;
       loaded = true;
       document.body.dataset.loaded = 'true';
       paintAll();
+      view.flushed().then(() => { perf.snapshot = performance.now() - t0; perf.painted = true; });
     });
     es.addEventListener('changes', (e) => {
+      const t0 = performance.now();
       const m = JSON.parse(e.data);
-      const chars = states.split('');
-      for (const c of m.changes) chars[c.i] = c.s;
-      states = chars.join('');
+      for (const c of m.changes) setState(c.i, c.s);
       version = m.version;
       const my = mine();
       for (const c of m.changes) paint(c.i, my);
       panel();
+      if (perf.changes.length < 100000) perf.changes.push(performance.now() - t0);
     });
     es.onopen = () => { connected = true; panel(); };
     es.onerror = () => { connected = false; panel(); };
@@ -354,7 +544,7 @@
       layout = (await res.json()).seats;
     } catch (e) { say('Could not load the layout: ' + e.message); return; }
     layout.forEach((s, i) => index.set(s.id, i));
-    states = '?'.repeat(layout.length); // unknown until the stream's first snapshot
+    states = new Array(layout.length).fill('?'); // unknown until the stream's first snapshot
     draw();
     document.body.dataset.seats = String(layout.length);
     listen();
@@ -363,7 +553,7 @@
       const before = myHolds.length;
       myHolds = myHolds.filter((h) => Date.parse(h.expires_at) > Date.now() - 1000);
       if (myHolds.length !== before) saveHolds();
-      paintAll();
+      paintMine();
     }, 250);
   }
   start();

@@ -171,7 +171,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		fn        func(context.Context, *Report) error
 	}{
 		{"seatmap", "seat map: the view vs the old path, and over HTTP", e.seatMapWorkload},
-		{"feed", "seat-map feed: a sale watched by 1,000 SSE subscribers", e.feedWorkload},
+		{"feed", "seat-map feed: a sale watched by 1,000 SSE subscribers, then 5,000", e.feedWorkload},
 		{"best", "best-available: cost by how sold the show is, and the sale, pick vs best", e.bestWorkload},
 		{"hold", "hold: engine vs raw script", e.holdWorkload},
 		{"shape", "shape: seats per hold, hot show vs 100 shows", e.shapeWorkload},
@@ -179,6 +179,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		{"confirm", "confirm: engine vs raw SQL", e.confirmWorkload},
 		{"onsale", "on-sale: open-loop arrivals, holdfast vs database-only", e.onsaleWorkload},
 		{"overload", "on-sale twice too big: twice the arrivals, holdfast", e.overloadWorkload},
+		{"venue", "venue scale: a 100,000-seat arena's map, stream and page", e.venueWorkload},
 		{"fair", "fair on-sale: 5x the seats in arrivals, 20% bots, without and with a waiting room", e.fairWorkload},
 	}
 	for _, s := range steps {

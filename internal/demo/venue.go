@@ -40,3 +40,34 @@ func Venue(n int) []engine.Seat {
 	}
 	return seats
 }
+
+// Arena is an arena of n seats for venue-scale runs: eight sections side by side in
+// two tiers of four, each of rows of 50 seats (the last row may be shorter), ranked by
+// tier, row and distance from the row's middle, with drawing coordinates.
+func Arena(n int) []engine.Seat {
+	const sections, perRow = 8, 50
+	perSection := (n + sections - 1) / sections
+	rows := (perSection + perRow - 1) / perRow
+	seats := make([]engine.Seat, 0, n)
+	for sec := 0; sec < sections && len(seats) < n; sec++ {
+		tier, col := sec/4, sec%4
+		for i := 0; i < perSection && len(seats) < n; i++ {
+			row, num := i/perRow+1, i%perRow+1
+			fromMiddle := num - (perRow+1)/2
+			if fromMiddle < 0 {
+				fromMiddle = -fromMiddle
+			}
+			name := string(rune('A' + sec))
+			seats = append(seats, engine.Seat{
+				ID:       fmt.Sprintf("%s%03d-%02d", name, row, num),
+				Section:  name,
+				Row:      fmt.Sprintf("%03d", row),
+				Position: num,
+				Rank:     tier*100_000 + row*100 + fromMiddle*4,
+				X:        float64(col*(perRow*12+60) + num*12),
+				Y:        float64(tier*(rows*14+60) + row*14),
+			})
+		}
+	}
+	return seats
+}
