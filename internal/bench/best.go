@@ -126,7 +126,8 @@ func (e *env) bestSale(ctx context.Context, r *Report) error {
 		e.progress("   %s: %d buyers, %d seats", variant, e.o.SaleBuyers, len(ids))
 		c := newChooser(ids)
 		sctx, cancel := context.WithTimeout(ctx, e.o.SaleTimeout)
-		var attempts, refused, won atomic.Int64
+		var attempts, refused, won, failed atomic.Int64
+		var firstErr atomic.Value
 		var left atomic.Int64
 		left.Store(int64(len(ids)))
 		var mu sync.Mutex
@@ -189,6 +190,8 @@ func (e *env) bestSale(ctx context.Context, r *Report) error {
 					default:
 						if sctx.Err() == nil {
 							refused.Add(1)
+							failed.Add(1)
+							firstErr.CompareAndSwap(nil, err.Error())
 						}
 					}
 				}
@@ -204,9 +207,17 @@ func (e *env) bestSale(ctx context.Context, r *Report) error {
 		held := int64(len(ids)) - max(0, left.Load())
 		r.Rows = append(r.Rows, Row{Workload: "best-available: the sale (holds)", Variant: variant, Clients: e.o.SaleBuyers,
 			OpsPerS: float64(attempts.Load()) / elapsed.Seconds(), P50ms: p50(lat), P99ms: p99(lat),
-			Note: fmt.Sprintf("%.2f refused attempts per block won (%d won, %d refused); %.2fs until no block fits; ~%d seats held",
-				per, won.Load(), refused.Load(), elapsed.Seconds(), held)})
+			Note: fmt.Sprintf("%.2f refused attempts per block won (%d won, %d refused, of which %d errors%s); %.2fs until no block fits; ~%d seats held",
+				per, won.Load(), refused.Load(), failed.Load(), errText(firstErr.Load()), elapsed.Seconds(), held)})
 	}
 	r.goal("best-available: refused attempts per block won", "<= 1.10", refusalsPer[1], refusalsPer[1] <= 1.1)
 	return nil
+}
+
+// errText is ", the first: <err>" for a recorded error, else "".
+func errText(v any) string {
+	if s, ok := v.(string); ok {
+		return ", the first: " + s
+	}
+	return ""
 }

@@ -133,6 +133,29 @@ func (e *env) redisCalls(ctx context.Context) (float64, error) {
 }
 
 // redisCPU reads the CPU seconds (user and system) the Redis server has used.
+// scriptTime is the time Redis has spent running scripts (EVALSHA and EVAL, from INFO
+// commandstats): their own work, without the network I/O that redisCPU also counts.
+func (e *env) scriptTime(ctx context.Context) (time.Duration, error) {
+	info, err := e.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	var usec int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, k := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
+				for _, f := range strings.Split(v, ",") {
+					if n, ok := strings.CutPrefix(f, "usec="); ok {
+						u, _ := strconv.ParseInt(n, 10, 64)
+						usec += u
+					}
+				}
+			}
+		}
+	}
+	return time.Duration(usec) * time.Microsecond, nil
+}
+
 func (e *env) redisCPU(ctx context.Context) (float64, error) {
 	info, err := e.rdb.Info(ctx, "cpu").Result()
 	if err != nil {

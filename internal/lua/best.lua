@@ -111,21 +111,22 @@ end
 -- at once.
 local function adjacent_best()
     local best, best_seats = nil, nil
-    local segs = {}           -- segment -> its seats (segment()), read once per call
+    local segs = {}           -- segment -> segment(), read once per call
     local drop, add = {}, {}  -- listings to change once the search is over
-    local function consider(seats, lo, hi)
+    local function consider(S, lo, hi)
         local len = hi - lo + 1
         if len < count then return end
+        local sc = S.score
         local sum = 0
-        for j = lo, lo + count - 1 do sum = sum + seats[j].score end
+        for j = lo, lo + count - 1 do sum = sum + sc[j] end
         local at, low = lo, sum
         for j = lo + count, hi do
-            sum = sum + seats[j].score - seats[j - count].score
+            sum = sum + sc[j] - sc[j - count]
             if sum < low then at, low = j - count + 1, sum end
         end
         if not best or low < best then
             best, best_seats = low, {}
-            for j = at, at + count - 1 do best_seats[#best_seats + 1] = seats[j] end
+            for j = at, at + count - 1 do best_seats[#best_seats + 1] = seat_meta(S, j) end
         end
     end
     for _, sec in ipairs(sections) do
@@ -141,26 +142,26 @@ local function adjacent_best()
                     end
                     local seg, lo, len = string.match(r[k], "^(%d+):(%d+):(%d+)$")
                     lo, len = tonumber(lo), tonumber(len)
-                    local seats = segs[seg]
-                    if seats == nil then
-                        seats = segment(seg, sec) or false
-                        segs[seg] = seats
+                    local S = segs[seg]
+                    if S == nil then
+                        S = segment(seg, sec) or false
+                        segs[seg] = S
                     end
                     local hi = lo + len - 1
-                    if not seats or hi > #seats then
+                    if not S or hi > S.n then
                         drop[#drop + 1] = {key, r[k]}
                     else
                         -- The runs of free seats within lo..hi, each as far as it goes.
                         local p, whole = lo, false
                         while p <= hi do
-                            if seats[p].free then
-                                local a, b = free_run(seats, p)
+                            if S.free[p] then
+                                local a, b = free_run(S, p)
                                 if a == lo and b == hi then
                                     whole = true
                                 else
-                                    add[#add + 1] = {run_key(sec, b - a + 1), int(run_score(seats, a, b)), run_name(seg, a, b)}
+                                    add[#add + 1] = {run_key(sec, b - a + 1), int(run_score(S, a, b)), run_name(seg, a, b)}
                                 end
-                                consider(seats, a, b)
+                                consider(S, a, b)
                                 p = b + 1
                             else
                                 p = p + 1

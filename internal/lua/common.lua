@@ -207,40 +207,46 @@ local function free_key(sec) return BASE .. "fr:" .. sec end
 local function member(m) return m.seat .. "@" .. m.b end
 local SEG = "sg"
 
--- segment reads segment seg of section sec: its seats, as metas in place order, each
--- with free set when fr lists it as free now.
+-- segment reads segment seg of section sec: its places' members ("<seat>@<bucket>"),
+-- scores and whether fr lists them as free now, by place (seat_meta makes one a meta).
 local function segment(seg, sec)
     local v = redis.call("HGET", BASE .. SEG, seg)
     if not v then return nil end
     local cut = string.find(v, " ", 1, true)
-    local out, mems = {}, {}
-    for s, b in string.gmatch(string.sub(v, cut + 1), "(%S+)@(%d+)") do
-        local k = #out + 1
-        local at = SCORE_W * (k - 1) + 1
-        out[k] = {seat = s, b = b, score = tonumber(string.sub(v, at, at + SCORE_W - 1)), sec = sec, seg = seg, pos = k}
-        mems[k] = s .. "@" .. b
+    local S = {seg = seg, sec = sec, mem = {}, score = {}, free = {}, n = 0}
+    for mem in string.gmatch(string.sub(v, cut + 1), "%S+") do
+        local k = S.n + 1
+        S.n = k
+        S.mem[k] = mem
+        S.score[k] = tonumber(string.sub(v, SCORE_W * (k - 1) + 1, SCORE_W * k))
     end
-    local sc = redis.call("ZMSCORE", free_key(sec), unpack(mems))
-    for k, m in ipairs(out) do m.free = sc[k] ~= false and sc[k] ~= nil and tonumber(sc[k]) < HELD end
-    return out
+    local sc = redis.call("ZMSCORE", free_key(sec), unpack(S.mem))
+    for k = 1, S.n do S.free[k] = sc[k] ~= false and sc[k] ~= nil and tonumber(sc[k]) < HELD end
+    return S
+end
+
+-- seat_meta is place k of segment S as a meta (see meta_parse).
+local function seat_meta(S, k)
+    local seat, b = string.match(S.mem[k], "^(.+)@(%d+)$")
+    return {seat = seat, b = b, score = S.score[k], sec = S.sec, seg = S.seg, pos = k}
 end
 
 local function run_key(sec, len) return BASE .. "rn:" .. sec .. ":" .. math.min(len, 10) end
 
 -- run_name is the run of places lo..hi of segment seg as listed; run_score its best
--- seat's score (seats: the segment's, from segment()).
+-- seat's score (S: the segment, from segment()).
 local function run_name(seg, lo, hi) return seg .. ":" .. lo .. ":" .. (hi - lo + 1) end
-local function run_score(seats, lo, hi)
-    local best = seats[lo].score
-    for k = lo + 1, hi do best = math.min(best, seats[k].score) end
+local function run_score(S, lo, hi)
+    local best = S.score[lo]
+    for k = lo + 1, hi do best = math.min(best, S.score[k]) end
     return best
 end
 
--- free_run is the run of free seats around place p of seats: its first and last place.
-local function free_run(seats, p)
+-- free_run is the run of free seats around place p of segment S: its first and last place.
+local function free_run(S, p)
     local lo, hi = p, p
-    while lo > 1 and seats[lo - 1].free do lo = lo - 1 end
-    while hi < #seats and seats[hi + 1].free do hi = hi + 1 end
+    while lo > 1 and S.free[lo - 1] do lo = lo - 1 end
+    while hi < S.n and S.free[hi + 1] do hi = hi + 1 end
     return lo, hi
 end
 
@@ -255,15 +261,21 @@ local function take(m, exp)
 end
 
 -- give: a seat that is not free becomes free, and the run of free seats it is now in
--- is listed.
+-- is listed. The runs of free seats on either side, which it joins, are unlisted if
+-- they were listed as such (a release after a release, an expiry after an expiry),
+-- so that a segment's gives do not pile up listings; a listing of a range that is no
+-- longer a run of free seats waits for best.lua. A segment has at most 528 ranges.
 local function give(m)
     local s = redis.call("ZSCORE", free_key(m.sec), member(m))
     if s and tonumber(s) < HELD then return end
     redis.call("ZADD", free_key(m.sec), int(m.score), member(m))
-    local seats = segment(m.seg, m.sec)
-    if not seats or not seats[m.pos] then return end
-    local lo, hi = free_run(seats, m.pos)
-    redis.call("ZADD", run_key(m.sec, hi - lo + 1), int(run_score(seats, lo, hi)), run_name(m.seg, lo, hi))
+    local S = segment(m.seg, m.sec)
+    if not S or m.pos > S.n then return end
+    local p = m.pos
+    local lo, hi = free_run(S, p)
+    if lo < p then redis.call("ZREM", run_key(m.sec, p - lo), run_name(m.seg, lo, p - 1)) end
+    if p < hi then redis.call("ZREM", run_key(m.sec, hi - p), run_name(m.seg, p + 1, hi)) end
+    redis.call("ZADD", run_key(m.sec, hi - lo + 1), int(run_score(S, lo, hi)), run_name(m.seg, lo, hi))
 end
 
 -- index_held: seat i of the call is now held until exp (a hold, an extension, a commit's

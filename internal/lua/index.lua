@@ -82,17 +82,17 @@ local function index_segment(from, to)
         end
         scores[k] = string.format("%0" .. SCORE_W .. "d", m.score)
         seats[k] = member(m)
-        m.free = free[k]
     end
     local m = metas[from]
     redis.call("HSET", BASE .. SEG, m.seg, table.concat(scores) .. " " .. table.concat(seats, " "))
     local L, lo = to - from + 1, nil
-    local segseats = {unpack(metas, from, to)}
+    local S = {score = {}}
+    for k = 1, L do S.score[k] = metas[from + k - 1].score end
     for k = 1, L + 1 do
         if k <= L and free[k] then
             lo = lo or k
         elseif lo then
-            redis.call("ZADD", run_key(m.sec, k - lo), int(run_score(segseats, lo, k - 1)), run_name(m.seg, lo, k - 1))
+            redis.call("ZADD", run_key(m.sec, k - lo), int(run_score(S, lo, k - 1)), run_name(m.seg, lo, k - 1))
             lo = nil
         end
     end
