@@ -39,7 +39,7 @@ type Options struct {
 	SaleTimeout time.Duration         // flash sale: give up after
 	PoolSize    int                   // PostgreSQL connections, for both designs
 	Progress    io.Writer             // a line as each workload starts, or nil
-	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, onsale, overload, fair); all when empty
+	Only        []string              // run only these workloads (seatmap, feed, best, hold, shape, memory, confirm, onsale, overload, venue, fair); all when empty
 	Quick       bool                  // a smoke run: the on-sale only, small and short
 }
 

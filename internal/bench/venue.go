@@ -59,6 +59,17 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 	}); err != nil {
 		return err
 	}
+	// The best-available index is built with the show; drop it (its completion key and
+	// the seats' metas) so that the first HoldBest builds it again, timed.
+	base := e.prefixes[len(e.prefixes)-1] + ":{" + show + "}:"
+	if err := e.rdb.Del(ctx, base+"ixs").Err(); err != nil {
+		return err
+	}
+	for it := e.rdb.Scan(ctx, 0, base+"mt:*", 1000).Iterator(); it.Next(ctx); {
+		if err := e.rdb.Del(ctx, it.Val()).Err(); err != nil {
+			return err
+		}
+	}
 	began = time.Now()
 	if _, err := eng.HoldBest(ctx, engine.BestRequest{ShowID: show, Count: 1}); err != nil {
 		return err
@@ -75,7 +86,7 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 		return err
 	}
 	defer stop()
-	base := "http://" + addr
+	url := "http://" + addr
 	// A seller holds and releases seats in the last third all along: the map changes
 	// (about 200 holds a second), as in a sale.
 	sctx, sellerStop := context.WithCancel(ctx)
@@ -98,7 +109,7 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
 	get := func(ctx context.Context, path string, h http.Header) (int, error) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", url+path, nil)
 		for k, v := range h {
 			req.Header[k] = v
 		}
@@ -152,7 +163,7 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 	began = time.Now()
 	for k := 0; k < 50; k++ {
 		t0 := time.Now()
-		n, err := firstEvent(ctx, base+"/v1/shows/"+show+"/events")
+		n, err := firstEvent(ctx, url+"/v1/shows/"+show+"/events")
 		if err != nil {
 			return err
 		}
@@ -164,8 +175,8 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 	slices.Sort(snapshot.lat)
 	seats := thousands(venueSeats)
 	r.Rows = append(r.Rows,
-		Row{Workload: "venue scale, " + seats + " seats", Variant: "create the show (PostgreSQL rows, Redis counter)", Clients: 1, P50ms: ms(created)},
-		Row{Workload: "", Variant: "the best-available index, built by the first HoldBest", Clients: 1, P50ms: ms(indexed)},
+		Row{Workload: "venue scale, " + seats + " seats", Variant: "create the show (PostgreSQL rows, Redis state, the best-available index)", Clients: 1, P50ms: ms(created)},
+		Row{Workload: "", Variant: "the best-available index built again (a third taken), by a HoldBest", Clients: 1, P50ms: ms(indexed)},
 		Row{Workload: "", Variant: "the engine's seat-map view, first read (built from PostgreSQL and Redis)", Clients: 1, P50ms: ms(viewBuilt)},
 		Row{Workload: "", Variant: "engine.SeatMap, in process", Clients: 1, OpsPerS: seatMap.rate(), P50ms: seatMap.pct(.5), P99ms: seatMap.pct(.99), Note: errNote(seatMap)},
 		Row{Workload: "", Variant: "GET compact map, gzip", Clients: mapReaders, OpsPerS: compact.rate(), P50ms: compact.pct(.5), P99ms: compact.pct(.99),
@@ -178,7 +189,7 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 	)
 	e.progress("  created %v, indexed %v, view %v; map %d B gzip, p99 %.1f ms; snapshot %d B, p50 %.1f ms",
 		created.Round(time.Millisecond), indexed.Round(time.Millisecond), viewBuilt.Round(time.Millisecond), mapZipped, compact.pct(.99), snapBytes, snapshot.pct(.5))
-	return e.venuePage(ctx, r, base+"/shows/"+show)
+	return e.venuePage(ctx, r, url+"/shows/"+show)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
