@@ -267,7 +267,7 @@
     cv.id = 'map-canvas';
     cv.setAttribute('role', 'img');
     cv.setAttribute('aria-label', 'seat map');
-    cv.style.cssText = 'display:block;width:100%;margin:.5rem 0;touch-action:manipulation';
+    cv.style.cssText = 'display:block;width:100%;height:auto;margin:.5rem 0;touch-action:manipulation';
     svg.after(cv);
     const [x0, y0, w, h] = box;
     const cssW = Math.max(200, cv.clientWidth || cv.parentElement.clientWidth || 800);
@@ -275,8 +275,7 @@
     const cssH = Math.ceil(h * scale);
     const dpr = Math.max(0.25, Math.min(window.devicePixelRatio || 1, 16384 / cssH, 16384 / cssW));
     cv.width = Math.ceil(cssW * dpr);
-    cv.height = Math.ceil(cssH * dpr);
-    cv.style.height = cssH + 'px';
+    cv.height = Math.ceil(cssH * dpr); // its height follows its width (height: auto)
     const small = R * scale * dpr < 2;
     const g = cv.getContext('2d', { alpha: false });
     g.fillStyle = '#fafafa';
@@ -349,7 +348,8 @@
       onPick(fn) {
         cv.addEventListener('click', (e) => {
           const r = cv.getBoundingClientRect();
-          const x = (e.clientX - r.left) / scale + x0, y = (e.clientY - r.top) / scale + y0;
+          const k = r.width / w; // the page's scale now (the window may have been resized)
+          const x = (e.clientX - r.left) / k + x0, y = (e.clientY - r.top) / k + y0;
           let best = -1, bestD = (R + 2) * (R + 2);
           for (let dx = -1; dx <= 1; dx++) for (let dy = -1; dy <= 1; dy++) {
             for (const i of grid.get(cell(x + dx * 12, y + dy * 12)) || []) {
@@ -363,7 +363,8 @@
       stateAt: (i) => states[i],
       pointOf(i) {
         const r = cv.getBoundingClientRect();
-        return [r.left + (pos[i][0] - x0) * scale, r.top + (pos[i][1] - y0) * scale];
+        const k = r.width / w;
+        return [r.left + (pos[i][0] - x0) * k, r.top + (pos[i][1] - y0) * k];
       },
     };
   }

@@ -115,62 +115,61 @@ func (e *env) pgXacts(ctx context.Context) (float64, error) {
 
 // redisCalls is how many commands Redis has run (INFO commandstats).
 func (e *env) redisCalls(ctx context.Context) (float64, error) {
-	info, err := e.rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, err
-	}
 	var n float64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") {
-			continue
+	err := e.infoFields(ctx, "commandstats", func(name, value string) {
+		if !strings.HasPrefix(name, "cmdstat_") {
+			return
 		}
-		_, rest, _ := strings.Cut(line, "calls=")
+		_, rest, _ := strings.Cut(value, "calls=")
 		calls, _, _ := strings.Cut(rest, ",")
 		v, _ := strconv.ParseFloat(calls, 64)
 		n += v
-	}
-	return n, nil
+	})
+	return n, err
 }
 
-// redisCPU reads the CPU seconds (user and system) the Redis server has used.
+// infoFields calls fn with each "name:value" line of an INFO section.
+func (e *env) infoFields(ctx context.Context, section string, fn func(name, value string)) error {
+	info, err := e.rdb.Info(ctx, section).Result()
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if name, value, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fn(name, value)
+		}
+	}
+	return nil
+}
+
 // scriptTime is the time Redis has spent running scripts (EVALSHA and EVAL, from INFO
 // commandstats): their own work, without the network I/O that redisCPU also counts.
 func (e *env) scriptTime(ctx context.Context) (time.Duration, error) {
-	info, err := e.rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, err
-	}
 	var usec int64
-	for _, line := range strings.Split(info, "\n") {
-		for _, k := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
-				for _, f := range strings.Split(v, ",") {
-					if n, ok := strings.CutPrefix(f, "usec="); ok {
-						u, _ := strconv.ParseInt(n, 10, 64)
-						usec += u
-					}
-				}
+	err := e.infoFields(ctx, "commandstats", func(name, value string) {
+		if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+			return
+		}
+		for _, f := range strings.Split(value, ",") {
+			if n, ok := strings.CutPrefix(f, "usec="); ok {
+				u, _ := strconv.ParseInt(n, 10, 64)
+				usec += u
 			}
 		}
-	}
-	return time.Duration(usec) * time.Microsecond, nil
+	})
+	return time.Duration(usec) * time.Microsecond, err
 }
 
+// redisCPU is the Redis server's CPU seconds so far (user and system).
 func (e *env) redisCPU(ctx context.Context) (float64, error) {
-	info, err := e.rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
 	var sec float64
-	for _, line := range strings.Split(info, "\n") {
-		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				sec += f
-			}
+	err := e.infoFields(ctx, "cpu", func(name, value string) {
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(value, 64)
+			sec += f
 		}
-	}
-	return sec, nil
+	})
+	return sec, err
 }
 
 func (e *env) seatMapWorkload(ctx context.Context, r *Report) error {

@@ -125,30 +125,18 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 		return int(n), err
 	}
 	gz := http.Header{"Accept-Encoding": {"gzip"}}
-	mapPlain, err := get(ctx, "/v1/shows/"+show+"/seats", nil)
-	if err != nil {
-		return err
+	// Each document's size without and with gzip: the map, the layout by seat and by column.
+	var size [3][2]int // [map, layout, compact layout][plain, gzip]
+	for k, path := range []string{"/seats", "/layout", "/layout?format=compact"} {
+		for z, h := range []http.Header{nil, gz} {
+			if size[k][z], err = get(ctx, "/v1/shows/"+show+path, h); err != nil {
+				return err
+			}
+		}
 	}
-	mapZipped, err := get(ctx, "/v1/shows/"+show+"/seats", gz)
-	if err != nil {
-		return err
-	}
-	layoutPlain, err := get(ctx, "/v1/shows/"+show+"/layout", nil)
-	if err != nil {
-		return err
-	}
-	layoutZipped, err := get(ctx, "/v1/shows/"+show+"/layout", gz)
-	if err != nil {
-		return err
-	}
-	compactPlain, err := get(ctx, "/v1/shows/"+show+"/layout?format=compact", nil)
-	if err != nil {
-		return err
-	}
-	compactZipped, err := get(ctx, "/v1/shows/"+show+"/layout?format=compact", gz)
-	if err != nil {
-		return err
-	}
+	mapPlain, mapZipped := size[0][0], size[0][1]
+	layoutPlain, layoutZipped := size[1][0], size[1][1]
+	compactPlain, compactZipped := size[2][0], size[2][1]
 	seatMap := drive(ctx, 1, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error {
 		_, err := eng.SeatMap(ctx, show)
 		return err
