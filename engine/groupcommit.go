@@ -390,6 +390,7 @@ func (e *Engine) runBatch(ctx context.Context, guard *stallGuard, conn *pgxpool.
 			return ok
 		case errors.Is(err, errWhoseWrite) && !perBooking:
 			perBooking = true // again, a statement per booking: the failing one names its confirmation
+			e.m.batchRewrites.Inc()
 		case errors.As(err, &me):
 			me.r.err = me.err
 			pending = slices.DeleteFunc(pending, func(r *confirmReq) bool { return r == me.r })

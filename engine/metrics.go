@@ -22,6 +22,7 @@ type metrics struct {
 	admissionRefusals *prometheus.CounterVec
 	confirmQueueWait  prometheus.Histogram
 	confirmBatchSize  prometheus.Histogram
+	batchRewrites     prometheus.Counter
 	feedLag           prometheus.Histogram
 	failovers         prometheus.Counter
 	stalls            prometheus.Counter
@@ -78,6 +79,10 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Help:    "How long confirmations waited in the queue for a batch to take them.",
 			Buckets: []float64{.0001, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
 		}),
+		batchRewrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "holdfast_confirm_batch_rewrites_total",
+			Help: "Batches written again one statement per booking because the database refused the batch's set-based statement (a booking broke an invariant, e.g. the holder limit).",
+		}),
 		confirmBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "holdfast_confirm_batch_size",
 			Help:    "Confirmations per group-committed PostgreSQL transaction.",
@@ -126,7 +131,7 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Name: "holdfast_confirm_queue_length",
 			Help: "Confirmations waiting in the queue for a batch now.",
 		}, confirmQueue)
-		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize,
+		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize, m.batchRewrites,
 			m.failovers, m.stalls, m.unproven, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

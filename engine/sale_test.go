@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
@@ -179,6 +181,8 @@ func TestHolderLimitCheckedByPostgres(t *testing.T) {
 
 // TestHolderLimitUnderConcurrency: one holder's confirmations through two engines at
 // once, with Redis made to let every hold through: the database books at most the limit.
+// Refusals that share a batch with others make its set-based statement fail; the batch
+// is written again a statement per booking, which names the refused one.
 func TestHolderLimitUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHolder = 100 })
@@ -214,6 +218,9 @@ func TestHolderLimitUnderConcurrency(t *testing.T) {
 	}
 	if n := v.count("SELECT count(*) FROM seat_claims WHERE show_id = 'race'"); n != 5 {
 		t.Fatalf("%d seats claimed, want 5", n)
+	}
+	if n := testutil.ToFloat64(engines[0].m.batchRewrites) + testutil.ToFloat64(engines[1].m.batchRewrites); n == 0 {
+		t.Fatal("no batch was written again a statement per booking: the refusals never met the set-based statement")
 	}
 }
 
