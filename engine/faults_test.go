@@ -608,3 +608,51 @@ func TestConsumedHoldNeverRebooks(t *testing.T) {
 		t.Fatalf("the consumed hold re-booked the seat: %d confirmed bookings", n)
 	}
 }
+
+// TestWaitingRoomRefusesAtOnceAfterAnOutage: once a waiting-room call found Redis
+// unavailable, the next ones are refused without a call of their own (ErrUnavailable,
+// saying so) instead of each waiting out its bound; once Redis is back, the room
+// answers again — after queueDownFor at the latest, and at once after a call answered.
+func TestWaitingRoomRefusesAtOnceAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	v, srv := privateEnv(t)
+	v.show("room", seatNames(10)...)
+	v.setRules("room", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	ctx := t.Context()
+	if _, err := v.e.Join(ctx, "room", "ann"); err != nil {
+		t.Fatalf("join with Redis up: %v", err)
+	}
+	srv.Stop()
+	if _, err := v.e.Join(ctx, "room", "bob"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("join with Redis down: %v, want ErrUnavailable", err)
+	}
+	// The next one is refused by the mark the failed call left, not by a call of its own.
+	_, err := v.e.Join(ctx, "room", "cat")
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "last call found Redis unavailable") {
+		t.Fatalf("join right after a failed one: %v, want ErrUnavailable from the outage mark", err)
+	}
+	if _, err := v.e.Ticket(ctx, "room", "ann"); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "last call found Redis unavailable") {
+		t.Fatalf("ticket right after a failed join: %v, want ErrUnavailable from the outage mark", err)
+	}
+	srv.Restart()
+	// Back: within queueDownFor the mark still refuses; then a join answers (Redis
+	// restarted empty, so the engine rebuilds the show's state on the way).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := v.e.Join(ctx, "room", "dan")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("join after Redis came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// An answered call cleared the mark: the next call is not refused by it.
+	if v.e.queueFailedAt.Load() != 0 {
+		t.Fatal("the outage mark stayed after a call answered")
+	}
+	if _, err := v.e.Ticket(ctx, "room", "dan"); err != nil {
+		t.Fatalf("ticket after the room answered again: %v", err)
+	}
+}
