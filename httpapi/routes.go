@@ -181,9 +181,6 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, map[string]any{"show": r.PathValue("show"), "seats": len(body.Seats) + len(body.Layout)})
 }
 
-// getLayout serves a show's venue layout, encoded (and gzipped) once per show. A
-// layout never changes, so it is cacheable for good, and revalidation by ETag answers
-// 304 without touching the engine's layout again.
 // compactLayoutJSON is a layout by column (?format=compact): the seats' ids, positions,
 // ranks and coordinates in layout order, their sections and rows as indices into the
 // names listed once. A 100,000-seat arena is about 3.4 MB instead of 8.8 MB (before gzip).
@@ -225,11 +222,14 @@ func compactLayout(show string, seats []engine.Seat) compactLayoutJSON {
 	return out
 }
 
+// getLayout serves a show's venue layout, by seat or by column (?format=compact),
+// encoded (and gzipped) once per show and form. A layout never changes, so it is
+// cacheable for good, and revalidation by ETag answers 304 without touching the
+// engine's layout again.
 func (s *Server) getLayout(w http.ResponseWriter, r *http.Request) {
 	show := r.PathValue("show")
-	format := r.URL.Query().Get("format")
-	if format != "" && format != "compact" && format != "json" {
-		s.fail(w, r, &engine.InvalidArgumentError{Field: "format", Rule: "must be compact or json"})
+	format, ok := s.formatParam(w, r)
+	if !ok {
 		return
 	}
 	key := show

@@ -208,10 +208,20 @@ func (s *Server) eventID(version uint64) string {
 // seatMapWait bounds a seat-map read over HTTP.
 const seatMapWait = 1500 * time.Millisecond
 
-func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
-	format := r.URL.Query().Get("format")
+// formatParam is the request's ?format= ("", "compact" or "json"); ok is false when it
+// is anything else, which it has answered with a 400.
+func (s *Server) formatParam(w http.ResponseWriter, r *http.Request) (format string, ok bool) {
+	format = r.URL.Query().Get("format")
 	if format != "" && format != "compact" && format != "json" {
 		s.fail(w, r, &engine.InvalidArgumentError{Field: "format", Rule: "must be compact or json"})
+		return "", false
+	}
+	return format, true
+}
+
+func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
+	format, ok := s.formatParam(w, r)
+	if !ok {
 		return
 	}
 	// Bounded: a map this server has not built yet (a show it never read, a backend
