@@ -286,7 +286,7 @@ func (e *Engine) watch(ctx context.Context, showID string, resume func(v *view) 
 			w.ch <- ev
 		}
 	} else {
-		w.ch <- SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked()}
+		w.ch <- v.snapshotEvent(1)
 	}
 	v.subs[w] = struct{}{}
 	v.watches.Add(1)

@@ -539,6 +539,12 @@ drain:
 	w.ch <- v.merge(queued)
 }
 
+// snapshotEvent is the view's map now as an event standing for merged events. Caller
+// holds mu.
+func (v *view) snapshotEvent(merged int) SeatMapEvent {
+	return SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked(), Merged: merged}
+}
+
 // merge is one event that has the effect of evs applied in order: the last one's
 // version and position, each changed seat once in its last state; a snapshot when one
 // of evs is, or when more than an eighth of the show's seats changed (a snapshot is
@@ -550,7 +556,7 @@ func (v *view) merge(evs []SeatMapEvent) SeatMapEvent {
 	for _, ev := range evs {
 		out.Merged += max(ev.Merged, 1)
 		if ev.Snapshot != nil {
-			return SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked(), Merged: out.Merged}
+			return v.snapshotEvent(out.Merged)
 		}
 		for _, c := range ev.Changes {
 			if k, ok := at[c.Index]; ok {
@@ -561,7 +567,7 @@ func (v *view) merge(evs []SeatMapEvent) SeatMapEvent {
 			out.Changes = append(out.Changes, c)
 		}
 		if len(out.Changes) > len(v.sh.layout)/8 {
-			return SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked(), Merged: out.Merged}
+			return v.snapshotEvent(out.Merged)
 		}
 	}
 	return out
@@ -663,7 +669,7 @@ func (v *view) rebuild(ctx context.Context) error {
 				close(v.ready)
 			}
 			for w := range v.subs { // after a rebuild every watcher starts over
-				v.send(w, SeatMapEvent{Version: v.version, Position: v.feedPos(), Snapshot: v.snapshotLocked()})
+				v.send(w, v.snapshotEvent(1))
 			}
 			v.mu.Unlock()
 			select {
