@@ -45,12 +45,7 @@ func (e *Engine) ticket(ctx context.Context, op, showID, holderID string) (Ticke
 	if err != nil {
 		return Ticket{}, err
 	}
-	// The rules' first read (and their push to Redis) is bounded like a call; the call
-	// bounds itself (queueCall).
-	rctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
-	st := e.rulesOf(rctx, sh)
-	cancel()
-	r, err := e.queueCall(ctx, sh, op, st, holderTag(holderID))
+	r, err := e.queueCall(ctx, sh, op, e.queueRules(ctx, sh), holderTag(holderID))
 	if err != nil {
 		return Ticket{}, err
 	}
@@ -92,10 +87,7 @@ func (e *Engine) Queue(ctx context.Context, showID string) (QueueStatus, error) 
 			return q, nil
 		}
 		q := &queueRead{at: time.Now()}
-		rctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
-		st := e.rulesOf(rctx, sh)
-		cancel()
-		r, err := e.queueCall(ctx, sh, "admit", st, "")
+		r, err := e.queueCall(ctx, sh, "admit", e.queueRules(ctx, sh), "")
 		switch {
 		case err != nil:
 			q.err = err
@@ -220,6 +212,14 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 			"order", "ascending SHA-1(seed || holder tag), holder tag = hex of the first 16 bytes of SHA-256(\"holdfast-holder\\x00\" || holder id)")
 	}
 	return r, nil
+}
+
+// queueRules are the show's rules for a waiting-room call: their first read (and their
+// push to Redis) is bounded like a call; the call bounds itself (queueCall).
+func (e *Engine) queueRules(ctx context.Context, sh *show) *rulesState {
+	ctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
+	defer cancel()
+	return e.rulesOf(ctx, sh)
 }
 
 // queueCallTimeout bounds one call of the queue script once it has its slot: a Redis

@@ -190,6 +190,10 @@ func (sh *show) indexMeta() {
 			inRow[i] = inRow[i-1] + 1
 		}
 	}
+	joined := func(i, j int) bool { // j = i+1: side by side in one segment of a row
+		a, b := sh.layout[i], sh.layout[j]
+		return a.Section == b.Section && a.Row == b.Row && b.Position == a.Position+1 && inRow[j]%runSegment != 0
+	}
 	seg := 0
 	for i, s := range sh.layout {
 		sec, ok := sh.sections[s.Section]
@@ -197,15 +201,10 @@ func (sh *show) indexMeta() {
 			sec = len(sh.sections)
 			sh.sections[s.Section] = sec
 		}
-		if i > 0 {
-			a := sh.layout[i-1]
-			if a.Section == s.Section && a.Row == s.Row && s.Position == a.Position+1 && inRow[i]%runSegment != 0 {
-				sh.place[i] = sh.place[i-1] + 1
-			} else {
-				seg, sh.place[i] = i, 1
-			}
+		if i > 0 && joined(i-1, i) {
+			sh.place[i] = sh.place[i-1] + 1
 		} else {
-			sh.place[i] = 1
+			seg, sh.place[i] = i, 1
 		}
 		sh.meta[i] = strconv.FormatInt(int64(s.Rank)*bestScale+int64(i), 10) + " " + strconv.Itoa(sec) + " " + strconv.Itoa(seg) + " " + strconv.Itoa(sh.place[i])
 	}
