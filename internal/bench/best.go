@@ -93,7 +93,7 @@ func (e *env) bestCost(ctx context.Context, r *Report) error {
 	var idx int64
 	prefix := e.prefixes[len(e.prefixes)-1]
 	for _, pattern := range []string{"mt:*", "fr:*", "rn:*", "sg"} {
-		keys, err := e.rdb.Keys(ctx, prefix+":{bestcost}:"+pattern).Result()
+		keys, err := e.rdb.Keys(ctx, showBase(prefix, "bestcost")+pattern).Result()
 		if err != nil {
 			return err
 		}

@@ -74,7 +74,7 @@ func seatsDirect(ctx context.Context, q *db.Queries, rdb redis.UniversalClient, 
 	}
 	pipe := rdb.Pipeline()
 	ttls := make([]*redis.DurationCmd, len(seats))
-	base := prefix + ":{" + show + "}:hold:"
+	base := showBase(prefix, show) + "hold:"
 	for i, s := range seats {
 		if !sold[s] {
 			ttls[i] = pipe.PTTL(ctx, base+s)

@@ -137,12 +137,16 @@ func epochOf(seq, space int64) int { return int(min(seq/space, epochs-1)) }
 // rawKeys are a script's keys for one seat (index: its place in the show's sorted
 // inventory), built as the engine lays them out (internal/lua/common.lua).
 func rawKeys(prefix, show, seat string, index int) []string {
-	base := prefix + ":{" + show + "}:"
+	base := showBase(prefix, show)
 	return []string{base + "gen", base + "holder:", base + "hold:" + seat, base + "sold:" + strconv.Itoa(index/100)}
 }
 
+// showBase is the prefix of a show's Redis keys, as the engine names them
+// (engine/ids.go): the show's id as the hash tag.
+func showBase(prefix, show string) string { return prefix + ":{" + show + "}:" }
+
 // rawGen is a show's counter key.
-func rawGen(prefix, show string) string { return prefix + ":{" + show + "}:gen" }
+func rawGen(prefix, show string) string { return showBase(prefix, show) + "gen" }
 
 func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 	iv, err := e.inventory(ctx)
@@ -636,11 +640,11 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	// show (about 4,096 entries), not per hold: counted apart.
 	var feeds float64
 	for _, show := range iv.shows {
-		n, err := mrdb.MemoryUsage(ctx, prefix+":{"+show+"}:feed", 0).Result()
+		n, err := mrdb.MemoryUsage(ctx, showBase(prefix, show)+"feed", 0).Result()
 		if err != nil && !errors.Is(err, redis.Nil) { // nil: no hold fell on this show
 			return err
 		}
-		m, _ := mrdb.MemoryUsage(ctx, prefix+":{"+show+"}:feed:n", 0).Result()
+		m, _ := mrdb.MemoryUsage(ctx, showBase(prefix, show)+"feed:n", 0).Result()
 		feeds += float64(n + m)
 	}
 	r.Memory.RedisBytesPerHold = (after - before - feeds) / holds
