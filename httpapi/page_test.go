@@ -91,6 +91,32 @@ func clickSeat(ctx context.Context, seat string) error {
 	return chromedp.Do(ctx, chromedp.MouseClickXY(p[0], p[1]))
 }
 
+// waitColour waits until what is on the screen at seat — the canvas's pixel under it,
+// or the SVG circle's fill — has the colour the page's stylesheet gives state (--free,
+// --held, …): the seat is really drawn so, not only recorded as drawn.
+func waitColour(t *testing.T, ctx context.Context, seat, state string) {
+	t.Helper()
+	js := fmt.Sprintf(`(() => {
+		const id = %q, probe = document.createElement('i');
+		probe.style.color = 'var(--%s)';
+		document.body.append(probe);
+		const want = getComputedStyle(probe).color;
+		probe.remove();
+		let got;
+		if (holdfastMap.view === 'svg') {
+			got = getComputedStyle(document.getElementById('seat-' + id)).fill;
+		} else {
+			const c = document.getElementById('map-canvas'), r = c.getBoundingClientRect(), [x, y] = holdfastMap.point(id);
+			const d = c.getContext('2d').getImageData(Math.floor((x - r.left) * c.width / r.width), Math.floor((y - r.top) * c.height / r.height), 1, 1).data;
+			got = 'rgb(' + d[0] + ', ' + d[1] + ', ' + d[2] + ')';
+		}
+		return got === want;
+	})()`, seat, state)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+		t.Fatalf("seat %s not shown in the colour of %s: %v", seat, state, err)
+	}
+}
+
 // waitSeat waits until the page draws seat in state, and returns how long it took.
 func waitSeat(t *testing.T, ctx context.Context, seat, state string, within time.Duration) time.Duration {
 	t.Helper()
@@ -161,11 +187,13 @@ func seatMapPageInABrowser(t *testing.T, draw string) {
 	if err := chromedp.Do(tctx, chromedp.WaitVisible(chromedp.Search(`//p[@id="status" and starts-with(., "live")]`))); err != nil {
 		t.Fatal(err)
 	}
+	waitColour(t, tctx, "R01-005", "free")
 
 	// Another customer's hold, through the API: held on the page within 1 s.
 	a.want(a.do("POST", "/v1/shows/venue/holds", "bob", "", map[string]any{"seats": []string{"R01-005"}}), 201, "")
 	took := waitSeat(t, tctx, "R01-005", "held", time.Second)
 	t.Logf("a hold through the API was drawn after %v", took)
+	waitColour(t, tctx, "R01-005", "held")
 
 	// Click a free seat, then Hold: mine.
 	if err := clickSeat(tctx, "R02-010"); err != nil {
