@@ -447,23 +447,18 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	for i, k := range keys {
 		shows[i], seats[i] = k.show, k.seat
 	}
+	// Deciding in Go needs the fences the lock read and the claims; savepoints let the
+	// statements decide.
 	guard.step()
-	locked, err := e.lockFences(ctx, tx, batch, shows, seats)
+	locked, claimed, err := e.lockFences(ctx, tx, batch, shows, seats, !e.cfg.ConfirmSavepoints)
 	if err != nil {
 		return false, err
 	}
-	// Deciding in Go needs the fences the lock read and the claims; savepoints let the
-	// statements decide.
 	var fence map[seatKey]int64
-	var claimed map[seatKey]bool
 	if !e.cfg.ConfirmSavepoints {
 		fence = make(map[seatKey]int64, len(locked))
 		for _, f := range locked {
 			fence[seatKey{f.ShowID, f.SeatID}] = f.Generation
-		}
-		guard.step()
-		if claimed, err = readClaims(ctx, q, shows, seats); err != nil {
-			return false, e.txErr(err)
 		}
 	}
 	if e.hooks.beforeCommit != nil {
@@ -559,15 +554,32 @@ func (e *Engine) batchCounts(ctx context.Context, q *db.Queries, accepted []*con
 	return nil
 }
 
-// lockFences locks the fences of the (show, seat) pairs (sorted, distinct) that no other transaction holds
-// (SKIP LOCKED) and returns them. A confirmation touching a fence it skipped gets
-// errFenceBusy: it leaves this batch and goes back to the queue (commitBatch). The batch
-// never waits for a lock while it holds others, so batches cannot wait for each other in
-// a cycle, and one fence held elsewhere holds up only the confirmations that touch it.
-func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq, shows, seats []string) ([]db.SeatFencesLockSkipRow, error) {
-	got, err := db.New(tx).SeatFencesLockSkip(ctx, db.SeatFencesLockSkipParams{ShowIds: shows, SeatIds: seats})
-	if err != nil {
-		return nil, e.txErr(err)
+// lockFences locks the fences of the (show, seat) pairs (sorted, distinct) that no
+// other transaction holds (SKIP LOCKED) and returns them, and with withClaims which of
+// the pairs are claimed. A confirmation touching a fence it skipped gets errFenceBusy:
+// it leaves this batch and goes back to the queue (commitBatch). The batch never waits
+// for a lock while it holds others, so batches cannot wait for each other in a cycle,
+// and one fence held elsewhere holds up only the confirmations that touch it.
+//
+// The claims are read by a statement of their own after the lock, in the same round
+// trip (Queries.Pipelined): its snapshot, taken after the locks, has every claim
+// committed before them. A join in the lock's statement would not: its snapshot is
+// taken before it locks.
+func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq, shows, seats []string, withClaims bool) ([]db.SeatFencesLockSkipRow, map[seatKey]bool, error) {
+	var got []db.SeatFencesLockSkipRow
+	var claims []db.SeatClaimsFindRow
+	steps := []func(*db.Queries) error{func(q *db.Queries) (err error) {
+		got, err = q.SeatFencesLockSkip(ctx, db.SeatFencesLockSkipParams{ShowIds: shows, SeatIds: seats})
+		return err
+	}}
+	if withClaims {
+		steps = append(steps, func(q *db.Queries) (err error) {
+			claims, err = q.SeatClaimsFind(ctx, db.SeatClaimsFindParams{ShowIds: shows, SeatIds: seats})
+			return err
+		})
+	}
+	if err := db.New(tx).Pipelined(ctx, steps...); err != nil {
+		return nil, nil, e.txErr(err)
 	}
 	have := make(map[seatKey]bool, len(got))
 	for _, f := range got {
@@ -580,7 +592,11 @@ func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq,
 			}
 		}
 	}
-	return got, nil
+	claimed := make(map[seatKey]bool, len(claims))
+	for _, c := range claims {
+		claimed[seatKey{c.ShowID, c.SeatID}] = true
+	}
+	return got, claimed, nil
 }
 
 // errFenceBusy: a seat's fence is locked by another transaction; the confirmation goes
@@ -617,19 +633,6 @@ func (e *Engine) deferFenceBusy(r *confirmReq) bool {
 		}
 	})
 	return true
-}
-
-// readClaims reads which of the (show, seat) pairs are claimed.
-func readClaims(ctx context.Context, q *db.Queries, shows, seats []string) (map[seatKey]bool, error) {
-	claims, err := q.SeatClaimsFind(ctx, db.SeatClaimsFindParams{ShowIds: shows, SeatIds: seats})
-	if err != nil {
-		return nil, err
-	}
-	claimed := make(map[seatKey]bool, len(claims))
-	for _, c := range claims {
-		claimed[seatKey{c.ShowID, c.SeatID}] = true
-	}
-	return claimed, nil
 }
 
 // decideAndWrite is steps 3 and 4 of the batch: it decides each confirmation in queue
@@ -688,18 +691,44 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 		params[i] = r.booking()
 	}
 	guard.step()
-	n, err := q.SeatFencesAdvanceMany(ctx, db.SeatFencesAdvanceManyParams{ShowIds: fShows, SeatIds: fSeats, Generations: fGens})
-	if err != nil {
+	var n int64
+	advance := func(q *db.Queries) (err error) {
+		n, err = q.SeatFencesAdvanceMany(ctx, db.SeatFencesAdvanceManyParams{ShowIds: fShows, SeatIds: fSeats, Generations: fGens})
+		return err
+	}
+	advanced := func() error {
+		if n != int64(len(fSeats)) {
+			// Cannot happen under the locks; if it does, nothing of the batch commits.
+			return fmt.Errorf("%w: %d of %d fences advanced under their locks", ErrUnavailable, n, len(fSeats))
+		}
+		return nil
+	}
+	if !perBooking {
+		// The fences and the bookings in one round trip; a refused fence rolls both back.
+		var rows []db.BookingCreateManyRow
+		m := createManyParams(params)
+		err := q.Pipelined(ctx, advance, func(q *db.Queries) (err error) {
+			rows, err = q.BookingCreateMany(ctx, m)
+			return err
+		})
+		switch {
+		case err != nil && claimErr(err) != nil:
+			return nil, fmt.Errorf("%w: %w", errWhoseWrite, err)
+		case err != nil:
+			return nil, e.txErr(err)
+		}
+		if err := advanced(); err != nil {
+			return nil, err
+		}
+		return accepted, created(accepted, rows)
+	}
+	if err := advance(q); err != nil {
 		return nil, e.txErr(err)
 	}
-	if n != int64(len(fSeats)) {
-		// Cannot happen under the locks; if it does, nothing of the batch commits.
-		return nil, fmt.Errorf("%w: %d of %d fences advanced under their locks", ErrUnavailable, n, len(fSeats))
+	if err := advanced(); err != nil {
+		return nil, err
 	}
 	guard.step()
-	if !perBooking {
-		return accepted, e.createMany(ctx, q, accepted, params)
-	}
 	var failed *memberErr
 	var firstErr error
 	q.BookingCreate(ctx, params).QueryRow(func(i int, row db.BookingCreateRow, err error) {
@@ -727,9 +756,9 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 // tells whose it was.
 var errWhoseWrite = errors.New("a booking of the batch was refused by the database")
 
-// createMany writes the bookings of accepted (their params) in one statement per table
-// and sets each one's outcome.
-func (e *Engine) createMany(ctx context.Context, q *db.Queries, accepted []*confirmReq, params []db.BookingCreateParams) error {
+// createManyParams are the bookings of params as BookingCreateMany takes them: one
+// statement per table.
+func createManyParams(params []db.BookingCreateParams) db.BookingCreateManyParams {
 	var m db.BookingCreateManyParams
 	for i, p := range params {
 		m.ShowIds = append(m.ShowIds, p.ShowID)
@@ -744,13 +773,12 @@ func (e *Engine) createMany(ctx context.Context, q *db.Queries, accepted []*conf
 			m.SeatIds = append(m.SeatIds, s)
 		}
 	}
-	rows, err := q.BookingCreateMany(ctx, m)
-	if err != nil {
-		if claimErr(err) != nil {
-			return fmt.Errorf("%w: %w", errWhoseWrite, err)
-		}
-		return e.txErr(err)
-	}
+	return m
+}
+
+// created sets each accepted confirmation's outcome from the rows BookingCreateMany
+// returned for it.
+func created(accepted []*confirmReq, rows []db.BookingCreateManyRow) error {
 	if len(rows) != len(accepted) {
 		return fmt.Errorf("%w: %d of %d bookings written", ErrUnavailable, len(rows), len(accepted))
 	}
