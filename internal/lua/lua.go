@@ -7,6 +7,9 @@ package lua
 
 import (
 	_ "embed"
+	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -71,5 +74,77 @@ var (
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses
 // the whole script up front when it is out of memory, instead of failing it half-way.
 func newScript(flags, body string) *redis.Script {
-	return redis.NewScript("#!lua" + flags + "\n" + commonLua + "\n" + body)
+	return redis.NewScript("#!lua" + flags + "\n" + prelude(commonLua, body) + "\n" + body)
 }
+
+// prelude is the part of common that body uses: the top-level statements of common that
+// body names, and those they name, in common's order, each with the comment above it.
+// Redis runs a script's top level at every call, so each function defined there costs a
+// closure per call whether the script calls it or not (common.lua whole: about 9 µs a
+// call on the machines of docs/BENCHMARKS.md, as much as a small script's own work).
+//
+// A top-level statement of common starts at a line that begins with "local" and runs to
+// the next line that begins with "local" or "--" (its body is indented, its closing "end"
+// is not); it defines the names that declared finds in its first line.
+func prelude(common, body string) string {
+	type stmt struct {
+		text  string
+		names []string
+	}
+	var stmts []stmt
+	var comment []string
+	for _, line := range strings.Split(common, "\n") {
+		switch {
+		case declared(line) != nil:
+			stmts = append(stmts, stmt{text: strings.Join(append(comment, line), "\n"), names: declared(line)})
+			comment = nil
+		case strings.HasPrefix(line, "--") || len(stmts) == 0 || (line == "" && len(comment) > 0):
+			comment = append(comment, line)
+		default:
+			last := &stmts[len(stmts)-1]
+			last.text += "\n" + line
+		}
+	}
+	// What body names, then what the statements it keeps name, until nothing is added.
+	named := map[string]bool{}
+	for _, w := range luaWord.FindAllString(body, -1) {
+		named[w] = true
+	}
+	keep := make([]bool, len(stmts))
+	for added := true; added; {
+		added = false
+		for i, st := range stmts {
+			if keep[i] || !slices.ContainsFunc(st.names, func(n string) bool { return named[n] }) {
+				continue
+			}
+			keep[i], added = true, true
+			for _, w := range luaWord.FindAllString(st.text, -1) {
+				named[w] = true
+			}
+		}
+	}
+	var out []string
+	for i, st := range stmts {
+		if keep[i] {
+			out = append(out, st.text)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// declared is the names that a top-level line of common.lua defines ("local a, b = …",
+// "local function f(…)"), or nil for another line.
+func declared(line string) []string {
+	if !strings.HasPrefix(line, "local ") {
+		return nil
+	}
+	decl := strings.TrimPrefix(strings.TrimPrefix(line, "local "), "function ")
+	var names []string
+	for _, n := range strings.Split(decl[:strings.IndexAny(decl+"=", "=(")], ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	return names
+}
+
+// luaWord is a Lua name.
+var luaWord = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
