@@ -19,7 +19,8 @@ import (
 // Each query runs on its own: in READ COMMITTED each sees what the ones before it
 // wrote and what other transactions committed before it started, as if sent one by
 // one. A query that fails ends the run: Pipelined returns its step's error, and inside
-// a transaction the queries after it did nothing (the transaction is aborted).
+// a transaction the queries after it did nothing (the transaction is aborted); outside
+// one, the batch is one implicit transaction and nothing of it stays.
 //
 // It calls each step twice: first to record the queries (their calls fail with
 // errRecorded, which the step returns or drops), then, after the batch is sent, to read
@@ -38,8 +39,8 @@ func (q *Queries) Pipelined(ctx context.Context, steps ...func(q *Queries) error
 		return nil
 	}
 	b := &pgx.Batch{}
-	for _, q := range rec.queued {
-		b.Queue(q.sql, q.args...)
+	for _, c := range rec.queued {
+		b.Queue(c.sql, c.args...)
 	}
 	br := q.db.SendBatch(ctx, b)
 	r := &reader{br: br, queued: rec.queued}

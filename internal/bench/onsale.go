@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -424,9 +425,14 @@ func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 	return e.onsaleKnee(ctx, r, venue)
 }
 
+// kneeBisections is how many times the knee search halves the gap between the last rate
+// met and the first missed.
+const kneeBisections = 3
+
 // onsaleKnee steps the arrival rate (buyers who load the map, hold and release, so
-// that the inventory lasts) and reports the highest rate at which hold p99 stays within
-// 100 ms, for each design.
+// that the inventory lasts), doubling it, then bisects between the last rate met and
+// the first missed, and reports the highest rate at which hold p99 stays within 100 ms,
+// for each design.
 func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) error {
 	designs, err := e.onsaleDesigns(ctx, "knee", venue, 5*time.Second)
 	if err != nil {
@@ -434,7 +440,9 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 	}
 	knees := make([]float64, len(designs))
 	for i, d := range designs {
-		for rate := 25.0; rate <= 25_600; rate *= 2 {
+		// ok runs the design at rate and says whether hold p99 stayed within 100 ms with
+		// no buyer turned away and no error.
+		ok := func(rate float64) bool {
 			p := onsaleParams{seats: len(venue), rate: rate, think: 60 * time.Millisecond, holdTTL: 5 * time.Second,
 				timeout: 2 * time.Second, maxBuyers: 4000, noConfirms: true}
 			res := runOnsale(ctx, d.d, p, uint64(rate), nil)
@@ -443,16 +451,31 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 				r.Series.HoldP99ByRate = map[string][]Point{}
 			}
 			r.Series.HoldP99ByRate[d.name] = append(r.Series.HoldP99ByRate[d.name], Point{rate, hp99})
-			ok := hp99 <= 100 && res.turnedAway == 0 && res.errors == 0
 			e.progress("   %s at %.0f buyers/s: hold p99 %.1f ms, seat map p99 %.1f ms, %d turned away, %d errors %v",
 				d.name, rate, hp99, p99(res.mapLat), res.turnedAway, res.errors, res.firstErr.Load())
-			if !ok {
+			return hp99 <= 100 && res.turnedAway == 0 && res.errors == 0
+		}
+		// Doubling from 25 until a rate is missed, then halving the gap between the last
+		// rate met and the first missed three times: the knee to within 1/8 of a step.
+		met, missed := 0.0, 0.0
+		for rate := 25.0; rate <= 25_600; rate *= 2 {
+			if !ok(rate) {
+				missed = rate
 				break
 			}
-			knees[i] = rate
+			met = rate
 		}
+		for k := 0; k < kneeBisections && met > 0 && missed > 0; k++ {
+			if mid := (met + missed) / 2; ok(mid) {
+				met = mid
+			} else {
+				missed = mid
+			}
+		}
+		knees[i] = met
+		slices.SortFunc(r.Series.HoldP99ByRate[d.name], func(a, b Point) int { return cmp.Compare(a.X, b.X) })
 		r.Rows = append(r.Rows, Row{Workload: "on-sale: knee (hold p99 <= 100 ms)", Variant: d.name, OpsPerS: knees[i],
-			Note: "buyers/s arriving (seat map, hold, release), stepped x2 from 25"})
+			Note: fmt.Sprintf("buyers/s arriving (seat map, hold, release), stepped x2 from 25, then %d bisections", kneeBisections)})
 	}
 	for i, d := range designs[1:] {
 		name := "on-sale knee, holdfast / " + d.name
