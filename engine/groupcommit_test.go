@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,6 +142,27 @@ func testGroupCommitIsolatesEachConfirmation(t *testing.T, savepoints bool) {
 	// Two batches did the work of ten confirmations (three with the re-issue).
 	if b := sampleCount(t, v.e.m.confirmBatchSize); b > 3 {
 		t.Errorf("%d batches for %d confirmations: nothing was grouped", b, queued+1)
+	}
+	// The second batch wrote the sold markers of its six bookings (four, the key's one,
+	// the leaver's) in one mark.lua call: one feed entry with all their seats.
+	sh, err := v.e.show(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := v.rdb.XRange(ctx, sh.k.feed(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"S001", "S002", "S003", "S004", "S008", "S009", "S010"}
+	found := false
+	for _, en := range entries {
+		sold, _ := en.Values["s"].(string)
+		got := strings.Fields(sold)
+		slices.Sort(got)
+		found = found || slices.Equal(got, want)
+	}
+	if !found {
+		t.Errorf("no feed entry sold the second batch's seats %v together: %v", want, entries)
 	}
 }
 
