@@ -59,8 +59,12 @@ func (q *Queries) Pipelined(ctx context.Context, steps ...func(q *Queries) error
 	return err
 }
 
-// errRecorded is what a query answers while its step is recorded.
-var errRecorded = errors.New("db.Queries.Pipelined: query recorded, not run")
+var (
+	// errRecorded is what a query answers while its step is recorded.
+	errRecorded = errors.New("db.Queries.Pipelined: query recorded, not run")
+	// errBatchQuery refuses a :batch query: it sends a pgx.Batch of its own.
+	errBatchQuery = errors.New("db.Queries.Pipelined: a :batch query cannot be pipelined")
+)
 
 type queued struct {
 	sql  string
@@ -91,7 +95,7 @@ func (r *recorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row 
 }
 
 func (r *recorder) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
-	r.err = errors.New("db.Queries.Pipelined: a :batch query cannot be pipelined")
+	r.err = errBatchQuery
 	return errBatch{err: r.err}
 }
 
@@ -133,7 +137,7 @@ func (r *reader) QueryRow(_ context.Context, sql string, _ ...any) pgx.Row {
 }
 
 func (r *reader) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
-	return errBatch{err: errors.New("db.Queries.Pipelined: a :batch query cannot be pipelined")}
+	return errBatch{err: errBatchQuery}
 }
 
 type errRow struct{ err error }

@@ -751,8 +751,8 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 	return accepted, nil
 }
 
-// markGroupSeats bounds the seats of one mark.lua call of a batch: the call runs alone in
-// Redis, about 5 µs a seat.
+// markGroupSeats bounds the seats of one mark.lua call of a batch: a script runs alone in
+// Redis, so one call's time is bounded too.
 const markGroupSeats = 256
 
 // markGroup is one mark.lua call of a batch: seats of one show, each with the sold
@@ -1072,22 +1072,20 @@ func (e *Engine) markBatch(ctx context.Context, batch []*confirmReq) {
 			uncounted[sh] = true
 		}
 	}
-	var replies []error // one per owner: its group's
+	k := 0 // owners[k], spans[k]: the confirmation, in the order the groups were called
 	for i, cmd := range cmds[len(countShows):] {
-		_, _, err := e.markReply(called[i].sh, cmd)
-		for range called[i].owners {
-			replies = append(replies, err)
-		}
-	}
-	for i, r := range owners {
-		err := replies[i]
-		if err == nil && uncounted[r.c.sh] && len(r.res.counts) > 0 {
-			err = fmt.Errorf("%w: holder counts not written", ErrUnavailable)
-		}
-		endStep(spans[i], err)
-		if err == nil {
-			e.outbox.applied(r.c.sh.id, r.res.seq)
-			r.marked = true
+		_, _, markErr := e.markReply(called[i].sh, cmd)
+		for _, r := range called[i].owners {
+			err := markErr
+			if err == nil && uncounted[r.c.sh] && len(r.res.counts) > 0 {
+				err = fmt.Errorf("%w: holder counts not written", ErrUnavailable)
+			}
+			endStep(spans[k], err)
+			k++
+			if err == nil {
+				e.outbox.applied(r.c.sh.id, r.res.seq)
+				r.marked = true
+			}
 		}
 	}
 }
