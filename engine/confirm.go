@@ -133,23 +133,65 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	if e.queueFull() {
 		return admission(e.shed())
 	}
-	// The hold's generation now: the one presented, or the one Redis re-issued it when
-	// an earlier confirmation of it found the counter behind the database. A hold that
-	// a batch is committing (a concurrent or retried confirmation of it) is asked about
-	// again once that batch has decided.
-	gen, ttl, err := e.verifyDecided(ctx, c, h.Generation)
-	if err != nil {
-		return Booking{}, err
+	// lostBeforeCommit answers for a hold its batch found lost before it could commit.
+	lostBeforeCommit := func(gen int64) (Booking, error) {
+		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
+			return b, err
+		}
+		e.event(ctx, e.q, sh.id, "refused_lost", gen, seats, h.HolderID)
+		return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
 	}
-	if gen == holdBooked {
-		return spentHold()
+	// The hold's generation now, and when it expires. verified asks Redis (verify.lua):
+	// the generation is the one presented, or the one Redis re-issued it when an earlier
+	// confirmation of it found the counter behind the database; a hold that a batch is
+	// committing (a concurrent or retried confirmation of it) is asked about again once
+	// that batch has decided. answered is true when that settles the confirmation.
+	// refused is what a batch said of the hold as presented, if anything: a hold Redis no
+	// longer has is then refused as the batch said — lost before commit (once the expiry
+	// its caller gave has passed; before, it was never current as presented), or taken
+	// too late.
+	var gen int64
+	var expires time.Time
+	verified := func(refused error) (answered bool, b Booking, err error) {
+		g, ttl, err := e.verifyDecided(ctx, c, h.Generation)
+		switch {
+		case err != nil:
+			return true, Booking{}, err
+		case g == holdBooked:
+			b, err = spentHold()
+			return true, b, err
+		case g == 0 && errors.Is(refused, errLostBeforeCommit) && !time.Now().Before(h.ExpiresAt):
+			// Its expiry passed while it waited: a hold its caller presented in time.
+			b, err = lostBeforeCommit(h.Generation)
+			return true, b, err
+		case g == 0 && errors.Is(refused, errTooLate):
+			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
+			b, err = admission(refused)
+			return true, b, err
+		case g <= 0:
+			b, err = notCurrent(g < 0)
+			return true, b, err
+		}
+		gen, expires = g, time.Now().Add(ttl)
+		return false, Booking{}, nil
 	}
-	if gen <= 0 {
-		return notCurrent(gen < 0)
+	// A hold whose caller's copy has longer than a batch's time left goes to the queue
+	// unasked (optimistic): the batch's own check (reserve.lua) is the one that counts
+	// either way, and one that does not find the hold as presented — not current,
+	// re-issued, reserved by another batch, or taken too late for the expiry its caller
+	// gave — changes nothing, and the confirmation starts again from verified. So the
+	// usual confirmation costs Redis one script call before its batch writes, not two.
+	optimistic := e.optimistic(h)
+	if optimistic {
+		gen, expires = h.Generation, h.ExpiresAt
+		if latest := time.Now().Add(e.cfg.MaxHoldTTL); expires.After(latest) {
+			expires = latest // no hold lives longer
+		}
+	} else if answered, b, err := verified(nil); answered {
+		return b, err
 	}
 	// The transaction is a batch's (groupcommit.go): queued until a committer takes it,
 	// refused there rather than let wait past what its hold has left.
-	expires := time.Now().Add(ttl)
 	if e.hooks.beforeWrite != nil {
 		e.hooks.beforeWrite(ctx)
 	}
@@ -158,23 +200,27 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	for {
 		id := uuid.New()
 		r, marked, err := e.confirmTx(ctx, c, gen, id, expires)
+		if optimistic && (errors.Is(err, errLostBeforeCommit) || errors.Is(err, errCommitting) || errors.Is(err, errTooLate)) {
+			optimistic = false
+			if answered, b, err := verified(err); answered {
+				return b, err
+			}
+			continue
+		}
 		switch {
-		case errors.Is(err, ErrOverloaded), errors.Is(err, errTooLate):
+		case errors.Is(err, ErrOverloaded):
+			return admission(err)
+
+		case errors.Is(err, errTooLate):
+			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
 			return admission(err)
 
 		case errors.Is(err, errCommitting):
 			// Another confirmation of this hold is in a batch: once it has decided, this
 			// one starts again from the Redis check (and finds the booking, or the hold).
-			if gen, ttl, err = e.verifyDecided(ctx, c, h.Generation); err != nil {
-				return Booking{}, err
+			if answered, b, err := verified(nil); answered {
+				return b, err
 			}
-			if gen == holdBooked {
-				return spentHold()
-			}
-			if gen <= 0 {
-				return notCurrent(gen < 0)
-			}
-			expires = time.Now().Add(ttl)
 			continue
 
 		case err == nil:
@@ -239,11 +285,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			return Booking{}, fmt.Errorf("%w: idempotency key conflict but no booking found", ErrUnavailable)
 
 		case errors.Is(err, errLostBeforeCommit):
-			if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
-				return b, err
-			}
-			e.event(ctx, e.q, sh.id, "refused_lost", gen, seats, h.HolderID)
-			return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
+			return lostBeforeCommit(gen)
 
 		default:
 			return Booking{}, err
@@ -258,6 +300,12 @@ type committed struct {
 	// counts is the holder's booked seats after it, when the show has a holder limit:
 	// written to Redis before the sold markers.
 	counts []holderCount
+}
+
+// optimistic reports whether a confirmation of h may go to its batch without asking
+// Redis first: its caller's copy (Hold.ExpiresAt) has longer than a batch's time left.
+func (e *Engine) optimistic(h Hold) bool {
+	return time.Until(h.ExpiresAt) > e.gc.needs()
 }
 
 // confirmTx confirms in a batch's transaction (groupcommit.go) and returns its outcome:

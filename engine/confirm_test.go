@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/internal/lua"
+	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
 func TestConfirmBooksAndMarksSold(t *testing.T) {
@@ -312,5 +317,158 @@ func TestManyBuyersEndToEnd(t *testing.T) {
 	}
 	if len(booked) != v.bookings("s1") {
 		t.Fatalf("%d acknowledged, %d in the database", len(booked), v.bookings("s1"))
+	}
+}
+
+// scriptCounter is a go-redis hook that counts the calls of each script by its SHA.
+type scriptCounter struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (s *scriptCounter) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	if name, _ := args[0].(string); len(args) > 1 && strings.HasPrefix(strings.ToLower(name), "evalsha") {
+		sha, _ := args[1].(string)
+		s.mu.Lock()
+		s.calls[sha]++
+		s.mu.Unlock()
+	}
+}
+
+func (s *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			s.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// since returns the calls of each script since the last since, and starts again.
+func (s *scriptCounter) since() (verify, reserve int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	verify, reserve = s.calls[lua.Verify.Hash()], s.calls[lua.Reserve.Hash()]
+	s.calls = map[string]int{}
+	return verify, reserve
+}
+
+// TestConfirmChecksTheHoldOnceUnlessAsked: a confirmation whose hold says it has time
+// left is checked in Redis once, by its batch (reserve.lua), not before it too
+// (verify.lua); one that does not say (no ExpiresAt, or too little of it) is checked
+// first. A hold its batch does not find as presented is asked about before the answer:
+// released, it is refused and the database is left as it was; its caller's expiry out of date (the
+// hold extended since), it is confirmed all the same, though its batch was late for that
+// expiry.
+func TestConfirmChecksTheHoldOnceUnlessAsked(t *testing.T) {
+	t.Parallel()
+	rdb, err := testsvc.NewRedisClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	counter := &scriptCounter{calls: map[string]int{}}
+	rdb.AddHook(counter)
+	v := newEnvWith(t, testsvc.Database(t), rdb, func(c *Config) { c.ConfirmConns = 1 })
+	v.show("s1", "A1", "A2", "A3", "A4", "A5", "A6")
+	confirm := func(h Hold) error {
+		_, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+		return err
+	}
+	// Every script loaded once: NOSCRIPT retries count no call below.
+	if err := confirm(v.hold("s1", time.Minute, "alice", "A1")); err != nil {
+		t.Fatal(err)
+	}
+	noExpiry := v.hold("s1", time.Minute, "alice", "A5")
+	noExpiry.ExpiresAt = time.Time{}
+	if err := confirm(noExpiry); err != nil {
+		t.Fatal(err)
+	}
+
+	h := v.hold("s1", time.Minute, "alice", "A2")
+	counter.since()
+	if err := confirm(h); err != nil {
+		t.Fatalf("confirm: %v", err)
+	}
+	if verify, reserve := counter.since(); verify != 0 || reserve != 1 {
+		t.Fatalf("a hold with a minute left: %d verify.lua and %d reserve.lua calls, want 0 and 1", verify, reserve)
+	}
+
+	released := v.hold("s1", time.Minute, "alice", "A3")
+	if err := v.e.Release(t.Context(), released); err != nil {
+		t.Fatal(err)
+	}
+	before := v.dbSnapshot()
+	counter.since()
+	if err := confirm(released); !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("confirm of a released hold: %v, want ErrHoldLost", err)
+	}
+	if verify, reserve := counter.since(); verify != 1 || reserve != 1 {
+		t.Fatalf("a released hold: %d verify.lua and %d reserve.lua calls, want 1 and 1", verify, reserve)
+	}
+	if after := v.dbSnapshot(); after != before {
+		t.Fatalf("a hold released before its confirmation changed the database:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// The caller's copy says the hold expires in 300 ms (it was extended since). Its
+	// batch is late for that, behind one that stalls: it is asked about in Redis, and
+	// confirmed.
+	h4 := v.hold("s1", time.Minute, "alice", "A4")
+	h4.ExpiresAt = time.Now().Add(300 * time.Millisecond)
+	stalled, unstalled := make(chan struct{}), make(chan struct{})
+	unstall := sync.OnceFunc(func() { close(unstalled) })
+	defer unstall() // a failure below must not leave the batch stalled
+	var once sync.Once
+	v.e.hooks.beforeCommit = func(context.Context) {
+		once.Do(func() {
+			close(stalled)
+			<-unstalled
+		})
+	}
+	first := make(chan error, 1)
+	go func() { first <- confirm(v.hold("s1", time.Minute, "bob", "A6")) }()
+	<-stalled
+	counter.since()
+	late := make(chan error, 1)
+	go func() { late <- confirm(h4) }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		counter.mu.Lock()
+		asked := counter.calls[lua.Verify.Hash()]
+		counter.mu.Unlock()
+		if asked > 0 {
+			break
+		}
+		select {
+		case err := <-late:
+			t.Fatalf("the late confirmation answered %v without asking Redis about its hold", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the late confirmation was never asked about in Redis")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	unstall()
+	if err := <-first; err != nil {
+		t.Fatalf("the stalled batch's confirmation: %v", err)
+	}
+	if err := <-late; err != nil {
+		t.Fatalf("confirm of a hold whose caller's expiry passed while it waited: %v", err)
+	}
+	if n := testutil.ToFloat64(v.e.m.admissionRefusals.WithLabelValues("too_late")); n != 0 {
+		t.Fatalf("%v too_late refusals, want 0", n)
+	}
+	if n := v.bookings("s1"); n != 5 {
+		t.Fatalf("%d bookings, want 5 (A1, A2, A4, A5, A6)", n)
 	}
 }

@@ -69,6 +69,7 @@ type confirmReq struct {
 	id       uuid.UUID
 	queued   time.Time
 	expires  time.Time    // its hold's expiry
+	leaves   time.Time    // its caller's context's deadline, if it has one
 	deadline time.Time    // taken later than this, its hold would expire before a commit
 	state    atomic.Int32 // reqQueued, then reqTaken or reqAbandoned
 	done     chan struct{}
@@ -198,6 +199,7 @@ func (e *Engine) stopCommitters() {
 func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid.UUID, expires time.Time) (*confirmReq, error) {
 	now := time.Now()
 	r := &confirmReq{ctx: context.WithoutCancel(ctx), c: c, gen: gen, id: id, queued: now, expires: expires, done: make(chan struct{})}
+	r.leaves, _ = ctx.Deadline()
 	// A batch that takes it later than its expiry less a batch's time could only roll
 	// it back at the Redis check; one whose hold has less than that left may still try.
 	r.deadline = expires.Add(-e.gc.needs())
@@ -246,10 +248,9 @@ var errTooLate = errors.New("too late for its hold")
 // errClosed refuses confirmations once the engine is closed.
 var errClosed = fmt.Errorf("%w: the engine is closed", ErrUnavailable)
 
-// tooLate counts and returns the refusal of a confirmation whose hold would expire
+// tooLate returns the refusal of a confirmation whose hold would expire
 // before its batch could commit it.
 func (e *Engine) tooLate(r *confirmReq) error {
-	e.m.admissionRefusals.WithLabelValues("too_late").Inc()
 	return fmt.Errorf("%w: %w: its confirmation waited %v for the database and the hold expires in %v, before a confirmation (about %v) could finish",
 		ErrHoldLost, errTooLate, time.Since(r.queued).Round(time.Millisecond), max(0, time.Until(r.expires)).Round(time.Millisecond), e.gc.needs().Round(time.Millisecond))
 }
@@ -890,6 +891,17 @@ func (r *confirmReq) booking() db.BookingCreateParams {
 // errCommitting, one Redis could not answer its error.
 func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	batch = slices.DeleteFunc(slices.Clone(batch), func(r *confirmReq) bool { return r.err != nil })
+	if len(batch) == 0 {
+		return
+	}
+	// Nothing is reserved yet: a Redis that does not answer (down, say) is waited for
+	// no longer than the last of the callers would, when each has a deadline.
+	if latest := slices.MaxFunc(batch, func(a, b *confirmReq) int { return a.leaves.Compare(b.leaves) }).leaves; !latest.IsZero() &&
+		!slices.ContainsFunc(batch, func(r *confirmReq) bool { return r.leaves.IsZero() }) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, latest)
+		defer cancel()
+	}
 	spans := e.steps(batch, "holdfast.confirm.verify")
 	for i, cmd := range e.runScripts(ctx, e.reserveCalls(batch)) {
 		r := batch[i]
@@ -899,8 +911,12 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 			r.err = err
 		case cur == holdCommitting:
 			r.err = errCommitting
-		case cur != r.gen:
+		case cur <= 0:
 			r.err = errLostBeforeCommit
+		case cur != r.gen:
+			// Reserved, but under another generation than the batch's (re-issued by
+			// regen.lua): given back (unreserveBatch), and refused.
+			r.reserved, r.err = true, errLostBeforeCommit
 		default:
 			r.reserved = true
 		}

@@ -134,7 +134,9 @@ func toBookingJSON(b engine.Booking) bookingJSON {
 
 // holdFromJSON turns a presented hold back into an engine Hold of this holder.
 func holdFromJSON(j holdJSON, holder string) engine.Hold {
-	return engine.Hold{ShowID: j.Show, SeatIDs: j.Seats, Token: j.Token, Generation: j.Generation, HolderID: holder}
+	// The expiry the client sent back is a hint (the engine checks the hold in Redis
+	// either way): with it, a confirmation skips a Redis check before its batch.
+	return engine.Hold{ShowID: j.Show, SeatIDs: j.Seats, Token: j.Token, Generation: j.Generation, ExpiresAt: j.ExpiresAt, HolderID: holder}
 }
 
 // layoutSeatJSON is one seat of a layout on the wire.
