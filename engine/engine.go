@@ -62,7 +62,8 @@ type Engine struct {
 
 // hooks are test seams inside Confirm; nil in production.
 type hooks struct {
-	// beforeWrite runs after the first Redis check, before the transaction begins.
+	// beforeWrite runs before a confirmation is queued (after its first Redis check,
+	// when it has one).
 	beforeWrite func(ctx context.Context)
 	// beforeCommit runs in a batch's transaction once its fences are locked (and its
 	// claims read), before the Redis check of its holds.
