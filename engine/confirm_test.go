@@ -425,19 +425,12 @@ func TestConfirmChecksTheHoldOnceUnlessAsked(t *testing.T) {
 	// confirmed.
 	h4 := v.hold("s1", time.Minute, "alice", "A4")
 	h4.ExpiresAt = time.Now().Add(300 * time.Millisecond)
-	stalled, unstalled := make(chan struct{}), make(chan struct{})
-	unstall := sync.OnceFunc(func() { close(unstalled) })
+	gate := holdFirstBatch(v.e)
+	unstall := sync.OnceFunc(func() { close(gate.open) })
 	defer unstall() // a failure below must not leave the batch stalled
-	var once sync.Once
-	v.e.hooks.beforeCommit = func(context.Context) {
-		once.Do(func() {
-			close(stalled)
-			<-unstalled
-		})
-	}
 	first := make(chan error, 1)
 	go func() { first <- confirm(v.hold("s1", time.Minute, "bob", "A6")) }()
-	<-stalled
+	<-gate.entered
 	counter.since()
 	late := make(chan error, 1)
 	go func() { late <- confirm(h4) }()
