@@ -47,11 +47,11 @@ const resolveTimeout = 5 * time.Second
 // Confirm turns a current hold into a booking, in one PostgreSQL transaction that
 // advances each seat's fence (only for a strictly larger generation) and claims the
 // seats. The hold is checked in Redis in the transaction, once the fences are locked and
-// before anything is written — and before it is queued too unless h.ExpiresAt says it
+// before anything is written, and before it is queued too unless h.ExpiresAt says it
 // has longer than a batch's time left (h.ExpiresAt is a hint: out of date or left out,
-// the answer is the same); after the commit its keys are replaced by the sold marker. A hold makes at most
-// one booking, ever: confirming it again (other seats, another generation, after the
-// booking was cancelled) is refused with a [*HoldSpentError].
+// the answer is the same). After the commit its keys are replaced by the sold marker. A
+// hold makes at most one booking, ever: confirming it again (other seats, another
+// generation, after the booking was cancelled) is refused with a [*HoldSpentError].
 //
 // Refusals: ErrHoldLost (the hold is not current), ErrStaleGeneration (the database has
 // accepted this generation or a larger one for a seat), ErrSeatsUnavailable (a seat is

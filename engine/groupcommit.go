@@ -894,8 +894,8 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	if len(batch) == 0 {
 		return
 	}
-	// Nothing is reserved yet: a Redis that does not answer (down, say) is waited for
-	// no longer than the last of the callers would, when each has a deadline.
+	// A Redis that does not answer (down, say) is waited for no longer than the last of
+	// the callers would, when each has a deadline.
 	if latest := slices.MaxFunc(batch, func(a, b *confirmReq) int { return a.leaves.Compare(b.leaves) }).leaves; !latest.IsZero() &&
 		!slices.ContainsFunc(batch, func(r *confirmReq) bool { return r.leaves.IsZero() }) {
 		var cancel context.CancelFunc
