@@ -896,8 +896,8 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	}
 	// A Redis that does not answer (down, say) is waited for no longer than the last of
 	// the callers would, when each has a deadline.
-	if latest := slices.MaxFunc(batch, func(a, b *confirmReq) int { return a.leaves.Compare(b.leaves) }).leaves; !latest.IsZero() &&
-		!slices.ContainsFunc(batch, func(r *confirmReq) bool { return r.leaves.IsZero() }) {
+	if !slices.ContainsFunc(batch, func(r *confirmReq) bool { return r.leaves.IsZero() }) {
+		latest := slices.MaxFunc(batch, func(a, b *confirmReq) int { return a.leaves.Compare(b.leaves) }).leaves
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()

@@ -803,9 +803,10 @@ func (h *onsaleHoldfast) doubleBooked(ctx context.Context) (n int, err error) {
 // onsaleDB is the database-only design: a row per seat with its rank, held_by and
 // held_until; the seat map is a read of the show's rows for every buyer (the naive
 // design; onsaleDBSnapshot serves it from a snapshot per process); a hold is one
-// UPDATE (best available: the best free rows, locked with SKIP LOCKED); a confirmation
-// marks the rows and inserts the booking in one transaction, idempotent by the hold's
-// token; expiry is by time, nothing to clean up.
+// UPDATE (best available: the best free rows, locked with SKIP LOCKED) that returns its
+// seats; a confirmation marks the hold's rows, found by primary key, and inserts the
+// booking in one transaction, idempotent by the hold's token; a hold expires by time,
+// and a background sweep frees expired holds' rows for best available.
 type onsaleDB struct {
 	env  *env
 	show string
@@ -848,14 +849,14 @@ CREATE TABLE IF NOT EXISTS onsale_bookings (
 		return nil, err
 	}
 	d := &onsaleDB{env: e, show: show, ttl: ttl}
-	go every(ctx, time.Second, d.sweep)
+	go e.every(ctx, time.Second, d.sweep)
 	return d, nil
 }
 
 // every runs f every period until ctx ends, off the buyers' path: the rival's periodic
 // jobs (the sweep of expired holds, the seat map's snapshot), as its operator would run
 // them, so that no buyer waits for one. A failure is said once.
-func every(ctx context.Context, period time.Duration, f func(context.Context) error) {
+func (e *env) every(ctx context.Context, period time.Duration, f func(context.Context) error) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	said := false
@@ -866,7 +867,7 @@ func every(ctx context.Context, period time.Duration, f func(context.Context) er
 		case <-t.C:
 			if err := f(ctx); err != nil && ctx.Err() == nil && !said {
 				said = true
-				fmt.Fprintf(os.Stderr, "   (the database-only design's periodic job: %v)\n", err)
+				e.progress("   (the database-only design's periodic job: %v)", err)
 			}
 		}
 	}
@@ -909,8 +910,8 @@ func (d *onsaleDB) freeSeats(ctx context.Context) ([]int, error) {
 }
 
 // onsaleDBSnapshot is the database-only design as a good engineer would build it: holds
-// as rows with an expiry, best available with SKIP LOCKED and confirmations by the
-// hold's token (onsaleDB), and the seat map served from a snapshot this process keeps
+// as rows with an expiry, best available with SKIP LOCKED, releases and confirmations
+// by the hold's seats' primary keys (onsaleDB), and the seat map served from a snapshot this process keeps
 // and refreshes once a second in the background — one read of the show's rows per
 // second, however many buyers load the map, and none of them waits for it. Buyers see
 // seats up to a second stale; a hold on a seat taken since is refused and retried, as
@@ -920,9 +921,8 @@ type onsaleDBSnapshot struct {
 	snap atomic.Pointer[dbSnapshot]
 }
 
-// dbSnapshot is the free seats, best first, as read at at.
+// dbSnapshot is the free seats, best first, as last read.
 type dbSnapshot struct {
-	at   time.Time
 	free []int // shared: read only
 }
 
@@ -935,12 +935,11 @@ func newOnsaleDBSnapshot(ctx context.Context, d *onsaleDB) (*onsaleDBSnapshot, e
 	if err != nil {
 		return nil, err
 	}
-	s.snap.Store(&dbSnapshot{at: time.Now(), free: free})
-	go every(ctx, snapshotAge, func(ctx context.Context) error {
-		at := time.Now()
+	s.snap.Store(&dbSnapshot{free: free})
+	go d.env.every(ctx, snapshotAge, func(ctx context.Context) error {
 		free, err := s.freeSeats(ctx)
 		if err == nil {
-			s.snap.Store(&dbSnapshot{at: at, free: free})
+			s.snap.Store(&dbSnapshot{free: free})
 		}
 		return err
 	})
