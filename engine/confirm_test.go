@@ -367,9 +367,9 @@ func (s *scriptCounter) since() (verify, reserve int) {
 // left is checked in Redis once, by its batch (reserve.lua), not before it too
 // (verify.lua); one that does not say (no ExpiresAt, or too little of it) is checked
 // first. A hold its batch does not find as presented is asked about before the answer:
-// released, it is refused and the database is left as it was; its caller's expiry out of date (the
-// hold extended since), it is confirmed all the same, though its batch was late for that
-// expiry.
+// released, it is refused and the database is left as it was; its caller's expiry out
+// of date (the hold extended since), it is confirmed all the same, though its batch was
+// late for that expiry.
 func TestConfirmChecksTheHoldOnceUnlessAsked(t *testing.T) {
 	t.Parallel()
 	rdb, err := testsvc.NewRedisClient()
