@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -132,6 +133,8 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 			e.queueScripts = ap
 		}
 	}
+	e.scripts = boundedScripter{e.scripts, redisCallTimeout}
+	e.queueScripts = boundedScripter{e.queueScripts, redisCallTimeout}
 	if c.TracerProvider != nil {
 		e.tracer = c.TracerProvider.Tracer(tracerName)
 	}
@@ -231,6 +234,62 @@ func (a *adaptiveScripter) ScriptExists(ctx context.Context, hashes ...string) *
 func (a *adaptiveScripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
 	return a.direct.ScriptLoad(ctx, script)
 }
+
+// boundedScripter answers every script call within d. A Redis that refuses connections
+// makes go-redis dial and retry for seconds, whatever the context says, and a caller
+// must hear ErrUnavailable sooner. The call itself goes on in the background and may
+// still run in Redis: no more than a reply lost to a read timeout could do already (a
+// hold no one heard of expires by its TTL; a release, an extension or a waiting-room call
+// is safe to have happened after all; a check only reads).
+type boundedScripter struct {
+	redis.Scripter
+	d time.Duration
+}
+
+// errScriptTimeout is a script call that did not answer within its bound.
+var errScriptTimeout = errors.New("the script did not answer in time")
+
+// bound runs call and returns its command, or, if it has not answered within b.d or
+// before ctx ends, a command failed with errScriptTimeout or ctx's error.
+func (b boundedScripter) bound(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
+	done := make(chan *redis.Cmd, 1)
+	go func() {
+		c := call()
+		_ = c.Err() // a deferred autopipeliner's command answers here
+		done <- c
+	}()
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	failed := redis.NewCmd(ctx)
+	select {
+	case c := <-done:
+		return c
+	case <-t.C:
+		failed.SetErr(errScriptTimeout)
+	case <-ctx.Done():
+		failed.SetErr(ctx.Err())
+	}
+	return failed
+}
+
+func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.Eval(ctx, script, keys, args...) })
+}
+
+func (b boundedScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalSha(ctx, sha1, keys, args...) })
+}
+
+func (b boundedScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalRO(ctx, script, keys, args...) })
+}
+
+func (b boundedScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalShaRO(ctx, sha1, keys, args...) })
+}
+
+// redisCallTimeout bounds one script call on a caller's path (boundedScripter).
+const redisCallTimeout = 1500 * time.Millisecond
 
 // honoursDeadlines reports whether a go-redis client bounds each call by its context's
 // deadline. Clients of other types are taken on trust.

@@ -159,41 +159,21 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 			return queueReply{}, err
 		}
 	}
-	// Bounded: the deferred pipeline's result waits for its command, which a Redis
-	// that refuses connections keeps retrying for seconds, whatever the context says.
-	// The caller hears ErrUnavailable by queueCallTimeout; every call here is safe to
-	// have happened after all (a join is idempotent, the rest read, or admit what is
-	// due anyway).
-	type reply struct {
-		res []any
-		err error
+	// Bounded (boundedScripter): every call here is safe to have happened after all (a
+	// join is idempotent, the rest read, or admit what is due anyway).
+	res, err := lua.Queue.Run(ctx, e.queueScripts, []string{sh.k.gen()}, op, st.arg, tag, hex.EncodeToString(seed[:])).Slice()
+	if err != nil {
+		if ctx.Err() != nil { // the caller left: Redis said nothing
+			return queueReply{}, unavailable("redis", ctx.Err())
+		}
+		err = e.redisErr(err)
+		if errors.Is(err, ErrUnavailable) {
+			e.queueFailedAt.Store(time.Now().UnixNano())
+		}
+		return queueReply{}, err
 	}
-	done := make(chan reply, 1)
-	go func() {
-		res, err := lua.Queue.Run(ctx, e.queueScripts, []string{sh.k.gen()}, op, st.arg, tag, hex.EncodeToString(seed[:])).Slice()
-		done <- reply{res, err}
-	}()
-	bound := time.NewTimer(queueCallTimeout)
-	defer bound.Stop()
-	var res []any
-	select {
-	case r := <-done:
-		if r.err != nil {
-			err := e.redisErr(r.err)
-			if errors.Is(err, ErrUnavailable) {
-				e.queueFailedAt.Store(time.Now().UnixNano())
-			}
-			return queueReply{}, err
-		}
-		if e.queueFailedAt.Load() != 0 { // a load, not a store, on every call of a flood
-			e.queueFailedAt.Store(0)
-		}
-		res = r.res
-	case <-bound.C:
-		e.queueFailedAt.Store(time.Now().UnixNano())
-		return queueReply{}, unavailable("redis", errors.New("the waiting room script did not answer in time"))
-	case <-ctx.Done():
-		return queueReply{}, unavailable("redis", ctx.Err())
+	if e.queueFailedAt.Load() != 0 { // a load, not a store, on every call of a flood
+		e.queueFailedAt.Store(0)
 	}
 	if len(res) < 9 {
 		return queueReply{}, fmt.Errorf("%w: unexpected queue script reply %v", ErrUnavailable, res)
@@ -217,15 +197,10 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 // queueRules are the show's rules for a waiting-room call: their first read (and their
 // push to Redis) is bounded like a call; the call bounds itself (queueCall).
 func (e *Engine) queueRules(ctx context.Context, sh *show) *rulesState {
-	ctx, cancel := context.WithTimeout(ctx, queueCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, redisCallTimeout)
 	defer cancel()
 	return e.rulesOf(ctx, sh)
 }
-
-// queueCallTimeout bounds one call of the queue script once it has its slot: a Redis
-// that refuses connections makes the deferred pipeline retry for seconds, and an answer
-// (ErrUnavailable) must come sooner.
-const queueCallTimeout = 1500 * time.Millisecond
 
 // queueDownFor is how long after a waiting-room call found Redis unavailable the next
 // ones are refused at once (unless one has answered since).

@@ -48,6 +48,15 @@ type onsaleDesign interface {
 	doubleBooked(ctx context.Context) (int, error)
 }
 
+// withJobs is a design with periodic jobs of its own (the rival's sweep of expired
+// holds and its seat-map snapshot). runOnsale runs them only while that design's sale
+// runs, so that another design's sale neither pays for them nor has them counted in its
+// PostgreSQL CPU.
+type withJobs interface {
+	// startJobs starts the jobs, which run until ctx ends; wait waits for them to end.
+	startJobs(ctx context.Context) (wait func())
+}
+
 // onsale sizes a sale.
 type onsaleParams struct {
 	seats      int
@@ -104,6 +113,11 @@ func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64,
 	var inFlight, booked atomic.Int64
 	soldOut := make(chan struct{})
 	var once sync.Once
+	if j, ok := d.(withJobs); ok {
+		jobsCtx, stopJobs := context.WithCancel(ctx)
+		defer j.startJobs(jobsCtx)()
+		defer stopJobs()
+	}
 	start := time.Now()
 	record := func(l *[]time.Duration, d time.Duration) {
 		mu.Lock()
@@ -367,8 +381,6 @@ func processCPU(comm string) float64 {
 func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 	p := e.saleParams()
 	venue := demo.Venue(p.seats)
-	ctx, stop := context.WithCancel(ctx) // the designs' background jobs end with the workload
-	defer stop()
 	designs, err := e.onsaleDesigns(ctx, "onsale", venue, p.holdTTL)
 	if err != nil {
 		return err
@@ -436,8 +448,6 @@ const kneeBisections = 3
 // the first missed, and reports the highest rate at which hold p99 stays within 100 ms,
 // for each design.
 func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) error {
-	ctx, stop := context.WithCancel(ctx) // the designs' background jobs end with the workload
-	defer stop()
 	designs, err := e.onsaleDesigns(ctx, "knee", venue, 5*time.Second)
 	if err != nil {
 		return err
@@ -848,9 +858,14 @@ CREATE TABLE IF NOT EXISTS onsale_bookings (
 	if _, err = e.pool.Exec(ctx, "ANALYZE onsale_seats"); err != nil {
 		return nil, err
 	}
-	d := &onsaleDB{env: e, show: show, ttl: ttl}
-	go e.every(ctx, time.Second, d.sweep)
-	return d, nil
+	return &onsaleDB{env: e, show: show, ttl: ttl}, nil
+}
+
+// startJobs sweeps expired holds once a second.
+func (d *onsaleDB) startJobs(ctx context.Context) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() { d.env.every(ctx, time.Second, d.sweep) })
+	return wg.Wait
 }
 
 // every runs f every period until ctx ends, off the buyers' path: the rival's periodic
@@ -931,19 +946,28 @@ const snapshotAge = time.Second
 
 func newOnsaleDBSnapshot(ctx context.Context, d *onsaleDB) (*onsaleDBSnapshot, error) {
 	s := &onsaleDBSnapshot{onsaleDB: d}
-	free, err := d.freeSeats(ctx)
-	if err != nil {
-		return nil, err
+	return s, s.refresh(ctx)
+}
+
+// refresh reads the snapshot again.
+func (s *onsaleDBSnapshot) refresh(ctx context.Context) error {
+	free, err := s.freeSeats(ctx)
+	if err == nil {
+		s.snap.Store(&dbSnapshot{free: free})
 	}
-	s.snap.Store(&dbSnapshot{free: free})
-	go d.env.every(ctx, snapshotAge, func(ctx context.Context) error {
-		free, err := s.freeSeats(ctx)
-		if err == nil {
-			s.snap.Store(&dbSnapshot{free: free})
-		}
-		return err
-	})
-	return s, nil
+	return err
+}
+
+// startJobs sweeps expired holds and refreshes the snapshot, each once a second, the
+// snapshot first before it returns (the last sale on the show may have left it stale).
+func (s *onsaleDBSnapshot) startJobs(ctx context.Context) (wait func()) {
+	if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
+		s.env.progress("   (the database-only design's snapshot: %v)", err)
+	}
+	sweeps := s.onsaleDB.startJobs(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.env.every(ctx, snapshotAge, s.refresh) })
+	return func() { wg.Wait(); sweeps() }
 }
 
 // seatMap serves the snapshot.
