@@ -119,7 +119,9 @@ type env struct {
 	opened   []*engine.Engine // closed when the run ends
 	// xactProbes counts pgXacts's own queries.
 	xactProbes int
-	inv        *inventory // the hold and shape workloads' shows, in this run's database
+	// checkpointSaid: a refused CHECKPOINT was reported (checkpoint).
+	checkpointSaid bool
+	inv            *inventory // the hold and shape workloads' shows, in this run's database
 }
 
 func randHex(n int) string {
