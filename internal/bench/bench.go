@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -305,6 +306,7 @@ type stats struct {
 	ops, errs int64
 	issued    int64 // sequence numbers handed out, warm-up included
 	elapsed   time.Duration
+	ranOut    bool // the prepared work ran out before the end: elapsed is up to then
 	lat       []time.Duration
 }
 
@@ -312,7 +314,7 @@ type stats struct {
 func (s stats) merge(t stats) stats {
 	lat := append(slices.Clone(s.lat), t.lat...)
 	slices.Sort(lat)
-	return stats{ops: s.ops + t.ops, errs: s.errs + t.errs, issued: s.issued + t.issued, elapsed: s.elapsed + t.elapsed, lat: lat}
+	return stats{ops: s.ops + t.ops, errs: s.errs + t.errs, issued: s.issued + t.issued, elapsed: s.elapsed + t.elapsed, ranOut: s.ranOut || t.ranOut, lat: lat}
 }
 
 func (s stats) rate() float64 { return float64(s.ops) / s.elapsed.Seconds() }
@@ -333,6 +335,7 @@ func drive(ctx context.Context, clients int, warmup, duration time.Duration, op 
 	var wg sync.WaitGroup
 	lats := make([][]time.Duration, clients)
 	var ops, errs atomic.Int64
+	var ranOut atomic.Int64 // unix ns of the first errExhausted while measuring
 	stop := make(chan struct{})
 	for c := range clients {
 		wg.Go(func() {
@@ -352,6 +355,14 @@ func drive(ctx context.Context, clients int, warmup, duration time.Duration, op 
 				t := time.Now()
 				err := op(ctx, seq.Add(1)-1)
 				d := time.Since(t)
+				if errors.Is(err, errExhausted) { // neither an operation nor a latency
+					if measuring.Load() {
+						ranOut.CompareAndSwap(0, time.Now().UnixNano())
+					}
+					<-stop
+					lats[c] = local
+					return
+				}
 				if measuring.Load() {
 					local = append(local, d)
 					if err != nil {
@@ -369,6 +380,10 @@ func drive(ctx context.Context, clients int, warmup, duration time.Duration, op 
 	time.Sleep(duration)
 	measuring.Store(false)
 	elapsed := time.Since(start)
+	if at := ranOut.Load(); at != 0 {
+		// The prepared work ran out: the rate is over the time it lasted.
+		elapsed = time.Unix(0, at).Sub(start)
+	}
 	close(stop)
 	wg.Wait()
 	var all []time.Duration
@@ -376,7 +391,7 @@ func drive(ctx context.Context, clients int, warmup, duration time.Duration, op 
 		all = append(all, l...)
 	}
 	slices.Sort(all)
-	return stats{ops: ops.Load(), errs: errs.Load(), issued: seq.Load(), elapsed: elapsed, lat: all}
+	return stats{ops: ops.Load(), errs: errs.Load(), issued: seq.Load(), elapsed: elapsed, ranOut: ranOut.Load() != 0, lat: all}
 }
 
 // WriteJSON writes the report as JSON.
