@@ -260,15 +260,17 @@ func (b boundedScripter) bound(ctx context.Context, call func() *redis.Cmd) *red
 	}()
 	t := time.NewTimer(b.d)
 	defer t.Stop()
-	failed := redis.NewCmd(ctx)
+	var err error
 	select {
 	case c := <-done:
 		return c
 	case <-t.C:
-		failed.SetErr(errScriptTimeout)
+		err = errScriptTimeout
 	case <-ctx.Done():
-		failed.SetErr(ctx.Err())
+		err = ctx.Err()
 	}
+	failed := redis.NewCmd(ctx)
+	failed.SetErr(err)
 	return failed
 }
 
