@@ -315,7 +315,9 @@ const (
 // to a host that vanished ends by itself; and, with several hosts in the URL (with
 // target_session_attrs=read-write), the host that last accepted a connection tried
 // first, so that after a promotion new connections go to the new primary at once
-// instead of each waiting on the old one first.
+// instead of each waiting on the old one first. Hosts may be named by name or by
+// address: the configuration's LookupFunc (the resolver when unset) resolves them, and
+// TunePool remembers what each name resolved to.
 func TunePool(cfg *pgxpool.Config) {
 	cc := &cfg.ConnConfig.Config
 	if cc.ConnectTimeout == 0 {
@@ -342,10 +344,11 @@ func TunePool(cfg *pgxpool.Config) {
 	if len(cc.Fallbacks) == 0 {
 		return
 	}
-	var good atomic.Value // "host:port" of the last host that accepted a connection
+	hp := &hostPicker{lookup: cc.LookupFunc, addrs: map[string][]string{}}
+	cc.LookupFunc = hp.lookupHost
 	before, after := cfg.BeforeConnect, cfg.AfterConnect
 	cfg.BeforeConnect = func(ctx context.Context, c *pgx.ConnConfig) error {
-		if g, _ := good.Load().(string); g != "" {
+		if g, _ := hp.good.Load().(string); g != "" {
 			preferHost(&c.Config, g)
 		}
 		if before != nil {
@@ -355,13 +358,63 @@ func TunePool(cfg *pgxpool.Config) {
 	}
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if nc := c.PgConn().Conn(); nc != nil {
-			good.Store(nc.RemoteAddr().String())
+			if g := hp.named(&c.Config().Config, nc.RemoteAddr().String()); g != "" {
+				hp.good.Store(g)
+			}
 		}
 		if after != nil {
 			return after(ctx, c)
 		}
 		return nil
 	}
+}
+
+// hostPicker keeps, for TunePool, the host of the URL that last accepted a connection
+// ("host:port" as the URL names it). A connection knows only the address it reached (an
+// IP and a port), so the picker also keeps what each of the URL's host names last
+// resolved to, through the pool's own lookup.
+type hostPicker struct {
+	lookup pgconn.LookupFunc
+	good   atomic.Value // string
+
+	mu    sync.Mutex
+	addrs map[string][]string // host name -> its addresses ("ip" or "ip:port")
+}
+
+// lookupHost is the pool's lookup, remembering what host resolved to.
+func (p *hostPicker) lookupHost(ctx context.Context, host string) ([]string, error) {
+	addrs, err := p.lookup(ctx, host)
+	if err == nil {
+		p.mu.Lock()
+		p.addrs[host] = addrs
+		p.mu.Unlock()
+	}
+	return addrs, err
+}
+
+// named returns the host of c that remote ("ip:port") is, as "host:port" as c names it:
+// the host itself, or a name that resolved to remote's IP with remote's port; "" when
+// none is (a Unix socket).
+func (p *hostPicker) named(c *pgconn.Config, remote string) string {
+	host, port, err := net.SplitHostPort(remote)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, fb := range append([]*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port}}, c.Fallbacks...) {
+		name := net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port)))
+		if name == remote {
+			return name
+		}
+		for _, a := range p.addrs[fb.Host] {
+			if a == remote || (strconv.Itoa(int(fb.Port)) == port && net.ParseIP(a).Equal(ip)) {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 // preferHost moves the entries of the host addr ("host:port") to the front of c's hosts
