@@ -41,6 +41,9 @@ type ReconcileReport struct {
 	// LostCancellations counts seats whose cancellation the database no longer has:
 	// they are sold again, as the database says.
 	LostCancellations int
+	// Recounted counts the holders whose booked seats in Redis (the count the holder
+	// limit reads) were set to the database's: a lost booking's seats count no more.
+	Recounted int
 }
 
 // Reconcile makes a show's sold markers in Redis say what PostgreSQL says, in both
@@ -93,6 +96,10 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 		for _, c := range cmds {
 			maps.Copy(inRedis, c.Val())
 		}
+	}
+	counts, err := e.readCounts(ctx, sh)
+	if err != nil {
+		return rep, err
 	}
 	if e.hooks.afterRead != nil {
 		e.hooks.afterRead(ctx, "reconcile")
@@ -152,6 +159,9 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 		e.wrote(sh, res[1])
 	}
 	e.m.reconciled.Add(float64(rep.Lowered))
+	if rep.Recounted, err = e.recount(ctx, sh, counts); err != nil {
+		return rep, err
+	}
 	gens := slices.Sorted(maps.Keys(lost))
 	ids := make([]uuid.UUID, len(gens))
 	if len(gens) > 0 {
@@ -181,6 +191,73 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 			"show_id", sh.id, "seats", rep.LostCancellations)
 	}
 	return rep, nil
+}
+
+// reconcileCounts is how many booked counts one HSCAN step asks Redis for.
+const reconcileCounts = 1000
+
+// readCounts reads the booked seats per holder that Redis keeps for sh (holder tag ->
+// "<version>:<seats>", see counts.lua).
+func (e *Engine) readCounts(ctx context.Context, sh *show) (map[string]string, error) {
+	out := map[string]string{}
+	var cursor uint64
+	for {
+		kv, next, err := e.rdb.HScan(ctx, sh.k.base+"hc", cursor, "", reconcileCounts).Result()
+		if err != nil {
+			return nil, e.redisErr(err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+// recount sets the booked seats per holder in Redis to the database's wherever they
+// differ, whichever version each has, and returns how many it set. read is what Redis
+// had before the database was read: a count is set only if it still holds that value
+// (recount.lua), so one written since by a confirmation stays. Versions do not decide
+// here: after a failover to an asynchronous standby the counts of the bookings it lost
+// have versions above the new primary's, and the forward-only writes (counts.lua)
+// would keep them. A confirmation committed after the database was read, whose count
+// write that stale version refused, is counted by the forward-only sync after this
+// (resync), from a later read.
+func (e *Engine) recount(ctx context.Context, sh *show, read map[string]string) (int, error) {
+	inDB := map[string]string{}
+	err := e.pageCounts(ctx, sh, func(counts []holderCount) error {
+		for _, c := range counts {
+			inDB[c.tag] = c.value()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var args []any
+	for _, tag := range slices.Sorted(maps.Keys(inDB)) {
+		if read[tag] != inDB[tag] {
+			args = append(args, tag, read[tag], inDB[tag])
+		}
+	}
+	for _, tag := range slices.Sorted(maps.Keys(read)) {
+		if _, ok := inDB[tag]; !ok {
+			args = append(args, tag, read[tag], "")
+		}
+	}
+	n := 0
+	for lo := 0; lo < len(args); lo += 3 * markChunk {
+		set, err := lua.Recount.Run(ctx, e.rdb, []string{sh.k.gen()}, args[lo:min(lo+3*markChunk, len(args))]...).Int()
+		if err != nil {
+			return n, e.redisErr(err)
+		}
+		n += set
+	}
+	if n > 0 {
+		e.log.InfoContext(ctx, "booked seats per holder set to the database's", "show_id", sh.id, "holders", n)
+	}
+	return n, nil
 }
 
 // markerAhead reports whether Redis's marker r is ahead of the database's d ("" for

@@ -328,6 +328,9 @@ type holderCount struct {
 	seats   int32
 }
 
+// value is the count as Redis keeps it (counts.lua): "<version>:<seats>".
+func (c holderCount) value() string { return fmt.Sprintf("%d:%d", c.version, c.seats) }
+
 // countsCall writes holders' booked-seat counts to Redis (internal/lua/counts.lua).
 func countsCall(sh *show, counts []holderCount) scriptCall {
 	args := make([]any, 0, 3*len(counts))
@@ -377,21 +380,31 @@ func (e *Engine) findCounts(ctx context.Context, q *db.Queries, pairs map[*show]
 // syncCounts writes every holder's booked-seat count of a show from PostgreSQL to
 // Redis, a page at a time (Resync, a holder limit turned on, the marker repair).
 func (e *Engine) syncCounts(ctx context.Context, sh *show) error {
+	return e.pageCounts(ctx, sh, func(counts []holderCount) error {
+		for lo := 0; lo < len(counts); lo += markChunk {
+			if err := e.writeCounts(ctx, sh, counts[lo:min(lo+markChunk, len(counts))]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// pageCounts reads every holder's booked-seat count of a show from PostgreSQL, a page
+// at a time, and gives each page to f.
+func (e *Engine) pageCounts(ctx context.Context, sh *show, f func([]holderCount) error) error {
 	after := ""
 	for {
 		rows, err := e.q.HolderSeatsByShow(ctx, db.HolderSeatsByShowParams{ShowID: sh.id, After: after, MaxRows: resyncPage})
 		if err != nil {
 			return e.pgErr(err)
 		}
-		for lo := 0; lo < len(rows); lo += markChunk {
-			hi := min(lo+markChunk, len(rows))
-			counts := make([]holderCount, 0, hi-lo)
-			for _, r := range rows[lo:hi] {
-				counts = append(counts, holderCount{tag: holderTag(r.HolderID), version: r.Version, seats: r.Seats})
-			}
-			if err := e.writeCounts(ctx, sh, counts); err != nil {
-				return err
-			}
+		counts := make([]holderCount, len(rows))
+		for i, r := range rows {
+			counts[i] = holderCount{tag: holderTag(r.HolderID), version: r.Version, seats: r.Seats}
+		}
+		if err := f(counts); err != nil {
+			return err
 		}
 		if len(rows) < resyncPage {
 			return nil

@@ -45,6 +45,8 @@ var (
 	queueLua string
 	//go:embed counts.lua
 	countsLua string
+	//go:embed recount.lua
+	recountLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -66,9 +68,11 @@ var (
 	Index = newScript("", indexLua)
 	Best  = newScript("", bestLua)
 	// Queue is a show's waiting room: the draw, admissions, joins and tickets. Counts
-	// writes the seats booked per holder that the holder limit counts.
-	Queue  = newScript("", queueLua)
-	Counts = newScript("", countsLua)
+	// moves the seats booked per holder that the holder limit counts forward to the
+	// database's; Recount sets them to it, for reconciliation (compare and set).
+	Queue   = newScript("", queueLua)
+	Counts  = newScript("", countsLua)
+	Recount = newScript("", recountLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

@@ -52,7 +52,8 @@ func TestEveryScriptHasWhatItNames(t *testing.T) {
 	}
 	for name, body := range map[string]string{"hold": holdLua, "extend": extendLua, "release": releaseLua, "verify": verifyLua,
 		"reserve": reserveLua, "unreserve": unreserveLua, "regen": regenLua, "mark": markLua, "lower": lowerLua,
-		"index": indexLua, "best": bestLua, "queue": queueLua, "counts": countsLua} {
+		"index": indexLua, "best": bestLua, "queue": queueLua, "counts": countsLua,
+		"recount": recountLua} {
 		p := prelude(commonLua, body)
 		has := map[string]bool{}
 		for _, line := range strings.Split(p, "\n") {

@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/holdfast/holdfast/internal/lua"
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// TestFailoverAsynchronousFreesTheHolderLimit: under a holder limit of 2, bookings
+// acknowledged while the asynchronous standby was partitioned are lost when it is
+// promoted. Their holders' booked counts in Redis were written by the old primary, at
+// versions above the new primary's; reconciliation sets them to what the new primary
+// says, so each holder can hold and confirm up to the limit again, and no further.
+func TestFailoverAsynchronousFreesTheHolderLimit(t *testing.T) {
+	pair := testsvc.StartPostgresPair(t, false)
+	v := pairEnv(t, pair)
+	ctx := t.Context()
+	seats := seatNames(10)
+	v.show("limit", seats...)
+	v.setRules("limit", SaleRules{HolderLimit: 2})
+	confirm := func(holder string, seats ...string) Booking {
+		t.Helper()
+		b, err := v.e.Confirm(ctx, v.hold("limit", time.Minute, holder, seats...), ConfirmOptions{})
+		if err != nil {
+			t.Fatalf("%s confirms %v: %v", holder, seats, err)
+		}
+		return b
+	}
+	confirm("ann", seats[0])
+	pair.WaitReplayed()
+	pair.Link.Partition(true)
+	lostAnn := confirm("ann", seats[1])
+	lostBob := confirm("bob", seats[2], seats[3])
+	pair.Primary.Kill()
+	pair.Promote()
+	// The engine reconciles by itself, and Reconcile by hand finds nothing left to do.
+	waitFor(t, "the lost bookings reported", 60*time.Second, func() bool {
+		return testutil.ToFloat64(v.e.m.lostBookings) == 2
+	})
+	if got, want := v.holderCounts("limit"); !maps.Equal(got, want) {
+		t.Errorf("after the engine's reconciliation, booked counts in Redis %v, the database's %v", got, want)
+	}
+	if rep, err := v.e.Reconcile(ctx, "limit"); err != nil || rep.Recounted != 0 {
+		t.Errorf("Reconcile by hand: %+v %v, want no count to set", rep, err)
+	}
+	// Each holder gets back what their lost bookings took: ann 1 (1 still booked), bob 2.
+	confirm("ann", lostAnn.SeatIDs...)
+	confirm("bob", lostBob.SeatIDs...)
+	for _, holder := range []string{"ann", "bob"} {
+		_, err := v.e.Hold(ctx, HoldRequest{ShowID: "limit", SeatIDs: seats[8:9], TTL: time.Minute, HolderID: holder})
+		if !errors.Is(err, ErrHolderLimit) {
+			t.Errorf("%s holds past the limit: %v, want ErrHolderLimit", holder, err)
+		}
+	}
+	if got, want := v.holderCounts("limit"); !maps.Equal(got, want) {
+		t.Errorf("booked counts in Redis %v, the database's %v", got, want)
+	}
+	if n := v.doubleBookings(); n != 0 {
+		t.Errorf("%d seats booked twice", n)
+	}
+}
+
+// TestReconcileSetsCountsToTheDatabase: booked counts in Redis ahead of the database —
+// at higher versions, as a failover to an asynchronous standby leaves them — for holders
+// the database counts and for one it has no booking of, are set to the database's while
+// holders keep trying to book: each is refused until Reconcile, then books up to the
+// limit and no further. A confirmation made after Reconcile read Redis (its own count
+// write lost to the stale version) is counted all the same.
+func TestReconcileSetsCountsToTheDatabase(t *testing.T) {
+	v := newEnv(t)
+	ctx := t.Context()
+	const holders, limit = 8, 3
+	seats := seatNames(holders*limit + 4)
+	v.show("rcc", seats...)
+	v.setRules("rcc", SaleRules{HolderLimit: limit})
+	own := func(i int) []string { return seats[i*limit : (i+1)*limit] } // holder i's seats
+	name := func(i int) string { return "h" + strconv.Itoa(i) }
+	for i := range holders + 1 {
+		s := seats[holders*limit:]
+		if i < holders {
+			s = own(i)
+		}
+		if _, err := v.e.Confirm(ctx, v.hold("rcc", time.Minute, name(i), s[0]), ConfirmOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A hold holder h<holders> took before the failover, confirmed after Reconcile read
+	// Redis: its count write is below the stale version.
+	late := v.hold("rcc", time.Minute, name(holders), seats[holders*limit+1])
+	var once sync.Once
+	v.e.hooks.afterRead = func(ctx context.Context, path string) {
+		if path == "reconcile" {
+			once.Do(func() {
+				if _, err := v.e.Confirm(ctx, late, ConfirmOptions{}); err != nil {
+					t.Errorf("confirm during Reconcile: %v", err)
+				}
+			})
+		}
+	}
+	// The failover's leftovers: every holder at the limit, at version 1000, and a holder
+	// the database has no booking of.
+	hc := newKeys(v.cfg.KeyPrefix, "rcc").base + "hc"
+	for i := range holders + 1 {
+		if err := v.rdb.HSet(ctx, hc, holderTag(name(i)), "1000:"+strconv.Itoa(limit)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.rdb.HSet(ctx, hc, holderTag("ghost"), "7:2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var refused, booked [holders]int
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := make(chan struct{})
+	for i := range holders {
+		wg.Go(func() {
+			for _, s := range own(i)[1:] {
+				for {
+					h, err := v.e.Hold(ctx, HoldRequest{ShowID: "rcc", SeatIDs: []string{s}, TTL: time.Minute, HolderID: name(i)})
+					if err == nil {
+						_, err = v.e.Confirm(ctx, h, ConfirmOptions{})
+					}
+					mu.Lock()
+					if err == nil {
+						booked[i]++
+					} else if errors.Is(err, ErrHolderLimit) {
+						refused[i]++
+					}
+					mu.Unlock()
+					if err == nil {
+						break
+					}
+					select {
+					case <-done:
+						t.Errorf("%s: %v", name(i), err)
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+			}
+		})
+	}
+	waitFor(t, "every holder refused by the stale counts", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range holders {
+			if refused[i] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := v.e.Reconcile(ctx, "rcc"); err != nil {
+		t.Fatal(err)
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(20 * time.Second):
+		close(done)
+		<-finished
+	}
+	for i := range holders {
+		if booked[i] != limit-1 {
+			t.Errorf("%s booked %d more seats after Reconcile, want %d", name(i), booked[i], limit-1)
+		}
+		_, err := v.e.Hold(ctx, HoldRequest{ShowID: "rcc", SeatIDs: seats[holders*limit+3:], TTL: time.Minute, HolderID: name(i)})
+		if !errors.Is(err, ErrHolderLimit) {
+			t.Errorf("%s holds past the limit: %v, want ErrHolderLimit", name(i), err)
+		}
+	}
+	if got, want := v.holderCounts("rcc"); !maps.Equal(got, want) {
+		t.Errorf("booked counts in Redis %v, the database's %v", got, want)
+	}
+}
+
+// holderCounts returns the booked counts Redis keeps for show (tag -> "<version>:<seats>")
+// and the database's, as Redis would say them.
+func (v *env) holderCounts(show string) (redis, database map[string]string) {
+	v.t.Helper()
+	got, err := v.rdb.HGetAll(v.t.Context(), newKeys(v.cfg.KeyPrefix, show).base+"hc").Result()
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return got, v.holderCountsInDB(show)
+}
+
+// holderCountsInDB is holder_seats of show, as Redis keeps it.
+func (v *env) holderCountsInDB(show string) map[string]string {
+	v.t.Helper()
+	rows, err := v.pool.Query(v.t.Context(), "SELECT holder_id, version, seats FROM holder_seats WHERE show_id = $1", show)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var holder string
+		var version int64
+		var seats int32
+		if err := rows.Scan(&holder, &version, &seats); err != nil {
+			v.t.Fatal(err)
+		}
+		out[holderTag(holder)] = fmt.Sprintf("%d:%d", version, seats)
+	}
+	if err := rows.Err(); err != nil {
+		v.t.Fatal(err)
+	}
+	return out
+}
+
+// TestRecountComparesAndSets: a booked count is set to the database's only if Redis
+// still has the value read before the database was; one written since stays, and bad
+// input (a count that is not "<version>:<seats>") changes nothing.
+func TestRecountComparesAndSets(t *testing.T) {
+	v := newEnv(t)
+	ctx := t.Context()
+	v.show("cas", seatNames(4)...)
+	v.setRules("cas", SaleRules{HolderLimit: 2})
+	if _, err := v.e.Confirm(ctx, v.hold("cas", time.Minute, "ann", "S000"), ConfirmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := v.e.show(ctx, "cas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, ann, bob := sh.k.base+"hc", holderTag("ann"), holderTag("bob")
+	// Written since the read: ann's count, and bob's (the database has none of his).
+	if err := v.rdb.HSet(ctx, hc, ann, "9:2", bob, "3:1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := v.e.recount(ctx, sh, map[string]string{ann: "8:2", bob: "2:1"})
+	if err != nil || n != 0 {
+		t.Fatalf("recount over values written since the read: %d %v, want 0 set", n, err)
+	}
+	if got, _ := v.rdb.HGetAll(ctx, hc).Result(); got[ann] != "9:2" || got[bob] != "3:1" {
+		t.Errorf("counts %v, want those written since the read kept", got)
+	}
+	// Read as they are: set to the database's.
+	if n, err := v.e.recount(ctx, sh, map[string]string{ann: "9:2", bob: "3:1"}); err != nil || n != 2 {
+		t.Fatalf("recount: %d %v, want 2 set", n, err)
+	}
+	if got, want := v.holderCounts("cas"); !maps.Equal(got, want) {
+		t.Errorf("booked counts in Redis %v, the database's %v", got, want)
+	}
+	bad := lua.Recount.Run(ctx, v.rdb, []string{sh.k.gen()}, ann, "1:1", "5:5", bob, "", "x:1").Err()
+	if !errors.Is(v.e.redisErr(bad), ErrInvalidArgument) {
+		t.Errorf("a bad count: %v, want ErrInvalidArgument", bad)
+	}
+	if got, want := v.holderCounts("cas"); !maps.Equal(got, want) {
+		t.Errorf("after a bad call, booked counts in Redis %v, the database's %v", got, want)
+	}
+}
