@@ -345,6 +345,9 @@ func TunePool(cfg *pgxpool.Config) {
 		return
 	}
 	hp := &hostPicker{lookup: cc.LookupFunc, addrs: map[string][]string{}}
+	if hp.lookup == nil {
+		hp.lookup = net.DefaultResolver.LookupHost
+	}
 	cc.LookupFunc = hp.lookupHost
 	before, after := cfg.BeforeConnect, cfg.AfterConnect
 	cfg.BeforeConnect = func(ctx context.Context, c *pgx.ConnConfig) error {

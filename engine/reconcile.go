@@ -50,14 +50,18 @@ type ReconcileReport struct {
 // directions: where Redis is ahead of the database — a failover to an asynchronous
 // standby lost bookings (or cancellations) whose markers Redis still has — the markers
 // are set back, so the lost bookings' seats are sellable again, and each lost booking
-// is reported (a log line, holdfast_lost_bookings_total, and the report); then Resync
-// moves every marker that is behind forward. Resync alone never lowers a marker.
+// is reported (a log line, holdfast_lost_bookings_total, and the report); every booked
+// count per holder that Redis keeps (what the holder limit reads) is set to the
+// database's, whatever its version, so a lost booking's seats count against no one's
+// limit; then Resync moves every marker and count that is behind forward. Resync alone
+// never lowers a marker or a count.
 //
 // It is safe while the show is on sale: it reads Redis before the database, so a marker
 // it sees was written after its booking committed, and a booking the database has is
-// in what it reads next; and it changes a marker only if it still holds the value it
-// read (compare and set). The engine runs it by itself when it finds PostgreSQL to be
-// another server (see failover.go); holdfast resync --from-database runs it by hand.
+// in what it reads next; and it changes a marker or a count only if it still holds the
+// value it read (compare and set). The engine runs it by itself when it finds
+// PostgreSQL to be another server (see failover.go); holdfast resync --from-database
+// runs it by hand.
 func (e *Engine) Reconcile(ctx context.Context, showID string) (ReconcileReport, error) {
 	if err := validateID("showID", showID); err != nil {
 		return ReconcileReport{}, err

@@ -45,13 +45,22 @@ func TestResyncCommand(t *testing.T) {
 	if err := rdb.HSet(t.Context(), sold, "A2", "77").Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Its holder's booked count too: the database has none.
+	hc, tag := prefix+":{gala}:hc", strings.Repeat("ab", 16)
+	if err := rdb.HSet(t.Context(), hc, tag, "3:1").Err(); err != nil {
+		t.Fatal(err)
+	}
 	out.Reset()
 	if err := run(t.Context(), []string{"resync", "--from-database", "--show", "gala"}, vars, &out, io.Discard); err != nil ||
-		!strings.Contains(out.String(), "show gala generation 77 seats A2") || !strings.Contains(out.String(), "1 lost bookings") {
+		!strings.Contains(out.String(), "show gala generation 77 seats A2") || !strings.Contains(out.String(), "1 lost bookings") ||
+		!strings.Contains(out.String(), "1 booked counts set") {
 		t.Fatalf("resync --from-database: %v %q", err, out.String())
 	}
 	if n, err := rdb.HExists(t.Context(), sold, "A2").Result(); err != nil || n {
 		t.Fatalf("the lost booking's marker is still there: %v %v", n, err)
+	}
+	if n, err := rdb.HExists(t.Context(), hc, tag).Result(); err != nil || n {
+		t.Fatalf("the lost booking's count is still there: %v %v", n, err)
 	}
 	if err := run(t.Context(), []string{"resync", "--show", "nope"}, vars, io.Discard, io.Discard); exitCode(err) != exitFailure || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("resync of an unknown show: %v", err)

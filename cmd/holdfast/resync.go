@@ -15,7 +15,8 @@ import (
 // resync rebuilds shows' Redis state from PostgreSQL (engine.Resync), for an operator
 // after a Redis loss: holdfast resync --show a --show b. With --from-database it is
 // authoritative (engine.Reconcile): markers ahead of the database — bookings a
-// PostgreSQL failover lost — are set back too, and each lost booking is printed.
+// PostgreSQL failover lost — are set back too, as are the booked seats per holder, and
+// each lost booking is printed.
 func resync(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("holdfast resync --show SHOW", flag.ContinueOnError)
 	var (
@@ -26,7 +27,7 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 	)
 	fs.Var(&shows, "show", "a show to resync (repeat for several)")
 	fs.BoolVar(&fromDB, "from-database", false,
-		"make Redis say exactly what PostgreSQL says, lowering markers of bookings the database lost (after a failover); prints each lost booking")
+		"make Redis say exactly what PostgreSQL says, lowering markers and booked counts of bookings the database lost (after a failover); prints each lost booking")
 	backends.register(fs, true)
 	eng.registerPrefix(fs)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
@@ -68,8 +69,8 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 		for _, b := range rep.Lost {
 			fmt.Fprintf(stdout, "lost booking: %s show %s generation %d seats %s\n", b.BookingID, b.ShowID, b.Generation, strings.Join(b.SeatIDs, " "))
 		}
-		fmt.Fprintf(stdout, "resynced %s from the database in %v: %d markers set back, %d lost bookings, %d lost cancellations\n",
-			show, time.Since(start).Round(time.Millisecond), rep.Lowered, len(rep.Lost), rep.LostCancellations)
+		fmt.Fprintf(stdout, "resynced %s from the database in %v: %d markers set back, %d lost bookings, %d lost cancellations, %d booked counts set\n",
+			show, time.Since(start).Round(time.Millisecond), rep.Lowered, len(rep.Lost), rep.LostCancellations, rep.Recounted)
 	}
 	return nil
 }
