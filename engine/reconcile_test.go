@@ -262,3 +262,52 @@ func TestRecountComparesAndSets(t *testing.T) {
 		t.Errorf("after a bad call, booked counts in Redis %v, the database's %v", got, want)
 	}
 }
+
+// TestReconcileRecountsTheRoomsSoldSeats: the waiting room's count of sold seats
+// (nsold, which admission weighs against the free seats) counts a lost booking's seats
+// until Reconcile; then it is counted again from the markers, and equals the seats the
+// database has sold.
+func TestReconcileRecountsTheRoomsSoldSeats(t *testing.T) {
+	v := newEnv(t)
+	ctx := t.Context()
+	seats := seatNames(6)
+	v.show("room", seats...)
+	v.setRules("room", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	v.admitted("room", "ann")
+	if _, err := v.e.Confirm(ctx, v.hold("room", time.Minute, "ann", seats[0]), ConfirmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := v.e.show(ctx, "room")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsold := sh.k.base + "nsold"
+	soldInRedis := func() string {
+		t.Helper()
+		n, err := v.rdb.Get(ctx, nsold).Result()
+		if err != nil {
+			t.Fatalf("the room's sold count: %v", err)
+		}
+		return n
+	}
+	if n := soldInRedis(); n != "1" {
+		t.Fatalf("the room counts %s sold seats, want 1", n)
+	}
+	// A booking of seats 1 and 2 the database never had, counted as mark.lua counts it.
+	for _, s := range seats[1:3] {
+		if err := v.rdb.HSet(ctx, sh.soldKeys[s], s, "1000").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.rdb.IncrBy(ctx, nsold, 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := v.e.Reconcile(ctx, "room"); err != nil || rep.Lowered != 2 {
+		t.Fatalf("Reconcile: %+v %v, want 2 markers lowered", rep, err)
+	}
+	v.admitted("room", "bob") // admission counts the sold seats again
+	sold := v.count("SELECT count(*) FROM seat_claims WHERE show_id = 'room'")
+	if n := soldInRedis(); n != strconv.Itoa(sold) {
+		t.Errorf("the room counts %s sold seats, the database has sold %d", n, sold)
+	}
+}
