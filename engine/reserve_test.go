@@ -121,6 +121,7 @@ func TestFrozenRedisAtTheCheckLeavesNoReservation(t *testing.T) {
 			switch then {
 			case "release":
 				waitFor(t, "release after the thaw", within, tryWithin(t, "release", func(ctx context.Context) error { return v.e.Release(ctx, h) }))
+				t.Logf("released %v after the thaw (the reservation's bound: %v)", time.Since(at).Round(time.Millisecond), v.e.reserveLife())
 			default:
 				var h2 Hold
 				waitFor(t, "extend after the thaw", within, tryWithin(t, "extend", func(ctx context.Context) (err error) {
@@ -170,7 +171,8 @@ func TestLostReservationReplyIsGivenBack(t *testing.T) {
 	if proxy.Cuts.Load() == 0 {
 		t.Fatal("setup: no reply was cut")
 	}
-	waitFor(t, "the hold given back", v.e.reserveLife()/2, func() bool { return v.holdValue("lr", "A1") == before })
+	took := waitFor(t, "the hold given back", v.e.reserveLife()/2, func() bool { return v.holdValue("lr", "A1") == before })
+	t.Logf("given back %v after the confirmation's answer (its reservation would lapse after %v)", took.Round(time.Millisecond), v.e.reserveLife())
 	if err := v.e.Release(t.Context(), h); err != nil {
 		t.Fatalf("release after the give-back: %v", err)
 	}
@@ -196,6 +198,7 @@ func TestDeadBatchReservationLapses(t *testing.T) {
 	}
 	within := time.Until(start.Add(v.e.reserveLife() + 2*time.Second))
 	waitFor(t, "release after the lapse", within, tryWithin(t, "release", func(ctx context.Context) error { return v.e.Release(ctx, h1) }))
+	t.Logf("released %v after the dead batch's check (the reservation's bound: %v)", time.Since(start).Round(time.Millisecond), v.e.reserveLife())
 	var h3 Hold
 	waitFor(t, "extend after the lapse", within, tryWithin(t, "extend", func(ctx context.Context) (err error) {
 		h3, err = v.e.Extend(ctx, h2, 5*time.Minute)
