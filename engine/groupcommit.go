@@ -916,9 +916,11 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 		cur, _, err := e.verifyReply(cmd)
 		switch {
 		case err != nil:
-			// Redis may have run the check and reserved the hold: it is given back once
-			// Redis answers (unreserveBatch), and lapses by itself otherwise.
-			r.err, r.unanswered = err, true
+			// Unless Redis answered (an error reply: the script did not run), it may have
+			// run the check and reserved the hold: given back once Redis answers
+			// (unreserveBatch), it lapses by itself otherwise.
+			var answered redis.Error
+			r.err, r.unanswered = err, !errors.As(err, &answered)
 		case cur == holdLate:
 			r.err = unavailable("redis", errors.New("Redis ran the hold's check after its batch stopped waiting for it"))
 		case cur == holdCommitting:
