@@ -181,18 +181,20 @@ func TestLostReservationReplyIsGivenBack(t *testing.T) {
 	}
 }
 
-// TestDeadBatchReservationLapses: a batch reserved two holds of 10 minutes and never
+// TestDeadBatchReservationLapses: a batch reserved three holds of 10 minutes and never
 // decided (its process died after the check). While its reservation lasts, Release and
 // Extend wait (ErrUnavailable by their deadlines); once it has lapsed, within its own
-// bound, the holds are their owners' again: one releases, the other extends and books.
+// bound, the holds are their owners' again: one releases, one extends and books, and
+// one is confirmed as it is (checked first, verify.lua, then reserved anew).
 func TestDeadBatchReservationLapses(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t, shortReservations)
-	v.show("dl", "A1", "A2")
-	h1, h2 := v.hold("dl", 10*time.Minute, "", "A1"), v.hold("dl", 10*time.Minute, "", "A2")
+	v.show("dl", "A1", "A2", "A3")
+	h1, h2, h4 := v.hold("dl", 10*time.Minute, "", "A1"), v.hold("dl", 10*time.Minute, "", "A2"), v.hold("dl", 10*time.Minute, "", "A3")
 	start := time.Now()
-	v.reserveAs(h1, uuid.New())
-	v.reserveAs(h2, uuid.New())
+	for _, h := range []Hold{h1, h2, h4} {
+		v.reserveAs(h, uuid.New())
+	}
 	if tryWithin(t, "release while reserved", func(ctx context.Context) error { return v.e.Release(ctx, h1) })() {
 		t.Fatal("a reserved hold was released")
 	}
@@ -210,8 +212,12 @@ func TestDeadBatchReservationLapses(t *testing.T) {
 	if _, err := v.e.Confirm(t.Context(), h3, ConfirmOptions{}); err != nil {
 		t.Fatalf("confirm after the lapse: %v", err)
 	}
-	if v.bookings("dl") != 1 || v.doubleBookings() != 0 {
-		t.Fatalf("%d bookings (want 1), %d double", v.bookings("dl"), v.doubleBookings())
+	h4.ExpiresAt = time.Time{} // unsaid: checked before it queues
+	if _, err := v.e.Confirm(t.Context(), h4, ConfirmOptions{}); err != nil {
+		t.Fatalf("confirm of a hold whose reservation lapsed: %v", err)
+	}
+	if v.bookings("dl") != 2 || v.doubleBookings() != 0 {
+		t.Fatalf("%d bookings (want 2), %d double", v.bookings("dl"), v.doubleBookings())
 	}
 }
 
