@@ -116,6 +116,7 @@ func TestFrozenRedisAtTheCheckLeavesNoReservation(t *testing.T) {
 			if took > deadline+2*time.Second {
 				t.Fatalf("confirm answered after %v, its deadline was %v", took, deadline)
 			}
+			t.Logf("confirm answered %v after %v (its deadline: %v)", err, took.Round(time.Millisecond), deadline)
 			at := <-thawed
 			within := time.Until(at.Add(v.e.reserveLife() + 2*time.Second))
 			switch then {
