@@ -35,10 +35,12 @@ var (
 
 // holdCommitting is what verify.lua and reserve.lua answer for a hold that a batch has
 // reserved and not yet decided; holdBooked is verifyDecided's word for a reserved hold
-// whose booking the database has (its sold markers are owed).
+// whose booking the database has (its sold markers are owed); holdLate is reserve.lua's
+// for a check it ran after its batch stopped waiting for the reply (nothing reserved).
 const (
 	holdCommitting = -2
 	holdBooked     = -3
+	holdLate       = -4
 )
 
 // resolveTimeout bounds the look-up that settles a COMMIT whose reply was lost.
@@ -403,16 +405,26 @@ func (e *Engine) awaitDecided(ctx context.Context, sh *show, token string, try f
 		if err != nil || !busy {
 			return err
 		}
-		_, err = e.q.BookingGetByHold(wctx, db.BookingGetByHoldParams{ShowID: sh.id, HoldHash: holdHash(sh.id, token)})
-		switch {
-		case err == nil:
-			return errHoldBooked
-		case !errors.Is(err, pgx.ErrNoRows):
-			return e.pgErr(err)
+		if err := e.holdBooked(wctx, sh, token); err != nil {
+			return err
 		}
 		if err := sleepJitter(wctx, min(attempt, 10)); err != nil {
 			return unavailable("redis", fmt.Errorf("the hold is being confirmed and its batch has not decided: %w", err))
 		}
+	}
+}
+
+// holdBooked returns errHoldBooked when the database has a booking of the hold (of show
+// sh and token), nil when it has none.
+func (e *Engine) holdBooked(ctx context.Context, sh *show, token string) error {
+	_, err := e.q.BookingGetByHold(ctx, db.BookingGetByHoldParams{ShowID: sh.id, HoldHash: holdHash(sh.id, token)})
+	switch {
+	case err == nil:
+		return errHoldBooked
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	default:
+		return e.pgErr(err)
 	}
 }
 

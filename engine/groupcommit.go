@@ -79,6 +79,8 @@ type confirmReq struct {
 	err      error
 	marked   bool // its sold markers are in Redis
 	reserved bool // its hold is reserved for its batch in Redis (reserve.lua)
+	// its reservation's reply was lost: its hold may be reserved for its batch
+	unanswered bool
 
 	// Set while a seat's fence is locked elsewhere (deferFenceBusy).
 	busySince  time.Time
@@ -894,21 +896,33 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	if len(batch) == 0 {
 		return
 	}
-	// A Redis that does not answer (down, say) is waited for no longer than the last of
-	// the callers would, when each has a deadline.
-	if !slices.ContainsFunc(batch, func(r *confirmReq) bool { return r.leaves.IsZero() }) {
-		latest := slices.MaxFunc(batch, func(a, b *confirmReq) int { return a.leaves.Compare(b.leaves) }).leaves
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, latest)
-		defer cancel()
+	// A Redis that does not answer (frozen, down) is waited for no longer than the
+	// step's bound (stallGuard), nor than the last of the callers would when each has a
+	// deadline; a check Redis runs after that reserves nothing (reserve.lua).
+	by := time.Now().Add(e.cfg.StatementTimeout + stallGrace)
+	if d, ok := ctx.Deadline(); ok && d.Before(by) {
+		by = d
 	}
+	if !slices.ContainsFunc(batch, func(r *confirmReq) bool { return r.leaves.IsZero() }) {
+		if latest := slices.MaxFunc(batch, func(a, b *confirmReq) int { return a.leaves.Compare(b.leaves) }).leaves; latest.Before(by) {
+			by = latest
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, by)
+	defer cancel()
 	spans := e.steps(batch, "holdfast.confirm.verify")
-	for i, cmd := range e.runScripts(ctx, e.reserveCalls(batch)) {
+	for i, cmd := range e.runScripts(ctx, e.reserveCalls(batch, by)) {
 		r := batch[i]
 		cur, _, err := e.verifyReply(cmd)
 		switch {
 		case err != nil:
-			r.err = err
+			// Unless Redis answered (an error reply: the script did not run), it may have
+			// run the check and reserved the hold: given back once Redis answers
+			// (unreserveBatch), it lapses by itself otherwise.
+			var answered redis.Error
+			r.err, r.unanswered = err, !errors.As(err, &answered)
+		case cur == holdLate:
+			r.err = unavailable("redis", errors.New("Redis ran the hold's check after its batch stopped waiting for it"))
 		case cur == holdCommitting:
 			r.err = errCommitting
 		case cur <= 0:
@@ -928,12 +942,13 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 }
 
 // reserveCalls are the reserve.lua calls of batch's holds: a first reservation, or, for
-// a hold reserved by the same confirmation already, one that lengthens it.
-func (e *Engine) reserveCalls(batch []*confirmReq) []scriptCall {
+// a hold reserved by the same confirmation already, one that renews it. by is when the
+// caller stops waiting for the replies: a call Redis runs later reserves nothing.
+func (e *Engine) reserveCalls(batch []*confirmReq, by time.Time) []scriptCall {
 	life := e.reserveLife().Milliseconds()
 	calls := make([]scriptCall, len(batch))
 	for i, r := range batch {
-		calls[i] = scriptCall{lua.Reserve, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen, commitID(r.id), life}, r.c.seats)}
+		calls[i] = scriptCall{lua.Reserve, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen, commitID(r.id), life, by.UnixMilli()}, r.c.seats)}
 	}
 	return calls
 }
@@ -949,8 +964,9 @@ func (e *Engine) keepReserved(batch []*confirmReq, pending <-chan error, stop <-
 	t := time.NewTicker(e.reserveLife() / 3)
 	defer t.Stop()
 	lengthen := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), markSoldTimeout)
-		e.runScripts(ctx, e.reserveCalls(batch))
+		by := time.Now().Add(markSoldTimeout)
+		ctx, cancel := context.WithDeadline(context.Background(), by)
+		e.runScripts(ctx, e.reserveCalls(batch, by))
 		cancel()
 	}
 	lengthen()
@@ -960,7 +976,7 @@ func (e *Engine) keepReserved(batch []*confirmReq, pending <-chan error, stop <-
 			return
 		case err := <-pending:
 			if pgCode(err) != "" { // the server answered: nothing committed
-				e.unreserve(batch)
+				e.giveBackLater(e.unreserve(batch))
 			}
 			return
 		case <-e.viewCtx.Done():
@@ -971,11 +987,13 @@ func (e *Engine) keepReserved(batch []*confirmReq, pending <-chan error, stop <-
 	}
 }
 
-// reserveLife is how long a reserved hold lives at least: the batch's bound, then the
-// batch's marker write, then — should the process die after COMMIT — the marker repair
-// of another engine (markerRepairAge and two of its rounds). The sold markers replace
-// the hold's keys before they can expire, so no hold is granted on a seat whose booking
-// committed.
+// reserveLife is how long a reservation lasts (reserve.lua), from the batch's check or
+// its last renewal, and how long a reserved hold lives at least: the batch's bound, then
+// the batch's marker write, then — should the process die after COMMIT — the marker
+// repair of another engine (markerRepairAge and two of its rounds). The sold markers
+// replace the hold's keys before they can expire, so no hold is granted on a seat whose
+// booking committed; and past it the reservation lapses by itself, so none outlives its
+// batch by more, whatever the hold's TTL and whatever reply was lost.
 func (e *Engine) reserveLife() time.Duration {
 	return e.batchTimeout() + markSoldTimeout + markerRepairAge + 2*e.cfg.MarkerRepairInterval
 }
@@ -985,20 +1003,34 @@ func commitID(id uuid.UUID) string { return hex.EncodeToString(id[:]) }
 
 // unreserveBatch gives back, as they were, the holds the batch reserved and did not
 // commit (refused, rolled back), in one pipeline, so that their owners may release,
-// extend or confirm them again. Holds whose COMMIT's outcome is unknown stay reserved:
-// their bookings may exist; they expire at the end of their reservation, and the marker
-// repair writes the sold markers of a booking that does.
+// extend or confirm them again. Those whose reservation's reply was lost are given back
+// in the background (giveBackLater: Redis was not answering), as are those whose give-back
+// got no answer. Holds whose COMMIT's outcome is unknown stay reserved: their bookings
+// may exist; their reservations lapse after reserveLife, and the marker repair writes
+// the sold markers of a booking that does.
 func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
-	e.unreserve(slices.DeleteFunc(slices.Clone(batch), func(r *confirmReq) bool {
-		return !r.reserved || errors.Is(r.err, errCommitUnknown) || (committedOK && r.err == nil)
-	}))
+	var now, later []*confirmReq
+	for _, r := range batch {
+		switch {
+		case !r.reserved && !r.unanswered, errors.Is(r.err, errCommitUnknown), committedOK && r.err == nil:
+		case r.unanswered:
+			later = append(later, r)
+		default:
+			now = append(now, r)
+		}
+	}
+	failed := e.unreserve(now)
+	if len(failed) > 0 {
+		e.log.Warn("give back holds their batch did not commit: Redis did not answer; trying again in the background", "holds", len(failed))
+	}
+	e.giveBackLater(append(later, failed...))
 }
 
 // unreserve gives back the holds of owners, reserved by their confirmations, in one
-// pipeline.
-func (e *Engine) unreserve(owners []*confirmReq) {
+// pipeline, and returns those Redis did not answer for.
+func (e *Engine) unreserve(owners []*confirmReq) []*confirmReq {
 	if len(owners) == 0 {
-		return
+		return nil
 	}
 	calls := make([]scriptCall, len(owners))
 	for i, r := range owners {
@@ -1006,16 +1038,44 @@ func (e *Engine) unreserve(owners []*confirmReq) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), markSoldTimeout)
 	defer cancel()
+	var failed []*confirmReq
 	for i, cmd := range e.runScripts(ctx, calls) {
 		res, err := cmd.Slice()
 		if err == nil && len(res) == 2 {
 			e.wrote(owners[i].c.sh, res[1])
 			continue
 		}
-		// The hold stays reserved until its reservation ends: Release and Extend wait
-		// for it (and answer ErrUnavailable when their context ends first).
-		e.log.Warn("give back a hold its batch did not commit", "show_id", owners[i].c.sh.id, "error", e.redisErr(err))
+		failed = append(failed, owners[i])
 	}
+	return failed
+}
+
+// giveBackLater gives back, in the background, the holds of owners that Redis did not
+// answer for: again every Config.MarkerRepairInterval until it does, until their
+// reservations have lapsed by themselves (reserveLife), or until the engine closes.
+// Meanwhile Release and Extend of them wait (ErrUnavailable when their context ends
+// first).
+func (e *Engine) giveBackLater(owners []*confirmReq) {
+	if len(owners) == 0 {
+		return
+	}
+	lapsed := time.Now().Add(e.reserveLife())
+	go func() {
+		for len(owners) > 0 {
+			t := time.NewTimer(e.cfg.MarkerRepairInterval)
+			select {
+			case <-e.viewCtx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if time.Now().After(lapsed) {
+				e.log.Warn("holds their batch did not commit were not given back; their reservations lapsed", "holds", len(owners))
+				return
+			}
+			owners = e.unreserve(owners)
+		}
+	}()
 }
 
 // steps starts a span named name in the trace of each confirmation of batch (a batch

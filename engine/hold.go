@@ -192,23 +192,51 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 	return sh, seats, ks, tag, nil
 }
 
-// runDecided runs a script on a hold (release.lua, extend.lua), again while it answers
-// BUSY — a batch is committing the hold — until that batch has decided (awaitDecided). A
-// hold whose booking committed answers as a hold that is gone: {"LOST"}.
-func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script *redis.Script, ks []string, args []any) ([]any, error) {
+// runDecided runs a script on a hold (release.lua, extend.lua: args are scriptArgs(tag,
+// fixed, seats)), again while it answers BUSY — a batch is committing the hold — until
+// that batch has decided (awaitDecided). A hold whose booking committed answers as a
+// hold that is gone: {"LOST"}. One whose reservation lapsed (LAPSED: its batch ended
+// without giving it back) is given back once the database says it made no booking.
+func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script *redis.Script, ks []string, tag string, fixed []any, seats []string) ([]any, error) {
 	var res []any
 	err := e.awaitDecided(ctx, sh, token, func() (bool, error) {
 		var err error
-		if res, err = script.Run(ctx, e.scripts, ks, args...).Slice(); err != nil {
+		if res, err = script.Run(ctx, e.scripts, ks, scriptArgs(tag, fixed, seats)...).Slice(); err != nil {
 			return false, e.redisErr(err)
 		}
-		status, _ := res[0].(string)
-		return status == "BUSY", nil
+		switch status, _ := res[0].(string); status {
+		case "BUSY":
+			return true, nil
+		case "LAPSED":
+			return true, e.giveBackLapsed(ctx, sh, token, ks, tag, seats, res)
+		}
+		return false, nil
 	})
 	if errors.Is(err, errHoldBooked) {
 		return []any{"LOST"}, nil
 	}
 	return res, err
+}
+
+// giveBackLapsed gives back (unreserve.lua) the hold whose reservation lapsed, as its
+// batch would have, once the database says that batch made no booking of it
+// (errHoldBooked when it did). reply is the script's {"LAPSED", commit id}.
+func (e *Engine) giveBackLapsed(ctx context.Context, sh *show, token string, ks []string, tag string, seats []string, reply []any) error {
+	var id string
+	if len(reply) == 2 {
+		id, _ = reply[1].(string)
+	}
+	if id == "" {
+		return fmt.Errorf("%w: unexpected script reply %v", ErrUnavailable, reply)
+	}
+	if err := e.holdBooked(ctx, sh, token); err != nil {
+		return err
+	}
+	res, err := lua.Unreserve.Run(ctx, e.scripts, ks, scriptArgs(tag, []any{id}, seats)...).Slice()
+	if err == nil && len(res) == 2 {
+		e.wrote(sh, res[1])
+	}
+	return e.redisErr(err)
 }
 
 // Extend gives a hold a new TTL from now. Only the owner can: a hold that expired, was
@@ -231,8 +259,8 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 	if err != nil {
 		return Hold{}, err
 	}
-	args := scriptArgs(tag, []any{h.Token, h.Generation, ttl.Milliseconds(), e.cfg.MaxHoldAge.Milliseconds()}, seats)
-	res, err := e.runDecided(ctx, sh, h.Token, lua.Extend, ks, args)
+	fixed := []any{h.Token, h.Generation, ttl.Milliseconds(), e.cfg.MaxHoldAge.Milliseconds()}
+	res, err := e.runDecided(ctx, sh, h.Token, lua.Extend, ks, tag, fixed, seats)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -270,7 +298,7 @@ func (e *Engine) release(ctx context.Context, h Hold) error {
 	if err != nil {
 		return err
 	}
-	res, err := e.runDecided(ctx, sh, h.Token, lua.Release, ks, scriptArgs(tag, []any{h.Token, h.Generation}, seats))
+	res, err := e.runDecided(ctx, sh, h.Token, lua.Release, ks, tag, []any{h.Token, h.Generation}, seats)
 	if err != nil {
 		return err
 	}

@@ -85,14 +85,15 @@ local function int(x) return string.format("%d", x) end
 
 -- parse_hold splits a hold value "<token>:<gen>:<created_ms>:<tag>[:<original gen>]"
 -- (the original generation is there once regen.lua re-issued the hold's generation),
--- followed, while a batch commits the hold, by "|<commit id>:<expiry ms>" (see reserve.lua):
--- token, gen, created, tag, original gen, commit id ("" when none), expiry before the
--- commit reserved it.
+-- followed, while a batch commits the hold, by "|<commit id>:<expiry ms>:<end ms>" (see
+-- reserve.lua): token, gen, created, tag, original gen, commit id ("" when none), expiry
+-- before the commit reserved it, and the reservation's own end (Redis ms; "" in a value
+-- an older holdfast wrote, whose reservation ends with its keys).
 local function parse_hold(v)
-    local base, cid, cexp = string.match(v, "^([^|]+)|(%x+):(%d+)$")
-    if not base then base, cid, cexp = v, "", "" end
+    local base, cid, cexp, cend = string.match(v, "^([^|]+)|(%x+):(%d+):?(%d*)$")
+    if not base then base, cid, cexp, cend = v, "", "", "" end
     local t, g, c, h, o = string.match(base, "^([0-9a-f]+):(%d+):(%d+):([0-9a-f]*):?(%d*)$")
-    return t, g, c, h, o, cid, cexp
+    return t, g, c, h, o, cid, cexp, cend
 end
 
 -- hold_base is a hold value without its commit reservation.
@@ -105,19 +106,30 @@ local function hold_base(v) return (string.match(v, "^([^|]+)")) end
 -- committing any of the seats (a confirmation of some of a hold's seats reserves those
 -- alone; the hold is being committed all the same). The token is compared here, inside
 -- Redis, and nowhere else.
+-- A reservation lapses by itself at its end (reserve.lua): its batch has ended by then,
+-- whatever reply was lost. A lapsed one is no commit: its id is returned fourth, and the
+-- hold is as it was, with its own expiry — nil when that has passed too.
 local function owned(n, token, gen, tag)
-    local created, cur, commit = nil, nil, ""
+    local created, cur, commit, lapsed, now = nil, nil, "", "", nil
     for i = 1, n do
         local v = redis.call("GET", hk(i))
         if not v then return nil end
-        local t, g, c, h, o, cid = parse_hold(v)
+        local t, g, c, h, o, cid, cexp, cend = parse_hold(v)
         if t ~= token or h ~= tag or (g ~= gen and o ~= gen) or (created and (c ~= created or g ~= cur)) then
             return nil
         end
         created, cur = c, g
+        if cend ~= "" then
+            now = now or now_ms()
+            if tonumber(cend) <= now then
+                if tonumber(cexp) <= now then return nil end
+                if lapsed == "" then lapsed = cid end
+                cid = ""
+            end
+        end
         if commit == "" then commit = cid end
     end
-    return tonumber(created), cur, commit
+    return tonumber(created), cur, commit, lapsed
 end
 
 -- Sold markers. A seat's marker is the generation of the booking that sold it ("g"), or,

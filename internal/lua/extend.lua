@@ -9,8 +9,9 @@
 -- ARGV[6..]  seat ids
 --
 -- Returns {"OK", expires_ms, feed entry id}, {"LOST"} (not this hold: nothing changed),
--- {"LIMIT", deadline_ms} (the new expiry would pass created + max age), or {"BUSY"} (a
--- batch is committing this hold, see reserve.lua: nothing changed).
+-- {"LIMIT", deadline_ms} (the new expiry would pass created + max age), {"BUSY"} (a
+-- batch is committing this hold, see reserve.lua: nothing changed), or {"LAPSED",
+-- commit id} (a batch's reservation of it lapsed: nothing changed, see release.lua).
 
 local F = 5
 local n, err = hold_layout(F)
@@ -20,9 +21,10 @@ if not is_uint(ARGV[4], 1, 86400000) then return bad("ttl") end
 if not is_uint(ARGV[5], 1, 86400000) then return bad("max age") end
 local ttl, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
 
-local created, _, commit = owned(n, token, gen, tag)
+local created, _, commit, lapsed = owned(n, token, gen, tag)
 if not created then return {"LOST"} end
 if commit ~= "" then return {"BUSY"} end
+if lapsed ~= "" then return {"LAPSED", lapsed} end
 local now = now_ms()
 if now + ttl > created + max_age then return {"LIMIT", created + max_age} end
 for i = 1, n do

@@ -6,18 +6,21 @@
 -- ARGV[3]    generation
 -- ARGV[4..]  seat ids
 --
--- Returns {"OK", feed entry id}, {"LOST"} (not this hold: nothing changed), or {"BUSY"}
+-- Returns {"OK", feed entry id}, {"LOST"} (not this hold: nothing changed), {"BUSY"}
 -- (a batch is committing this hold, see reserve.lua: nothing changed; ask again once
--- the batch has decided).
+-- the batch has decided), or {"LAPSED", commit id} (a batch's reservation of the hold
+-- lapsed: nothing changed; the engine gives it back once the database says the batch
+-- made no booking, then asks again).
 
 local F = 3
 local n, err = hold_layout(F)
 if not n then return err end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 
-local created, _, commit = owned(n, token, gen, tag)
+local created, _, commit, lapsed = owned(n, token, gen, tag)
 if not created then return {"LOST"} end
 if commit ~= "" then return {"BUSY"} end
+if lapsed ~= "" then return {"LAPSED", lapsed} end
 local now = now_ms()
 for i = 1, n do
     redis.call("DEL", hk(i))

@@ -5,29 +5,41 @@
 -- commits: the keys stay until mark.lua replaces them with the sold markers (committed)
 -- or unreserve.lua gives the hold back as it was (refused, rolled back).
 --
+-- The reservation carries its own end, life ms from now by Redis's clock: past it, it
+-- has lapsed (owned in common.lua) and the hold is as it was, whatever the hold's TTL
+-- and whatever reply was lost (a batch that stopped waiting, a process that died). A
+-- batch deciding longer (a COMMIT left pending) calls again with the same commit id,
+-- which moves the end on. A call that runs after its batch stopped waiting for the
+-- reply (ARGV[6]: Redis was frozen or slow) reserves nothing.
+--
 -- KEYS       the common layout (common.lua)
 -- ARGV[1]    holder tag
 -- ARGV[2]    token
 -- ARGV[3]    generation: the hold's, or the one it had before regen.lua re-issued it
 -- ARGV[4]    commit id: 32 lowercase hex digits, the confirmation's booking id
--- ARGV[5]    reservation life in ms: the hold lives at least this long from now, long
---            enough for the batch to decide and, should its process die after COMMIT,
---            for the marker repair to write the sold markers
--- ARGV[6..]  seat ids
+-- ARGV[5]    reservation life in ms: the reservation ends, and the hold lives at least,
+--            this long from now: long enough for the batch to decide and, should its
+--            process die after COMMIT, for the marker repair to write the sold markers
+-- ARGV[6]    the time (Unix ms) after which the batch no longer reads the reply
+-- ARGV[7..]  seat ids
 --
 -- Returns, like verify.lua, {the hold's current generation, its remaining life in ms}
 -- once it is reserved for this commit id (again: a retried batch, or one whose COMMIT is
--- pending, only lengthens the reservation to life when it is shorter), {-1, 0}
--- when every seat is sold by a booking of this very generation, {-2, 0} when another
--- batch has it reserved, else {0, 0}. Writes a feed entry only when it lengthened the hold.
+-- pending, moves the end to life from now and lengthens the hold to that when shorter),
+-- {-1, 0} when every seat is sold by a booking of this very generation, {-2, 0} when
+-- another batch has it reserved, {-4, 0} when it ran past ARGV[6] (nothing changed),
+-- else {0, 0}. Writes a feed entry only when it lengthened the hold.
 
-local F = 5
+local F = 6
 local n, err = hold_layout(F)
 if not n then return err end
 local tag, token, gen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if not is_hex(id, 32) then return bad("commit id") end
 if not is_uint(ARGV[5], 1, 86400000) then return bad("reservation life") end
+if not is_uint(ARGV[6], 0, 9007199254740991) then return bad("reply deadline") end
 local life = tonumber(ARGV[5])
+local now = now_ms()
+if now > tonumber(ARGV[6]) then return {-4, 0} end
 
 local created, cur, commit = owned(n, token, gen, tag)
 if not created then
@@ -53,20 +65,14 @@ local function lengthen(now)
     feed({"h", seat_list(F), "x", int(now + life)})
 end
 
-local now = now_ms()
 local ttl = redis.call("PTTL", hk(1))
-if commit == id then
-    -- Reserved already by this commit (a retried batch, or one whose COMMIT is still
-    -- pending and keeps its reservation alive): only lengthened, when shorter than life.
-    if ttl < life then
-        lengthen(now)
-        ttl = life
-    end
-    return {tonumber(cur), ttl}
-end
-local exp = now + ttl
+-- Each key gets the reservation: this commit id, the hold's own expiry (kept from the
+-- reservation it renews), and the end.
 for i = 1, n do
-    redis.call("SET", hk(i), redis.call("GET", hk(i)) .. "|" .. id .. ":" .. int(exp), "KEEPTTL")
+    local v = redis.call("GET", hk(i))
+    local _, _, _, _, _, _, cexp = parse_hold(v)
+    if commit ~= id or cexp == "" then cexp = int(now + ttl) end
+    redis.call("SET", hk(i), hold_base(v) .. "|" .. id .. ":" .. cexp .. ":" .. int(now + life), "KEEPTTL")
 end
 if ttl < life then
     lengthen(now)

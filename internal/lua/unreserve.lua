@@ -1,7 +1,8 @@
 -- unreserve.lua: give back a hold that a batch reserved (reserve.lua) and did not commit:
 -- the confirmation was refused, or the batch rolled back. The hold is again as it was,
 -- with the expiry it had before the reservation; a hold whose expiry has passed meanwhile
--- is gone, as it would have been. A seat not reserved for this commit id is left alone.
+-- is gone, as it would have been. A seat not reserved for this commit id is left alone;
+-- one whose reservation lapsed (reserve.lua) is given back all the same.
 --
 -- KEYS       the common layout (common.lua)
 -- ARGV[1]    holder tag

@@ -10,7 +10,8 @@
 -- holds this token (see owned in common.lua); {-1, 0} when it does not but every seat
 -- is sold by a booking of this very generation (the hold made a booking: its keys were
 -- replaced by the markers); {-2, remaining life} when a batch is committing the hold
--- (see reserve.lua: ask again once it has decided); else {0, 0}.
+-- (see reserve.lua: ask again once it has decided); else {0, 0}. A lapsed reservation
+-- is no commit (owned): the hold is current, and the batch's own check decides.
 
 local F = 3
 local n, err = hold_layout(F)
