@@ -171,5 +171,5 @@ screenshots: ## Regenerate docs/seatmap.png (make run's show mid-sale, 1280x900)
 	HOLDFAST_SCREENSHOT=$(CURDIR)/docs/seatmap.png HOLDFAST_QUEUE_SCREENSHOT=$(CURDIR)/docs/queue.png \
 	go test -count=1 -run 'TestSeatMapPageLoadsThenFits|TestWaitingRoomPageInABrowser' ./httpapi
 
-readme: ## Write the table of environment variables (holdfast env) into README.md
-	HOLDFAST_UPDATE_README=1 go test -count=1 -run TestREADMEListsEveryVariable ./cmd/holdfast
+readme: ## Write the table of environment variables (holdfast env) into docs/CONFIGURATION.md
+	HOLDFAST_UPDATE_DOCS=1 go test -count=1 -run TestConfigurationListsEveryVariable ./cmd/holdfast
