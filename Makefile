@@ -18,7 +18,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: static deb image check-deploy screenshots readme reset help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
+.PHONY: static deb image check-deploy screenshots readme reset help services services-down generate verify test test-short test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,17 +35,40 @@ reset: ## Stop this checkout's PostgreSQL and Redis and delete their data: the n
 generate: ## Regenerate db/ from queries/ and migrations/ with sqlc $(SQLC_VERSION)
 	$(SQLC) generate
 
-verify: ## Fail on drift: sqlc diff and vet, go mod tidy, gofmt, go vet
+verify: ## Fail on drift (sqlc diff and vet, go mod tidy, gofmt, go vet) and on a tracked file over 1 MB or a committed binary
+	./internal/checks/tree.sh
 	$(SQLC) diff
 	$(SQLC) vet
 	go mod tidy -diff
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
-test: ## Start the services (and install Chromium for the page test when root), then run every test with the race detector
-	@$(with-services) eval "$$($(SERVICES) browser)"; export HOLDFAST_CHROMIUM; \
-	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}"; \
-	go test $(GOTEST_FLAGS) ./...
+# go-test is go test with a line per test as it finishes (internal/testprogress), or go
+# test itself when GOTEST_FLAGS has -v (CI reads go test's own output).
+go-test = $(if $(filter -v -v=true,$(GOTEST_FLAGS)),go test,go run ./internal/testprogress) $(GOTEST_FLAGS)
+with-test-services = $(with-services) \
+	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}";
+
+test: ## Start the services (and install Chromium for the page test when root), then run every test with the race detector, a line per test
+	@$(with-test-services) eval "$$($(SERVICES) browser)"; export HOLDFAST_CHROMIUM; \
+	$(go-test) ./...
+
+# The core properties, each a test that make test runs too (go vet is make verify's):
+# one holder per seat, all or nothing, expiry, the fence against a paused owner, idempotent confirmation, one booking
+# per hold, cancel keeps the fence, group commit decides each confirmation alone, bad
+# input and backend failure change nothing, Redis forgetting, the SQL constraints, the
+# seat map reading its own writes, the HTTP mapping, the README's program.
+SHORT_TESTS := TestHoldOneSeatManyClients|TestHoldOverlappingSetsAllOrNothing|TestHoldExpiresThenAnotherHolderGetsLargerGeneration|\
+	TestExpiredOwnerCannotTouchNewHold|TestConfirmBooksAndMarksSold|TestLateConfirm|TestPausedOwnerIsRefused|TestIdempotentConfirm|\
+	TestConcurrentRetriesWithOneKeyBookOnce|TestCancelKeepsTheFence|TestSpentHoldNeverBooksAgain|TestReleaseConfirmAndHoldRace|\
+	TestGroupCommitIsolatesEachConfirmation|TestBadInputChangesNothing|TestBackendsDownAreUnavailable|TestRedisLosesEverything|\
+	TestCounterWentBackwards|TestSQLFenceTwoTransactions|TestSQLClaimIsUnique|TestSQLCancelledBookingKeepsItsFence|\
+	TestSQLFenceUnderManyWriters|TestSeatMapReadsOwnWrites|TestHolderLimitCheckedByPostgres|\
+	TestOneSeatManyClientsOverHTTP|TestProblemMapping|TestStrictJSON|TestQuickstart|TestREADMEShowsThisProgram
+SHORT_PACKAGES := ./engine ./httpapi ./examples/quickstart
+
+test-short: ## The core properties only (SHORT_TESTS, docs/TESTING.md), a minute or two; make test runs them and everything else
+	@$(with-test-services) $(go-test) -vet=off -run '^($(subst $(eval) ,,$(SHORT_TESTS)))$$' $(SHORT_PACKAGES)
 
 test-busy: ## make test with two CPU-bound processes beside it (stress-ng --cpu 2): no test may depend on an idle machine
 	@$(SERVICES) stress 2 & pid=$$!; trap 'kill $$pid 2>/dev/null; pkill -P $$pid 2>/dev/null || true' EXIT; \
@@ -54,7 +77,7 @@ test-busy: ## make test with two CPU-bound processes beside it (stress-ng --cpu 
 test-cluster: ## The engine, HTTP and command tests again, against a local three-master Redis Cluster
 	@$(with-services) eval "$$($(SERVICES) cluster)"; \
 	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_CLUSTER_URL="$$REDIS_CLUSTER_URL"; \
-	go test $(GOTEST_FLAGS) ./engine ./httpapi ./cmd/...
+	$(go-test) ./engine ./httpapi ./cmd/...
 
 CHAOS_SCALE ?= 5
 CHAOS_TESTS := TestChaos|TestFailover|TestRedisSentinelFailover|TestReconcile|TestRedisCluster|TestTokenMutations|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown
@@ -73,12 +96,20 @@ fuzz: ## Run every fuzz target FUZZTIME executions (a count: Go 1.26 can fail a 
 		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
 	done
 
-# The version a build says (holdfast version) when the toolchain cannot tell: the
-# nearest v* tag (git describe), else v0.0.0-dev; and the revision.
-VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-dev)
+# The version of a build (holdfast version, the package's name): cmd/holdfast/VERSION,
+# the newest release in CHANGELOG.md (a test checks), as it is on a clean checkout of that
+# release's tag or without git (a tarball); else that release +dev.<revision>[.dirty]:
+# v0.1.0+dev.1a2b3c4d5e6f, built after it. holdfast version says the same without make.
+RELEASE  := $(shell cat cmd/holdfast/VERSION)
+ifeq ($(origin VERSION),undefined)
+VERSION  := $(shell rev=$$(git rev-parse --short=12 HEAD 2>/dev/null) || { echo '$(RELEASE)'; exit; }; \
+	dirty=$$(test -z "$$(git status --porcelain 2>/dev/null)" || echo .dirty); \
+	if [ -z "$$dirty" ] && [ "$$(git rev-parse -q --verify 'refs/tags/$(RELEASE)^{commit}')" = "$$(git rev-parse HEAD)" ]; \
+	then echo '$(RELEASE)'; else echo "$(RELEASE)+dev.$$rev$$dirty"; fi)
+endif
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS  := -X main.stampedVersion=$(VERSION) -X main.stampedRevision=$(REVISION)
-# The Debian version: the tag without its v, "-" made "+" (0.1.0+3+gabcdef).
+# The Debian version: without the v, any "-" made "+" (0.1.0+dev.1a2b3c4d5e6f).
 PKG_VERSION := $(shell echo '$(VERSION)' | sed -e 's/^v//' -e 's/-/+/g')
 IMAGE_TAG   := $(shell echo '$(PKG_VERSION)' | tr '+' '_')
 NFPM := go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
@@ -113,7 +144,7 @@ run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are se
 
 bench: build ## Benchmarks side by side in one run: engine vs raw Redis and SQL, the on-sale vs a database-only design; charts in docs/bench (BENCH_FLAGS=…)
 	@$(with-services) eval "$$($(SERVICES) browser)"; export HOLDFAST_CHROMIUM; \
-	./$(BIN) bench --pg-max-conns 64 --json bench.json --svg docs/bench $(BENCH_FLAGS)
+	mkdir -p dist && ./$(BIN) bench --pg-max-conns 64 --json dist/bench.json --svg docs/bench $(BENCH_FLAGS)
 
 abuse: build ## Run the attacks of docs/RELIABILITY.md ("Abuse") against two servers with default limits; prints a table (~4 min)
 	@$(with-services) ./$(BIN) abuse
@@ -140,5 +171,5 @@ screenshots: ## Regenerate docs/seatmap.png (make run's show mid-sale, 1280x900)
 	HOLDFAST_SCREENSHOT=$(CURDIR)/docs/seatmap.png HOLDFAST_QUEUE_SCREENSHOT=$(CURDIR)/docs/queue.png \
 	go test -count=1 -run 'TestSeatMapPageLoadsThenFits|TestWaitingRoomPageInABrowser' ./httpapi
 
-readme: ## Write the table of environment variables (holdfast env) into README.md
-	HOLDFAST_UPDATE_README=1 go test -count=1 -run TestREADMEListsEveryVariable ./cmd/holdfast
+readme: ## Write the table of environment variables (holdfast env) into docs/CONFIGURATION.md
+	HOLDFAST_UPDATE_DOCS=1 go test -count=1 -run TestConfigurationListsEveryVariable ./cmd/holdfast

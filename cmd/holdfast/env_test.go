@@ -8,36 +8,37 @@ import (
 	"testing"
 )
 
-// TestREADMEListsEveryVariable: the README's table of environment variables is the one
-// `holdfast env` prints from the commands' flags (every flag of every command), so a
-// flag added without its row fails here. HOLDFAST_UPDATE_README=1 (make readme)
-// rewrites it.
-func TestREADMEListsEveryVariable(t *testing.T) {
+// TestConfigurationListsEveryVariable: the table of environment variables in
+// docs/CONFIGURATION.md is the one `holdfast env` prints from the commands' flags (every
+// flag of every command), so a flag added without its row fails here.
+// HOLDFAST_UPDATE_DOCS=1 (make readme) rewrites it.
+func TestConfigurationListsEveryVariable(t *testing.T) {
+	const path = "../../docs/CONFIGURATION.md"
 	var table bytes.Buffer
 	if err := run(t.Context(), []string{"env"}, env(nil), &table, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	const begin, end = "<!-- env:begin -->\n", "<!-- env:end -->"
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(raw)
-	i, j := strings.Index(readme, begin), strings.Index(readme, end)
+	doc := string(raw)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
 	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the %q … %q markers", begin, end)
+		t.Fatalf("docs/CONFIGURATION.md lacks the %q … %q markers", begin, end)
 	}
-	want := readme[:i+len(begin)] + table.String() + readme[j:]
-	if want == readme {
+	want := doc[:i+len(begin)] + table.String() + doc[j:]
+	if want == doc {
 		return
 	}
-	if os.Getenv("HOLDFAST_UPDATE_README") == "1" {
-		if err := os.WriteFile("../../README.md", []byte(want), 0o644); err != nil {
+	if os.Getenv("HOLDFAST_UPDATE_DOCS") == "1" {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Fatalf("README.md's table of environment variables is out of date: run `make readme`")
+	t.Fatalf("docs/CONFIGURATION.md's table of environment variables is out of date: run `make readme`")
 }
 
 // TestEnvironmentSetsEveryFlag: each variable of the table sets its flag (a bad value

@@ -151,8 +151,10 @@ func TestCLIConventions(t *testing.T) {
 	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		out.Reset()
-		// A test binary has neither a module version nor a stamp: it says so plainly.
-		if err := run(ctx, args, none, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "holdfast unknown (revision ") || !strings.Contains(out.String(), "go1.") {
+		// A test binary has neither a module version nor a stamp nor a revision: it says
+		// the version of its source (VERSION) and that the revision is unknown.
+		want := "holdfast " + strings.TrimSpace(releaseVersion) + " (revision unknown"
+		if err := run(ctx, args, none, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), want) || !strings.Contains(out.String(), "go1.") {
 			t.Errorf("%v: %v %q", args, err, out.String())
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -297,46 +295,4 @@ func redactURL(s string) string {
 
 func redactErr(err error, secretURL string) string {
 	return strings.ReplaceAll(err.Error(), secretURL, redactURL(secretURL))
-}
-
-// stampedVersion and stampedRevision are set by `make build` (-ldflags -X) for builds
-// whose toolchain records neither (a build from a tarball, -buildvcs=false).
-var stampedVersion, stampedRevision string
-
-// version says what was built: the module version (a tag, or a pseudo-version), the
-// source revision (with "+dirty" when the work tree had changes) and its time, and the
-// Go version; what is not known is called unknown.
-func version() string {
-	ver, rev, at, goVersion := "unknown", "unknown", "", runtime.Version()
-	if stampedVersion != "" {
-		ver = stampedVersion
-	}
-	if stampedRevision != "" {
-		rev = stampedRevision
-	}
-	if info, ok := debug.ReadBuildInfo(); ok {
-		if v := info.Main.Version; v != "" && v != "(devel)" {
-			ver = v
-		}
-		dirty := false
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.time":
-				at = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-		if dirty {
-			rev += "+dirty"
-		}
-		goVersion = info.GoVersion
-	}
-	out := "holdfast " + ver + " (revision " + rev
-	if at != "" {
-		out += ", " + at
-	}
-	return out + ", " + goVersion + ")"
 }
