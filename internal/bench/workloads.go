@@ -247,7 +247,7 @@ func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 			s := drive(ctx, clients, e.o.Warmup/2, d, func(ctx context.Context, seq int64) error {
 				seq += from[v]
 				show, seat, index := iv.seatAt(seq)
-				res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat, index), "", fmt.Sprintf("%032x", seq), ttl, 0, "0 0 -1 0 0 0", seat).Slice()
+				res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat, index), "", fmt.Sprintf("%032x", seq), ttl, 0, "0 0 0 -1 0 0 0", seat).Slice()
 				if err == nil && res[0] != "OK" {
 					err = errors.New("refused")
 				}

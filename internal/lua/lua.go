@@ -45,6 +45,8 @@ var (
 	queueLua string
 	//go:embed counts.lua
 	countsLua string
+	//go:embed close.lua
+	closeLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -69,6 +71,9 @@ var (
 	// writes the seats booked per holder that the holder limit counts.
 	Queue  = newScript("", queueLua)
 	Counts = newScript("", countsLua)
+	// Close closes a show in Redis for DeleteShow, seals it once deleted, or opens it
+	// again when the delete was refused.
+	Close = newScript("", closeLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses
