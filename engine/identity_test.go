@@ -49,66 +49,73 @@ func TestShowCreatedAgainIsANewShow(t *testing.T) {
 			t.Parallel()
 			// An engine that sees the show deleted (A's waiting-room loop may) remembers
 			// the id as unknown for UnknownShowTTL, refusing it meanwhile: kept short, so
-			// that the checks below meet the new show whatever A saw.
-			v := newEnv(t, func(c *Config) { c.UnknownShowTTL = time.Millisecond })
-			ctx := t.Context()
-			a, b := v.e, v.twin()
-			v.show("s", "O1", "O2", "O3")
-			for _, r := range c.old {
-				v.setRules("s", r)
-			}
-			if _, err := b.Layout(ctx, "s"); err != nil { // B knows the old show too
-				t.Fatal(err)
-			}
-			if err := b.DeleteShow(ctx, "s"); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.CreateShow(ctx, "s", []string{"N1", "N2", "N3"}); err != nil {
-				t.Fatal(err)
-			}
-			room := &WaitingRoom{OpensAt: time.Now().Add(-time.Second), AdmissionTTL: time.Minute}
-			if err := b.SetSaleRules(ctx, "s", SaleRules{Queue: room}); err != nil {
-				t.Fatal(err)
-			}
-			rulesKey := newKeys(v.cfg.KeyPrefix, "s").base + "rules"
-			newRules := v.rdb.Get(ctx, rulesKey).Val()
-			admittedOn(t, b, "s", "ann")
-
-			if _, err := a.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"O1"}, HolderID: "ann"}); !errors.Is(err, ErrNotFound) {
-				t.Errorf("engine A, a seat of the deleted show: %v, want ErrNotFound", err)
-			}
-			if _, err := a.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"N2"}, HolderID: "bot"}); !errors.Is(err, ErrNotAdmitted) {
-				t.Errorf("engine A, a holder who never joined the new room: %v, want ErrNotAdmitted", err)
-			}
-			if _, err := a.HoldBest(ctx, BestRequest{ShowID: "s", Count: 1, HolderID: "bot"}); !errors.Is(err, ErrNotAdmitted) {
-				t.Errorf("engine A, best available for a holder who never joined: %v, want ErrNotAdmitted", err)
-			}
-			if _, err := a.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"N1"}, HolderID: "ann", TTL: time.Minute}); err != nil {
-				t.Errorf("engine A, an admitted holder and a seat of the new show: %v", err)
-			}
-			if tk, err := a.Join(ctx, "s", "dave"); err != nil {
-				t.Errorf("engine A, join the new room: %v", err)
-			} else if tk = admittedOn(t, a, "s", "dave"); time.Until(tk.AdmittedUntil) > 2*time.Minute {
-				t.Errorf("engine A admits until %v: the old room's admission (10 minutes), not the new one's (1 minute)", tk.AdmittedUntil)
-			}
-			if got := v.rdb.Get(ctx, rulesKey).Val(); got != newRules {
-				t.Errorf("Redis's rules of the new show are %q after engine A's calls; B wrote %q", got, newRules)
-			}
-			if _, err := b.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"N3"}, HolderID: "bot"}); !errors.Is(err, ErrNotAdmitted) {
-				t.Errorf("engine B, a holder who never joined: %v, want ErrNotAdmitted", err)
-			}
-			l, err := a.Layout(ctx, "s")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ids []string
-			for _, s := range l {
-				ids = append(ids, s.ID)
-			}
-			if slices.Sort(ids); !slices.Equal(ids, []string{"N1", "N2", "N3"}) {
-				t.Errorf("engine A's layout of the show: %v, want the new show's seats", ids)
-			}
+			// that the checks meet the new show whatever A saw.
+			showCreatedAgain(t, newEnv(t, shortUnknown), c.old)
 		})
+	}
+}
+
+// shortUnknown makes an engine remember unknown show ids for a millisecond.
+func shortUnknown(c *Config) { c.UnknownShowTTL = time.Millisecond }
+
+// showCreatedAgain is TestShowCreatedAgainIsANewShow on v, the old show's rules old.
+func showCreatedAgain(t *testing.T, v *env, old []SaleRules) {
+	ctx := t.Context()
+	a, b := v.e, v.twin()
+	v.show("s", "O1", "O2", "O3")
+	for _, r := range old {
+		v.setRules("s", r)
+	}
+	if _, err := b.Layout(ctx, "s"); err != nil { // B knows the old show too
+		t.Fatal(err)
+	}
+	if err := b.DeleteShow(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateShow(ctx, "s", []string{"N1", "N2", "N3"}); err != nil {
+		t.Fatal(err)
+	}
+	room := &WaitingRoom{OpensAt: time.Now().Add(-time.Second), AdmissionTTL: time.Minute}
+	if err := b.SetSaleRules(ctx, "s", SaleRules{Queue: room}); err != nil {
+		t.Fatal(err)
+	}
+	rulesKey := newKeys(v.cfg.KeyPrefix, "s").base + "rules"
+	newRules := v.rdb.Get(ctx, rulesKey).Val()
+	admittedOn(t, b, "s", "ann")
+
+	if _, err := a.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"O1"}, HolderID: "ann"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("engine A, a seat of the deleted show: %v, want ErrNotFound", err)
+	}
+	if _, err := a.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"N2"}, HolderID: "bot"}); !errors.Is(err, ErrNotAdmitted) {
+		t.Errorf("engine A, a holder who never joined the new room: %v, want ErrNotAdmitted", err)
+	}
+	if _, err := a.HoldBest(ctx, BestRequest{ShowID: "s", Count: 1, HolderID: "bot"}); !errors.Is(err, ErrNotAdmitted) {
+		t.Errorf("engine A, best available for a holder who never joined: %v, want ErrNotAdmitted", err)
+	}
+	if _, err := a.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"N1"}, HolderID: "ann", TTL: time.Minute}); err != nil {
+		t.Errorf("engine A, an admitted holder and a seat of the new show: %v", err)
+	}
+	if tk, err := a.Join(ctx, "s", "dave"); err != nil {
+		t.Errorf("engine A, join the new room: %v", err)
+	} else if tk = admittedOn(t, a, "s", "dave"); time.Until(tk.AdmittedUntil) > 2*time.Minute {
+		t.Errorf("engine A admits until %v: the old room's admission (10 minutes), not the new one's (1 minute)", tk.AdmittedUntil)
+	}
+	if got := v.rdb.Get(ctx, rulesKey).Val(); got != newRules {
+		t.Errorf("Redis's rules of the new show are %q after engine A's calls; B wrote %q", got, newRules)
+	}
+	if _, err := b.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"N3"}, HolderID: "bot"}); !errors.Is(err, ErrNotAdmitted) {
+		t.Errorf("engine B, a holder who never joined: %v, want ErrNotAdmitted", err)
+	}
+	l, err := a.Layout(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range l {
+		ids = append(ids, s.ID)
+	}
+	if slices.Sort(ids); !slices.Equal(ids, []string{"N1", "N2", "N3"}) {
+		t.Errorf("engine A's layout of the show: %v, want the new show's seats", ids)
 	}
 }
 
@@ -237,4 +244,27 @@ func TestDeleteShowUnderConcurrentHolds(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 8 deletes won the race", deleted)
+}
+
+// TestRedisClusterShowCreatedAgain: TestShowCreatedAgainIsANewShow and DeleteShow's
+// closing on a three-master Redis Cluster (the rules key shares its show's hash tag).
+func TestRedisClusterShowCreatedAgain(t *testing.T) {
+	t.Parallel()
+	cc := testsvc.StartCluster(t).Client()
+	v := newEnvWith(t, testsvc.Database(t), cc, shortUnknown)
+	showCreatedAgain(t, v, []SaleRules{{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Minute)}}, {}})
+
+	ctx := t.Context()
+	other := v.twin()
+	v.show("del", "A1", "A2")
+	if _, err := other.Layout(ctx, "del"); err != nil {
+		t.Fatal(err)
+	}
+	var herr error
+	v.e.hooks.afterHeldCheck = func(ctx context.Context) {
+		_, herr = other.Hold(ctx, HoldRequest{ShowID: "del", SeatIDs: []string{"A1"}, HolderID: "ann"})
+	}
+	if err := v.e.DeleteShow(ctx, "del"); err != nil || !errors.Is(herr, ErrNotFound) {
+		t.Fatalf("DeleteShow: %v; a hold during it: %v, want ErrNotFound", err, herr)
+	}
 }
