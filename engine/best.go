@@ -72,7 +72,7 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 				names = append(names, fmt.Sprintf("%q", name))
 			}
 			slices.Sort(names)
-			return Hold{}, notFound("section %q in show %q; its sections are %s", req.Section, sh.id, strings.Join(names, ", "))
+			return Hold{}, e.unknownSeat(ctx, sh, notFound("section %q in show %q; its sections are %s", req.Section, sh.id, strings.Join(names, ", ")))
 		}
 		sections = []string{strconv.Itoa(n)}
 	} else {

@@ -86,7 +86,7 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 	tag := holderTag(req.HolderID)
 	ks, err := sh.scriptKeys(tag, seats)
 	if err != nil {
-		return Hold{}, err
+		return Hold{}, e.unknownSeat(ctx, sh, err)
 	}
 	if err := e.checkRedis(ctx); err != nil {
 		return Hold{}, err
@@ -186,16 +186,22 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 	if err := validateHolderID(h.HolderID); err != nil {
 		return nil, nil, nil, "", err
 	}
-	sh, err := e.show(ctx, h.ShowID)
-	if err != nil {
-		return nil, nil, nil, "", err
-	}
 	tag := holderTag(h.HolderID)
-	ks, err := sh.scriptKeys(tag, seats)
+	type owned struct {
+		sh *show
+		ks []string
+	}
+	o, err := withShow(ctx, e, h.ShowID, func(sh *show) (owned, error) {
+		ks, err := sh.scriptKeys(tag, seats)
+		if err != nil {
+			return owned{}, e.unknownSeat(ctx, sh, err)
+		}
+		return owned{sh, ks}, nil
+	})
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	return sh, seats, ks, tag, nil
+	return o.sh, seats, o.ks, tag, nil
 }
 
 // runDecided runs a script on a hold (release.lua, extend.lua), again while it answers

@@ -111,3 +111,21 @@ func (e *Engine) staleCopy(sh *show) error {
 	}
 	return &showChanged{id: sh.id}
 }
+
+// unknownSeat answers a seat (or section) that the engine's copy of a show does not have,
+// err: unless the copy's rules were read within rulesRefresh, they are read again, and
+// a copy of an earlier show of the id is dropped (*showChanged: the call runs again on
+// the show as it is now, whose seats may be others).
+func (e *Engine) unknownSeat(ctx context.Context, sh *show, err error) error {
+	if serr := e.staleCopy(sh); serr != nil {
+		return serr
+	}
+	if st := sh.rules.cur.Load(); st != nil && time.Since(st.at) <= rulesRefresh {
+		return err
+	}
+	var c *showChanged
+	if _, lerr := e.loadRules(ctx, sh); errors.As(lerr, &c) {
+		return lerr
+	}
+	return err
+}

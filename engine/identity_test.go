@@ -268,3 +268,39 @@ func TestRedisClusterShowCreatedAgain(t *testing.T) {
 		t.Fatalf("DeleteShow: %v; a hold during it: %v, want ErrNotFound", err, herr)
 	}
 }
+
+// TestStaleCopyMeetsTheNewSeats: an engine whose copy of a show predates its deletion
+// and creation again (other seats) confirms and holds the new show's seats, which its
+// copy does not have: an unknown seat makes it read the show's identity again (unless
+// it read it within the last second).
+func TestStaleCopyMeetsTheNewSeats(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	a, b := v.e, v.twin()
+	if err := b.CreateShow(ctx, "s", []string{"O1", "O2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Layout(ctx, "s"); err != nil { // A's copy, its rules not read yet
+		t.Fatal(err)
+	}
+	if err := b.DeleteShow(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateShow(ctx, "s", []string{"N1", "N2"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := b.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"N1"}, TTL: time.Minute, HolderID: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Confirm(ctx, h, ConfirmOptions{}); err != nil {
+		t.Fatalf("engine A confirms a hold on a seat of the new show: %v", err)
+	}
+	if _, err := a.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"N2"}, HolderID: "bob"}); err != nil {
+		t.Fatalf("engine A holds a seat of the new show: %v", err)
+	}
+	if _, err := a.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"O2"}, HolderID: "bob"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("engine A, a seat of the deleted show: %v, want ErrNotFound", err)
+	}
+}
