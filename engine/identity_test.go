@@ -69,6 +69,9 @@ func showCreatedAgain(t *testing.T, v *env, old []SaleRules) {
 	if _, err := b.Layout(ctx, "s"); err != nil { // B knows the old show too
 		t.Fatal(err)
 	}
+	if _, err := a.Seats(ctx, "s"); err != nil { // A has a seat map of the old show
+		t.Fatal(err)
+	}
 	if err := b.DeleteShow(ctx, "s"); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +119,17 @@ func showCreatedAgain(t *testing.T, v *env, old []SaleRules) {
 	}
 	if slices.Sort(ids); !slices.Equal(ids, []string{"N1", "N2", "N3"}) {
 		t.Errorf("engine A's layout of the show: %v, want the new show's seats", ids)
+	}
+	m, err := a.Seats(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]SeatStatus{}
+	for _, st := range m {
+		held[st.SeatID] = st.Status
+	}
+	if len(held) != 3 || held["N1"] != SeatHeld {
+		t.Errorf("engine A's seat map of the show: %v, want the new show's seats, N1 held", held)
 	}
 }
 

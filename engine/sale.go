@@ -288,7 +288,8 @@ func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
 		if err != nil {
 			// PostgreSQL cannot say now: Redis's copy decides, and the rules are read
 			// again in the background from a second on (a hold does not wait for
-			// PostgreSQL on every call meanwhile).
+			// PostgreSQL on every call meanwhile). A show found replaced is dropped:
+			// its caller's script does not run (staleCopy).
 			unread := unreadRules(sh)
 			sh.rules.cur.CompareAndSwap(nil, unread)
 			return unread
