@@ -109,4 +109,5 @@ type Show struct {
 	QueueAdmitPerSecond float64
 	QueueAdmissionTtlMs int64
 	RulesVersion        int64
+	Epoch               int64
 }

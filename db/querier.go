@@ -91,7 +91,8 @@ type Querier interface {
 	// the confirmations touching a skipped fence leave it for a later batch. Read the
 	// claims of the same seats after it, in a statement of its own.
 	SeatFencesLockSkip(ctx context.Context, arg SeatFencesLockSkipParams) ([]SeatFencesLockSkipRow, error)
-	// SeatLayoutListByShow is a show's seats with their layout, in seat id order.
+	// SeatLayoutListByShow is a show's seats with their layout, in seat id order, each
+	// with the show's identity (one statement: the seats are that show's).
 	SeatLayoutListByShow(ctx context.Context, showID string) ([]SeatLayoutListByShowRow, error)
 	// SeatMarkListByShow is what Redis's sold markers must say, for one page of a show's
 	// seats after @after (in seat order): every seat a confirmation ever reached, with its
@@ -111,17 +112,21 @@ type Querier interface {
 	ServerIdentity(ctx context.Context) (ServerIdentityRow, error)
 	// ShowDelete removes a show and, by cascade, its seats, fences and holder counts.
 	ShowDelete(ctx context.Context, showID string) (int64, error)
+	// ShowEpochGet reads a show's identity (migration 00009).
+	ShowEpochGet(ctx context.Context, showID string) (int64, error)
 	ShowExists(ctx context.Context, showID string) (bool, error)
 	// ShowInsert creates a show; 0 rows when it exists already.
 	ShowInsert(ctx context.Context, showID string) (int64, error)
 	// ShowList reads shows newest first, after the show named by @after (none: from the
 	// newest), with their seat and sold-seat counts.
 	ShowList(ctx context.Context, arg ShowListParams) ([]ShowListRow, error)
-	// ShowLockForDelete locks a show's row and says whether it ever had a booking.
-	ShowLockForDelete(ctx context.Context, showID string) (bool, error)
-	// ShowRulesGet reads a show's sale rules and their version.
+	// ShowLockForDelete locks the row of the show of that identity and says whether it
+	// ever had a booking.
+	ShowLockForDelete(ctx context.Context, arg ShowLockForDeleteParams) (bool, error)
+	// ShowRulesGet reads a show's sale rules, their version and the show's identity.
 	ShowRulesGet(ctx context.Context, showID string) (ShowRulesGetRow, error)
-	// ShowRulesSet replaces a show's sale rules and moves their version forward.
+	// ShowRulesSet replaces the sale rules of the show of that identity and moves their
+	// version forward; no row when the show is gone or another show has its id now.
 	ShowRulesSet(ctx context.Context, arg ShowRulesSetParams) (int64, error)
 }
 

@@ -10,11 +10,13 @@ import (
 )
 
 const seatLayoutListByShow = `-- name: SeatLayoutListByShow :many
-SELECT seat_id, section, row_label, position, rank, x, y
-FROM seats WHERE show_id = $1 ORDER BY seat_id
+SELECT sh.epoch, s.seat_id, s.section, s.row_label, s.position, s.rank, s.x, s.y
+FROM seats s JOIN shows sh ON sh.show_id = s.show_id
+WHERE s.show_id = $1 ORDER BY s.seat_id
 `
 
 type SeatLayoutListByShowRow struct {
+	Epoch    int64
 	SeatID   string
 	Section  string
 	RowLabel string
@@ -24,7 +26,8 @@ type SeatLayoutListByShowRow struct {
 	Y        float64
 }
 
-// SeatLayoutListByShow is a show's seats with their layout, in seat id order.
+// SeatLayoutListByShow is a show's seats with their layout, in seat id order, each
+// with the show's identity (one statement: the seats are that show's).
 func (q *Queries) SeatLayoutListByShow(ctx context.Context, showID string) ([]SeatLayoutListByShowRow, error) {
 	rows, err := q.db.Query(ctx, seatLayoutListByShow, showID)
 	if err != nil {
@@ -35,6 +38,7 @@ func (q *Queries) SeatLayoutListByShow(ctx context.Context, showID string) ([]Se
 	for rows.Next() {
 		var i SeatLayoutListByShowRow
 		if err := rows.Scan(
+			&i.Epoch,
 			&i.SeatID,
 			&i.Section,
 			&i.RowLabel,

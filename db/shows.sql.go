@@ -103,6 +103,18 @@ func (q *Queries) ShowDelete(ctx context.Context, showID string) (int64, error) 
 	return result.RowsAffected(), nil
 }
 
+const showEpochGet = `-- name: ShowEpochGet :one
+SELECT epoch FROM shows WHERE show_id = $1
+`
+
+// ShowEpochGet reads a show's identity (migration 00009).
+func (q *Queries) ShowEpochGet(ctx context.Context, showID string) (int64, error) {
+	row := q.db.QueryRow(ctx, showEpochGet, showID)
+	var epoch int64
+	err := row.Scan(&epoch)
+	return epoch, err
+}
+
 const showExists = `-- name: ShowExists :one
 SELECT EXISTS (SELECT 1 FROM shows WHERE show_id = $1)
 `
@@ -180,25 +192,32 @@ func (q *Queries) ShowList(ctx context.Context, arg ShowListParams) ([]ShowListR
 
 const showLockForDelete = `-- name: ShowLockForDelete :one
 SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_bookings
-FROM shows sh WHERE sh.show_id = $1
+FROM shows sh WHERE sh.show_id = $1 AND sh.epoch = $2
 FOR UPDATE
 `
 
-// ShowLockForDelete locks a show's row and says whether it ever had a booking.
-func (q *Queries) ShowLockForDelete(ctx context.Context, showID string) (bool, error) {
-	row := q.db.QueryRow(ctx, showLockForDelete, showID)
+type ShowLockForDeleteParams struct {
+	ShowID string
+	Epoch  int64
+}
+
+// ShowLockForDelete locks the row of the show of that identity and says whether it
+// ever had a booking.
+func (q *Queries) ShowLockForDelete(ctx context.Context, arg ShowLockForDeleteParams) (bool, error) {
+	row := q.db.QueryRow(ctx, showLockForDelete, arg.ShowID, arg.Epoch)
 	var has_bookings bool
 	err := row.Scan(&has_bookings)
 	return has_bookings, err
 }
 
 const showRulesGet = `-- name: ShowRulesGet :one
-SELECT sh.holder_limit, sh.queue_opens_at, sh.queue_admit_per_second, sh.queue_admission_ttl_ms, sh.rules_version,
+SELECT sh.epoch, sh.holder_limit, sh.queue_opens_at, sh.queue_admit_per_second, sh.queue_admission_ttl_ms, sh.rules_version,
     (SELECT count(*) FROM seats s WHERE s.show_id = sh.show_id)::bigint AS seat_count
 FROM shows sh WHERE sh.show_id = $1
 `
 
 type ShowRulesGetRow struct {
+	Epoch               int64
 	HolderLimit         int32
 	QueueOpensAt        *time.Time
 	QueueAdmitPerSecond float64
@@ -207,11 +226,12 @@ type ShowRulesGetRow struct {
 	SeatCount           int64
 }
 
-// ShowRulesGet reads a show's sale rules and their version.
+// ShowRulesGet reads a show's sale rules, their version and the show's identity.
 func (q *Queries) ShowRulesGet(ctx context.Context, showID string) (ShowRulesGetRow, error) {
 	row := q.db.QueryRow(ctx, showRulesGet, showID)
 	var i ShowRulesGetRow
 	err := row.Scan(
+		&i.Epoch,
 		&i.HolderLimit,
 		&i.QueueOpensAt,
 		&i.QueueAdmitPerSecond,
@@ -226,7 +246,7 @@ const showRulesSet = `-- name: ShowRulesSet :one
 UPDATE shows SET holder_limit = $1, queue_opens_at = $2,
     queue_admit_per_second = $3, queue_admission_ttl_ms = $4,
     rules_version = rules_version + 1
-WHERE show_id = $5
+WHERE show_id = $5 AND epoch = $6
 RETURNING rules_version
 `
 
@@ -236,9 +256,11 @@ type ShowRulesSetParams struct {
 	QueueAdmitPerSecond float64
 	QueueAdmissionTtlMs int64
 	ShowID              string
+	Epoch               int64
 }
 
-// ShowRulesSet replaces a show's sale rules and moves their version forward.
+// ShowRulesSet replaces the sale rules of the show of that identity and moves their
+// version forward; no row when the show is gone or another show has its id now.
 func (q *Queries) ShowRulesSet(ctx context.Context, arg ShowRulesSetParams) (int64, error) {
 	row := q.db.QueryRow(ctx, showRulesSet,
 		arg.HolderLimit,
@@ -246,6 +268,7 @@ func (q *Queries) ShowRulesSet(ctx context.Context, arg ShowRulesSetParams) (int
 		arg.QueueAdmitPerSecond,
 		arg.QueueAdmissionTtlMs,
 		arg.ShowID,
+		arg.Epoch,
 	)
 	var rules_version int64
 	err := row.Scan(&rules_version)

@@ -53,10 +53,11 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	if err := validateHolderID(req.HolderID); err != nil {
 		return Hold{}, err
 	}
-	sh, err := e.show(ctx, req.ShowID)
-	if err != nil {
-		return Hold{}, err
-	}
+	return withShow(ctx, e, req.ShowID, func(sh *show) (Hold, error) { return e.holdBestOn(ctx, sh, req, ttl) })
+}
+
+// holdBestOn is a best-available hold on the engine's copy of the show.
+func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl time.Duration) (Hold, error) {
 	rules, done, err := e.admitHold(ctx, sh, req.HolderID)
 	if err != nil {
 		return Hold{}, err
@@ -71,7 +72,7 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 				names = append(names, fmt.Sprintf("%q", name))
 			}
 			slices.Sort(names)
-			return Hold{}, notFound("section %q in show %q; its sections are %s", req.Section, sh.id, strings.Join(names, ", "))
+			return Hold{}, e.unknownSeat(ctx, sh, notFound("section %q in show %q; its sections are %s", req.Section, sh.id, strings.Join(names, ", ")))
 		}
 		sections = []string{strconv.Itoa(n)}
 	} else {
@@ -117,6 +118,8 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 				return Hold{}, err
 			}
 			return Hold{}, e.holderLimit(sh, res[1], req.Count)
+		case "STALE", "CLOSED":
+			return Hold{}, e.metChange(ctx, sh, status)
 		case "LOST":
 			return Hold{}, fmt.Errorf("%w: the hold this call made is gone", ErrHoldLost)
 		case "AGAIN":

@@ -153,7 +153,7 @@ func TestHoldBestChoosesTheBest(t *testing.T) {
 	tag := holderTag("")
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
 	token := newToken()
-	args := []any{tag, token, 60000, 0, 2, "0", "0 1", noRules.arg}
+	args := []any{tag, token, 60000, 0, 2, "0", "0 1", unreadRules(sh).arg}
 	first, err := lua.Best.Run(t.Context(), v.rdb, ks, args...).Slice()
 	if err != nil {
 		t.Fatal(err)

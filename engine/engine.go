@@ -82,6 +82,9 @@ type hooks struct {
 	afterRead func(ctx context.Context, path string)
 	// beforeFeedRead runs before each read of a show's change feed by its seat map.
 	beforeFeedRead func(ctx context.Context, showID string)
+	// afterHeldCheck runs in DeleteShow once it found no live hold, before its
+	// transaction.
+	afterHeldCheck func(ctx context.Context)
 }
 
 // New returns an engine over a migrated database (see package migrations) and a Redis.

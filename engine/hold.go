@@ -33,6 +33,9 @@ const holdAdmissionWait = 250 * time.Millisecond
 // (for the script), and done, which gives the slot back.
 func (e *Engine) admitHold(ctx context.Context, sh *show, holderID string) (rules *rulesState, done func(), err error) {
 	rules = e.rulesOf(ctx, sh)
+	if err := e.staleCopy(sh); err != nil {
+		return nil, nil, err
+	}
 	if err := e.outsideRoom(ctx, sh, rules, holderID); err != nil {
 		return nil, nil, err
 	}
@@ -70,10 +73,11 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err := validateHolderID(req.HolderID); err != nil {
 		return Hold{}, err
 	}
-	sh, err := e.show(ctx, req.ShowID)
-	if err != nil {
-		return Hold{}, err
-	}
+	return withShow(ctx, e, req.ShowID, func(sh *show) (Hold, error) { return e.holdOn(ctx, sh, req, seats, ttl) })
+}
+
+// holdOn is a hold of seats (sorted) on the engine's copy of the show.
+func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []string, ttl time.Duration) (Hold, error) {
 	rules, done, err := e.admitHold(ctx, sh, req.HolderID)
 	if err != nil {
 		return Hold{}, err
@@ -82,7 +86,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	tag := holderTag(req.HolderID)
 	ks, err := sh.scriptKeys(tag, seats)
 	if err != nil {
-		return Hold{}, err
+		return Hold{}, e.unknownSeat(ctx, sh, err)
 	}
 	if err := e.checkRedis(ctx); err != nil {
 		return Hold{}, err
@@ -115,6 +119,8 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 				return Hold{}, err
 			}
 			return Hold{}, e.holderLimit(sh, res[1], len(seats))
+		case "STALE", "CLOSED":
+			return Hold{}, e.metChange(ctx, sh, status)
 		case "NOSTATE":
 			// Redis has no counter for the show: it lost its data (restart without
 			// persistence, failover) or never had it. Rebuild the show's markers and
@@ -180,16 +186,22 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 	if err := validateHolderID(h.HolderID); err != nil {
 		return nil, nil, nil, "", err
 	}
-	sh, err := e.show(ctx, h.ShowID)
-	if err != nil {
-		return nil, nil, nil, "", err
-	}
 	tag := holderTag(h.HolderID)
-	ks, err := sh.scriptKeys(tag, seats)
+	type owned struct {
+		sh *show
+		ks []string
+	}
+	o, err := withShow(ctx, e, h.ShowID, func(sh *show) (owned, error) {
+		ks, err := sh.scriptKeys(tag, seats)
+		if err != nil {
+			return owned{}, e.unknownSeat(ctx, sh, err)
+		}
+		return owned{sh, ks}, nil
+	})
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	return sh, seats, ks, tag, nil
+	return o.sh, seats, o.ks, tag, nil
 }
 
 // runDecided runs a script on a hold (release.lua, extend.lua: args are scriptArgs(tag,

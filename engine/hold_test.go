@@ -272,7 +272,7 @@ func TestHoldScriptIsIdempotentByToken(t *testing.T) {
 	}
 	ks, _ := sh.scriptKeys("", []string{"A1", "A2"})
 	token := newToken()
-	args := scriptArgs("", []any{token, 60000, 0, noRules.arg}, []string{"A1", "A2"})
+	args := scriptArgs("", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A1", "A2"})
 	// A retried command (its reply lost) runs the script again with the same token.
 	first, err := lua.Hold.Run(t.Context(), v.rdb, ks, args...).Slice()
 	if err != nil {
@@ -293,7 +293,7 @@ func TestHoldScriptIsIdempotentByToken(t *testing.T) {
 	}
 	// The same token on another seat set is not a retry.
 	ks2, _ := sh.scriptKeys("", []string{"A2", "A3"})
-	if err := lua.Hold.Run(t.Context(), v.rdb, ks2, scriptArgs("", []any{token, 60000, 0, noRules.arg}, []string{"A2", "A3"})...).Err(); err == nil ||
+	if err := lua.Hold.Run(t.Context(), v.rdb, ks2, scriptArgs("", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A2", "A3"})...).Err(); err == nil ||
 		!strings.HasPrefix(err.Error(), "HOLDFAST_BADARG") {
 		t.Fatalf("same token, other seats: %v, want a HOLDFAST_BADARG error", err)
 	}
@@ -316,17 +316,17 @@ func TestScriptsRefuseBadArgumentsBeforeWriting(t *testing.T) {
 		keys []string
 		args []any
 	}{
-		{"bad seat in the middle", good, scriptArgs("", []any{token, 60000, 0, noRules.arg}, []string{"A1", "A:2", "A3"})},
-		{"duplicate seat in the middle", good, scriptArgs("", []any{token, 60000, 0, noRules.arg}, []string{"A1", "A1", "A3"})},
-		{"key of another seat in the middle", badKeys, scriptArgs("", []any{token, 60000, 0, noRules.arg}, []string{"A1", "A2", "A3"})},
-		{"bad sold bucket in the middle", badSold, scriptArgs("", []any{token, 60000, 0, noRules.arg}, []string{"A1", "A2", "A3"})},
-		{"missing sold bucket", good[:7], scriptArgs("", []any{token, 60000, 0, noRules.arg}, []string{"A1", "A2", "A3"})},
-		{"short token", good, scriptArgs("", []any{"abc", 60000, 0, noRules.arg}, []string{"A1", "A2", "A3"})},
-		{"zero ttl", good, scriptArgs("", []any{token, 0, 0, noRules.arg}, []string{"A1", "A2", "A3"})},
-		{"fractional ttl", good, scriptArgs("", []any{token, "1.5", 0, noRules.arg}, []string{"A1", "A2", "A3"})},
-		{"negative cap", good, scriptArgs("", []any{token, 60000, -1, noRules.arg}, []string{"A1", "A2", "A3"})},
-		{"bad holder tag", good, scriptArgs("zz", []any{token, 60000, 0, noRules.arg}, []string{"A1", "A2", "A3"})},
-		{"missing seat argument", good, scriptArgs("", []any{token, 60000, 0, noRules.arg}, []string{"A1", "A2"})},
+		{"bad seat in the middle", good, scriptArgs("", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A1", "A:2", "A3"})},
+		{"duplicate seat in the middle", good, scriptArgs("", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A1", "A1", "A3"})},
+		{"key of another seat in the middle", badKeys, scriptArgs("", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A1", "A2", "A3"})},
+		{"bad sold bucket in the middle", badSold, scriptArgs("", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A1", "A2", "A3"})},
+		{"missing sold bucket", good[:7], scriptArgs("", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A1", "A2", "A3"})},
+		{"short token", good, scriptArgs("", []any{"abc", 60000, 0, unreadRules(sh).arg}, []string{"A1", "A2", "A3"})},
+		{"zero ttl", good, scriptArgs("", []any{token, 0, 0, unreadRules(sh).arg}, []string{"A1", "A2", "A3"})},
+		{"fractional ttl", good, scriptArgs("", []any{token, "1.5", 0, unreadRules(sh).arg}, []string{"A1", "A2", "A3"})},
+		{"negative cap", good, scriptArgs("", []any{token, 60000, -1, unreadRules(sh).arg}, []string{"A1", "A2", "A3"})},
+		{"bad holder tag", good, scriptArgs("zz", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A1", "A2", "A3"})},
+		{"missing seat argument", good, scriptArgs("", []any{token, 60000, 0, unreadRules(sh).arg}, []string{"A1", "A2"})},
 	}
 	for _, c := range cases {
 		err := lua.Hold.Run(t.Context(), v.rdb, c.keys, c.args...).Err()

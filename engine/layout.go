@@ -137,13 +137,19 @@ const showInsertChunk = 10_000
 const showStatementTimeout = 30 * time.Second
 
 // ensureShow creates a show with its layout (sorted by seat id) unless it exists with
-// exactly that layout, then makes sure Redis has the show's counter. The seats go in,
-// with their fences, showInsertChunk at a time, in one transaction.
+// exactly that layout, then makes sure Redis has the show's counter and rules (with its
+// identity: an engine with a copy of an earlier show of the id meets it at its next
+// script). The seats go in, with their fences, showInsertChunk at a time, in one
+// transaction.
 func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat) (created bool, err error) {
+	var epoch int64
 	err = pgx.BeginTxFunc(ctx, e.pool, e.txOptionsWith(showStatementTimeout), func(tx pgx.Tx) error {
 		q := e.q.WithTx(tx)
 		n, err := q.ShowInsert(ctx, showID)
 		if err != nil {
+			return err
+		}
+		if epoch, err = q.ShowEpochGet(ctx, showID); err != nil {
 			return err
 		}
 		if n == 0 {
@@ -173,7 +179,7 @@ func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat) (
 	if err != nil {
 		return false, e.pgErr(err)
 	}
-	sh := e.shows.put(newShow(e.cfg.KeyPrefix, showID, layout))
+	sh := e.adopt(newShow(e.cfg.KeyPrefix, showID, epoch, layout))
 	// Start the show's counter in Redis (it stays if it exists). Should this fail, the
 	// first hold finds no counter and rebuilds the show's Redis state from the database.
 	if err := e.resync(ctx, sh); err != nil {

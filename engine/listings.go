@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
 )
 
 // ShowInfo is one show of ListShows.
@@ -139,14 +140,17 @@ func (e *Engine) HolderHolds(ctx context.Context, showID, holderID string) ([]He
 // DeleteShow removes a show that never had a booking and has no live hold: its seats,
 // fences and rules in PostgreSQL, its keys in Redis but the generation counter (kept,
 // so that a show created again under the same id hands out larger generations than
-// any hold of this one). ErrShowInUse when it has (or had) bookings or live holds;
-// ErrNotFound when there is no such show. Other engines forget the show at their next
-// rules refresh (within a second of their next call about it).
+// any hold of this one) and its rules key, which says the show is closed (see
+// deleteShow). ErrShowInUse when it has (or had) bookings or live holds, or another
+// DeleteShow of it runs; ErrNotFound when there is no such show. No hold is granted on
+// the show from DeleteShow's check for live holds on, through any engine; an engine
+// that has the show cached forgets it at its next hold or waiting-room call about it,
+// or at its next rules refresh (within a second of its next call about it).
 func (e *Engine) DeleteShow(ctx context.Context, showID string) error {
 	if err := validateID("showID", showID); err != nil {
 		return err
 	}
-	sh, err := e.show(ctx, showID)
+	_, err := withShow(ctx, e, showID, func(sh *show) (struct{}, error) { return struct{}{}, e.deleteShow(ctx, sh) })
 	if errors.Is(err, ErrNotFound) {
 		// Gone from PostgreSQL: what a DeleteShow that failed half-way left in Redis
 		// goes now.
@@ -154,40 +158,110 @@ func (e *Engine) DeleteShow(ctx context.Context, showID string) error {
 		if derr := e.deleteShowKeys(ctx, gone); derr != nil {
 			return derr
 		}
-		return err
 	}
+	return err
+}
+
+// closeTTL is how long DeleteShow's closing of a show in Redis lasts unless it opens or
+// seals it first: a DeleteShow that died half-way leaves the show closed that long.
+const closeTTL = 2 * time.Minute
+
+// deleteShow closes the show in Redis, so that no hold is granted from then on, checks
+// that it has no live hold and no booking, deletes it from PostgreSQL, then seals the
+// closing (for good) and deletes the show's other keys. A refused or failed delete
+// opens the show again.
+func (e *Engine) deleteShow(ctx context.Context, sh *show) error {
+	prev, err := e.closeCall(ctx, sh, "close", strconv.FormatInt(closeTTL.Milliseconds(), 10))
 	if err != nil {
 		return err
 	}
+	if err := e.deleteClosed(ctx, sh); err != nil {
+		return errors.Join(err, e.reopen(ctx, sh, prev))
+	}
+	e.dropShow(sh, true)
+	if _, err := e.closeCall(ctx, sh, "seal", ""); err != nil {
+		return fmt.Errorf("the show is deleted; DeleteShow again removes its keys: %w", err)
+	}
+	return e.deleteShowKeys(ctx, sh)
+}
+
+// deleteClosed deletes a show closed in Redis from PostgreSQL, unless it has a live
+// hold or a booking (ErrShowInUse).
+func (e *Engine) deleteClosed(ctx context.Context, sh *show) error {
 	held, err := e.anyHeld(ctx, sh)
 	if err != nil {
 		return err
 	}
 	if held {
-		return fmt.Errorf("%w: show %q has live holds; wait until they expire (or are released)", ErrShowInUse, showID)
+		return fmt.Errorf("%w: show %q has live holds; wait until they expire (or are released)", ErrShowInUse, sh.id)
 	}
-	err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
+	if e.hooks.afterHeldCheck != nil {
+		e.hooks.afterHeldCheck(ctx)
+	}
+	return pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
 		q := e.q.WithTx(tx)
-		booked, err := q.ShowLockForDelete(ctx, showID)
+		booked, err := q.ShowLockForDelete(ctx, db.ShowLockForDeleteParams{ShowID: sh.id, Epoch: sh.epoch})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("show %q", showID)
+			return e.replaced(sh) // gone, or another show now: the next read says which
 		}
 		if err != nil {
 			return e.pgErr(err)
 		}
 		if booked {
-			return fmt.Errorf("%w: show %q has bookings (cancelled ones count: they are its history)", ErrShowInUse, showID)
+			return fmt.Errorf("%w: show %q has bookings (cancelled ones count: they are its history)", ErrShowInUse, sh.id)
 		}
-		if _, err := q.ShowDelete(ctx, showID); err != nil {
+		if _, err := q.ShowDelete(ctx, sh.id); err != nil {
 			return e.pgErr(err)
 		}
 		return nil
 	})
-	if err != nil {
-		return err
+}
+
+// reopen opens a show that a refused or failed delete closed, unless PostgreSQL no
+// longer has it (a commit whose reply was lost): then the closing is sealed. When the
+// caller's context has ended it does so in the background.
+func (e *Engine) reopen(ctx context.Context, sh *show, prev string) error {
+	if ctx.Err() != nil {
+		go func() {
+			rctx, cancel := context.WithTimeout(e.viewCtx, e.cfg.StatementTimeout)
+			defer cancel()
+			if err := e.reopen(rctx, sh, prev); err != nil {
+				e.log.WarnContext(rctx, "open a show again after a failed delete", "show_id", sh.id, "error", err)
+			}
+		}()
+		return nil
 	}
-	e.forgetShow(sh)
-	return e.deleteShowKeys(ctx, sh)
+	epoch, err := e.q.ShowEpochGet(ctx, sh.id)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("the show stays closed for up to %v: %w", closeTTL, e.pgErr(err))
+	}
+	op := "open"
+	if err != nil || epoch != sh.epoch {
+		op, prev = "seal", ""
+	}
+	if _, err := e.closeCall(ctx, sh, op, prev); err != nil {
+		return fmt.Errorf("the show stays closed for up to %v: %w", closeTTL, err)
+	}
+	return nil
+}
+
+// closeCall runs close.lua's op on the show (arg: the closing's ms, or the value to
+// open with) and returns the show's rules key as it was before.
+func (e *Engine) closeCall(ctx context.Context, sh *show, op, arg string) (string, error) {
+	res, err := lua.Close.Run(ctx, e.scripts, []string{sh.k.gen()}, op, sh.epoch, arg).Slice()
+	if err != nil {
+		return "", e.redisErr(err)
+	}
+	switch status, _ := res[0].(string); status {
+	case "OK":
+		prev, _ := res[1].(string)
+		return prev, nil
+	case "CLOSED":
+		return "", fmt.Errorf("%w: show %q is being deleted by another call", ErrShowInUse, sh.id)
+	case "STALE":
+		return "", e.metChange(ctx, sh, status)
+	}
+	return "", fmt.Errorf("%w: unexpected close script reply %v", ErrUnavailable, res)
 }
 
 // anyHeld reports whether any seat of the show has a hold key.
@@ -209,26 +283,14 @@ func (e *Engine) anyHeld(ctx context.Context, sh *show) (bool, error) {
 	return false, nil
 }
 
-// forgetShow drops the engine's copy of a deleted show: its inventory, rules and view.
-func (e *Engine) forgetShow(sh *show) {
-	e.shows.remove(sh.id)
-	e.shows.forget(sh.id, time.Now().Add(e.cfg.UnknownShowTTL))
-	e.views.mu.Lock()
-	v := e.views.m[sh.id]
-	e.views.mu.Unlock()
-	if v != nil {
-		e.dropView(v)
-	}
-}
-
-// deleteShowKeys deletes every Redis key of the show but its generation counter (one
-// hash slot: on a Cluster, the node that owns it).
+// deleteShowKeys deletes every Redis key of the show but its generation counter and its
+// rules key (one hash slot: on a Cluster, the node that owns it).
 func (e *Engine) deleteShowKeys(ctx context.Context, sh *show) error {
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, sh.k.base+"*", 1000).Iterator()
 		var batch []string
 		for it.Next(ctx) {
-			if k := it.Val(); k != sh.k.gen() {
+			if k := it.Val(); k != sh.k.gen() && k != sh.k.base+"rules" {
 				batch = append(batch, k)
 			}
 			if len(batch) == 500 {

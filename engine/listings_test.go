@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +62,8 @@ func TestListShowsPagesNewestFirst(t *testing.T) {
 }
 
 // TestDeleteShow: a show with a live hold or any booking is refused (ErrShowInUse) and
-// left whole; one without goes from PostgreSQL and Redis but its generation counter,
-// every engine forgets it, and a show created again under its id hands out larger
+// left whole; one without goes from PostgreSQL and Redis but its generation counter and
+// its rules key (which says it is closed), every engine forgets it, and a show created again under its id hands out larger
 // generations.
 func TestDeleteShow(t *testing.T) {
 	t.Parallel()
@@ -107,8 +108,10 @@ func TestDeleteShow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 1 || !strings.HasSuffix(keys[0], ":gen") {
-		t.Fatalf("Redis keys left of the deleted show: %v, want only its generation counter", keys)
+	slices.Sort(keys)
+	if len(keys) != 2 || !strings.HasSuffix(keys[0], ":gen") || !strings.HasSuffix(keys[1], ":rules") ||
+		!strings.HasSuffix(v.rdb.Get(t.Context(), keys[1]).Val(), " closed") {
+		t.Fatalf("Redis keys left of the deleted show: %v, want only its generation counter and its rules key, closed", keys)
 	}
 	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "gone", SeatIDs: []string{"A2"}}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("hold on a deleted show: %v", err)

@@ -41,10 +41,11 @@ func (e *Engine) ticket(ctx context.Context, op, showID, holderID string) (Ticke
 	if err := requireHolderID(holderID, "a waiting room admits holders"); err != nil {
 		return Ticket{}, err
 	}
-	sh, err := e.show(ctx, showID)
-	if err != nil {
-		return Ticket{}, err
-	}
+	return withShow(ctx, e, showID, func(sh *show) (Ticket, error) { return e.ticketOn(ctx, sh, op, holderID) })
+}
+
+// ticketOn is a join or a ticket read on the engine's copy of the show.
+func (e *Engine) ticketOn(ctx context.Context, sh *show, op, holderID string) (Ticket, error) {
 	r, err := e.queueCall(ctx, sh, op, e.queueRules(ctx, sh), holderTag(holderID))
 	if err != nil {
 		return Ticket{}, err
@@ -74,15 +75,16 @@ func (e *Engine) Queue(ctx context.Context, showID string) (QueueStatus, error) 
 	if err := validateID("showID", showID); err != nil {
 		return QueueStatus{}, err
 	}
-	sh, err := e.show(ctx, showID)
-	if err != nil {
-		return QueueStatus{}, err
-	}
+	return withShow(ctx, e, showID, func(sh *show) (QueueStatus, error) { return e.queueOn(ctx, sh) })
+}
+
+// queueOn is Queue on the engine's copy of the show.
+func (e *Engine) queueOn(ctx context.Context, sh *show) (QueueStatus, error) {
 	e.watchQueue(sh.id)
 	if q := sh.queue.Load(); q != nil && time.Since(q.at) < queueStatusAge {
 		return q.s, q.err
 	}
-	v, _, _ := e.loads.Do("queue\x00"+sh.id, func() (any, error) {
+	v, _, _ := e.loads.Do("queue\x00"+sh.id+"\x00"+strconv.FormatInt(sh.epoch, 10), func() (any, error) {
 		if q := sh.queue.Load(); q != nil && time.Since(q.at) < queueStatusAge {
 			return q, nil
 		}
@@ -148,6 +150,9 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 	if err := e.queueDown(); err != nil {
 		return queueReply{}, err
 	}
+	if err := e.staleCopy(sh); err != nil {
+		return queueReply{}, err
+	}
 	if op == "join" || op == "ticket" {
 		select {
 		case e.queueSlots <- struct{}{}:
@@ -177,6 +182,9 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 	}
 	if len(res) < 9 {
 		return queueReply{}, fmt.Errorf("%w: unexpected queue script reply %v", ErrUnavailable, res)
+	}
+	if status, _ := res[0].(string); status == "STALE" || status == "CLOSED" {
+		return queueReply{}, e.metChange(ctx, sh, status)
 	}
 	i := func(k int) int64 { v, _ := res[k].(int64); return v }
 	s := func(k int) string { v, _ := res[k].(string); return v }

@@ -92,7 +92,8 @@ const rulesRefresh = time.Second
 // maxHolderLimit is the largest SaleRules.HolderLimit.
 const maxHolderLimit = 1_000_000
 
-// rulesState is an engine's copy of a show's rules, as the scripts take it.
+// rulesState is an engine's copy of a show's rules, as the scripts take it: the rules
+// of one show (its epoch), at a version of them.
 type rulesState struct {
 	r       SaleRules
 	version int64
@@ -100,9 +101,11 @@ type rulesState struct {
 	at      time.Time
 }
 
-// noRules is what the scripts are given while the engine has not read a show's rules:
-// version 0, so Redis's copy decides.
-var noRules = &rulesState{arg: "0 0 -1 0 0 0"}
+// unreadRules is what the scripts are given while the engine has not read a show's
+// rules: version 0 of the show's, so Redis's copy of that show's rules decides.
+func unreadRules(sh *show) *rulesState {
+	return &rulesState{arg: strconv.FormatInt(sh.epoch, 10) + " 0 0 -1 0 0 0", at: time.Now()}
+}
 
 // showRules is a show's rules cache, kept on the show.
 type showRules struct {
@@ -143,18 +146,22 @@ func (e *Engine) SetSaleRules(ctx context.Context, showID string, r SaleRules) e
 	if err := r.validate(); err != nil {
 		return err
 	}
-	sh, err := e.show(ctx, showID)
-	if err != nil {
-		return err
-	}
-	p := db.ShowRulesSetParams{ShowID: sh.id, HolderLimit: int32(r.HolderLimit)}
+	_, err := withShow(ctx, e, showID, func(sh *show) (struct{}, error) { return struct{}{}, e.setSaleRules(ctx, sh, r) })
+	return err
+}
+
+// setSaleRules stores the rules of the show of the engine's copy, then gives them to Redis.
+func (e *Engine) setSaleRules(ctx context.Context, sh *show, r SaleRules) error {
+	p := db.ShowRulesSetParams{ShowID: sh.id, Epoch: sh.epoch, HolderLimit: int32(r.HolderLimit)}
 	if q := r.Queue; q != nil {
 		at := q.OpensAt.UTC().Truncate(time.Millisecond)
 		p.QueueOpensAt = &at
 		p.QueueAdmitPerSecond = q.AdmitPerSecond
 		p.QueueAdmissionTtlMs = q.AdmissionTTL.Milliseconds()
 	}
-	if _, err := e.q.ShowRulesSet(ctx, p); err != nil {
+	if _, err := e.q.ShowRulesSet(ctx, p); errors.Is(err, pgx.ErrNoRows) {
+		return e.replaced(sh) // gone, or another show now: the next read says which
+	} else if err != nil {
 		return e.pgErr(err)
 	}
 	st, err := e.loadRules(ctx, sh)
@@ -186,15 +193,13 @@ func (e *Engine) SaleRules(ctx context.Context, showID string) (SaleRules, error
 	if err := validateID("showID", showID); err != nil {
 		return SaleRules{}, err
 	}
-	sh, err := e.show(ctx, showID)
-	if err != nil {
-		return SaleRules{}, err
-	}
-	st, err := e.loadRules(ctx, sh)
-	if err != nil {
-		return SaleRules{}, err
-	}
-	return st.r, nil
+	return withShow(ctx, e, showID, func(sh *show) (SaleRules, error) {
+		st, err := e.loadRules(ctx, sh)
+		if err != nil {
+			return SaleRules{}, err
+		}
+		return st.r, nil
+	})
 }
 
 // seedHeld records the show's live holds in <base>held, which the waiting room counts
@@ -231,7 +236,8 @@ func (e *Engine) seedHeld(ctx context.Context, sh *show) error {
 	return nil
 }
 
-// loadRules reads a show's rules from PostgreSQL into the show's cache.
+// loadRules reads a show's rules from PostgreSQL into the show's cache. A show that
+// another show of its id has replaced is dropped (*showChanged).
 func (e *Engine) loadRules(ctx context.Context, sh *show) (*rulesState, error) {
 	row, err := e.q.ShowRulesGet(ctx, sh.id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -239,6 +245,9 @@ func (e *Engine) loadRules(ctx context.Context, sh *show) (*rulesState, error) {
 	}
 	if err != nil {
 		return nil, e.pgErr(err)
+	}
+	if row.Epoch != sh.epoch {
+		return nil, e.replaced(sh)
 	}
 	st := &rulesState{version: row.RulesVersion, at: time.Now()}
 	st.r.HolderLimit = int(row.HolderLimit)
@@ -254,7 +263,7 @@ func (e *Engine) loadRules(ctx context.Context, sh *show) (*rulesState, error) {
 		st.r.Queue = q
 		opens, ttl, rate = q.OpensAt.UnixMilli(), q.AdmissionTTL.Milliseconds(), q.AdmitPerSecond
 	}
-	st.arg = fmt.Sprintf("%d %d %d %s %d %d", st.version, st.r.HolderLimit, opens,
+	st.arg = fmt.Sprintf("%d %d %d %d %s %d %d", sh.epoch, st.version, st.r.HolderLimit, opens,
 		strconv.FormatFloat(rate, 'f', -1, 64), ttl, row.SeatCount)
 	for {
 		old := sh.rules.cur.Load()
@@ -269,21 +278,36 @@ func (e *Engine) loadRules(ctx context.Context, sh *show) (*rulesState, error) {
 
 // rulesOf returns the engine's copy of a show's rules, reading them the first time and
 // again in the background once older than rulesRefresh. While PostgreSQL cannot be
-// read the scripts get noRules, and Redis's copy decides.
+// read the scripts get unreadRules, and Redis's copy decides. A read that finds the
+// show replaced drops the copy (sh.dropped; the caller's script must not run).
 func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
 	st := sh.rules.cur.Load()
 	if st == nil {
-		v, err, _ := e.loads.Do("rules\x00"+sh.id, func() (any, error) { return e.loadRules(ctx, sh) })
+		key := "rules\x00" + sh.id + "\x00" + strconv.FormatInt(sh.epoch, 10)
+		v, err, _ := e.loads.Do(key, func() (any, error) { return e.loadRules(ctx, sh) })
 		if err != nil {
 			// PostgreSQL cannot say now: Redis's copy decides, and the rules are read
 			// again in the background from a second on (a hold does not wait for
-			// PostgreSQL on every call meanwhile).
-			sh.rules.cur.CompareAndSwap(nil, &rulesState{arg: noRules.arg, at: time.Now()})
-			return noRules
+			// PostgreSQL on every call meanwhile). A show found replaced is dropped:
+			// its caller's script does not run (staleCopy).
+			unread := unreadRules(sh)
+			sh.rules.cur.CompareAndSwap(nil, unread)
+			return unread
 		}
 		return v.(*rulesState)
 	}
-	if time.Since(st.at) > rulesRefresh && sh.rules.reading.CompareAndSwap(false, true) {
+	e.refreshRules(sh)
+	return st
+}
+
+// refreshRules reads a cached show's rules (and with them its identity) again in the
+// background once they are older than rulesRefresh, or were never read: a show deleted
+// or replaced (DeleteShow or CreateShow, on any engine) is dropped then.
+func (e *Engine) refreshRules(sh *show) {
+	if st := sh.rules.cur.Load(); st != nil && time.Since(st.at) <= rulesRefresh {
+		return
+	}
+	if sh.rules.reading.CompareAndSwap(false, true) {
 		go func() {
 			defer sh.rules.reading.Store(false)
 			rctx, cancel := context.WithTimeout(e.viewCtx, e.cfg.StatementTimeout)
@@ -293,11 +317,10 @@ func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
 			case err == nil && st.r.Queue != nil:
 				e.watchQueue(sh.id)
 			case errors.Is(err, ErrNotFound):
-				e.forgetShow(sh) // deleted (DeleteShow, on any engine)
+				e.dropShow(sh, true) // deleted (DeleteShow, on any engine)
 			}
 		}()
 	}
-	return st
 }
 
 // pushRules gives Redis the engine's copy of the rules (kept only when newer).

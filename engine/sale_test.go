@@ -244,7 +244,7 @@ func TestWaitingRoomGuardsEveryHold(t *testing.T) {
 	sh, _ := v.e.show(ctx, "wr")
 	tag := holderTag("bot")
 	ks, _ := sh.scriptKeys(tag, []string{"S001"})
-	res, err := lua.Hold.Run(ctx, v.rdb, ks, scriptArgs(tag, []any{newToken(), 60000, 0, noRules.arg}, []string{"S001"})...).Slice()
+	res, err := lua.Hold.Run(ctx, v.rdb, ks, scriptArgs(tag, []any{newToken(), 60000, 0, unreadRules(sh).arg}, []string{"S001"})...).Slice()
 	if err != nil || res[0] != "NOTADMITTED" {
 		t.Fatalf("the hold script with no rules given: %v %v, want NOTADMITTED", res, err)
 	}
@@ -555,7 +555,12 @@ func TestWaitingRoomRulesComeBack(t *testing.T) {
 	v.show("back", seatNames(4)...)
 	v.setRules("back", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
 	k := newKeys(v.cfg.KeyPrefix, "back").base + "rules"
-	if err := v.rdb.Set(ctx, k, "0 0 -1 0 0 4", 0).Err(); err != nil { // an older copy: no room
+	sh, err := v.e.show(ctx, "back")
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := fmt.Sprintf("%d 0 0 -1 0 0 4", sh.epoch) // an older copy of the show's rules: no room
+	if err := v.rdb.Set(ctx, k, older, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "back", SeatIDs: []string{"S000"}, HolderID: "bot"}); !errors.Is(err, ErrNotAdmitted) {
@@ -567,7 +572,7 @@ func TestWaitingRoomRulesComeBack(t *testing.T) {
 	}
 	// The next script of the show gives Redis the rules back: here a join.
 	v.admitted("back", "ann")
-	if got := v.rdb.Get(ctx, k).Val(); got == "0 0 -1 0 0 4" {
+	if got := v.rdb.Get(ctx, k).Val(); got == older {
 		t.Fatalf("Redis still has the older rules")
 	}
 	v.hold("back", time.Minute, "ann", "S001")

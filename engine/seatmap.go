@@ -325,10 +325,18 @@ func (e *Engine) view(sh *show, watching bool) (*view, error) {
 		return nil, unavailable("engine", fmt.Errorf("closed"))
 	}
 	if v := e.views.m[sh.id]; v != nil {
-		if watching {
-			v.watches.Add(1)
+		switch {
+		case v.sh.epoch > sh.epoch: // the caller's copy is of an earlier show: one read
+			return newView(e, sh), nil
+		case v.sh.epoch < sh.epoch: // the view is of an earlier show
+			delete(e.views.m, sh.id)
+			go v.stop()
+		default:
+			if watching {
+				v.watches.Add(1)
+			}
+			return v, nil
 		}
-		return v, nil
 	}
 	if len(e.views.m) >= e.cfg.MaxWatchedShows {
 		var lru *view

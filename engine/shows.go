@@ -11,9 +11,12 @@ import (
 )
 
 // show is a show's inventory as the engine keeps it in memory, with every Redis key
-// built once.
+// built once. It is one show: epoch is its identity (migration 00009), which no later
+// show of the id shares. Meeting another identity of the id (PostgreSQL's, or Redis's
+// in a script's STALE) drops the copy (dropShow).
 type show struct {
 	id       string
+	epoch    int64
 	k        keys
 	seats    []string          // sorted
 	layout   []Seat            // in layout order (see layoutOrder)
@@ -30,8 +33,9 @@ type show struct {
 	slotsOnce sync.Once
 	slots     chan struct{} // holds in flight (Config.MaxHoldsInFlight): a semaphore
 
-	rules showRules                 // the sale rules (sale.go)
-	queue atomic.Pointer[queueRead] // the last read of its waiting room (queue.go)
+	rules   showRules                 // the sale rules (sale.go)
+	queue   atomic.Pointer[queueRead] // the last read of its waiting room (queue.go)
+	dropped atomic.Bool               // the engine dropped this copy (dropShow): no script runs on it
 }
 
 // holdSlots is the show's semaphore of holds in flight, of n slots.
@@ -41,9 +45,11 @@ func (sh *show) holdSlots(n int) chan struct{} {
 }
 
 // show returns a show's inventory, loading it from PostgreSQL on first use. An unknown
-// show id is remembered for Config.UnknownShowTTL.
+// show id is remembered for Config.UnknownShowTTL. A cached show's identity is read
+// again in the background once its rules are older than rulesRefresh (refreshRules).
 func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 	if sh, known := e.shows.get(showID); sh != nil {
+		e.refreshRules(sh)
 		return sh, nil
 	} else if !known {
 		return nil, notFound("show %q", showID)
@@ -60,7 +66,7 @@ func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 			e.shows.forget(showID, time.Now().Add(e.cfg.UnknownShowTTL))
 			return nil, notFound("show %q", showID)
 		}
-		return e.shows.put(newShow(e.cfg.KeyPrefix, showID, layoutFromRows(rows))), nil
+		return e.adopt(newShow(e.cfg.KeyPrefix, showID, rows[0].Epoch, layoutFromRows(rows))), nil
 	})
 	if err != nil {
 		return nil, err
@@ -92,12 +98,17 @@ func (c *showCache) get(id string) (sh *show, known bool) {
 	return sh, sh != nil || !isUnknown || time.Now().After(until)
 }
 
-// put caches sh unless the show is cached already, and returns the cached one.
-func (c *showCache) put(sh *show) *show {
+// put caches sh unless that show (its identity) or a later one is cached already, and
+// returns the cached one, and the copy of an earlier show it replaced (nil if none).
+func (c *showCache) put(sh *show) (cached, replaced *show) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if have := c.shows[sh.id]; have != nil {
-		return have
+		if have.epoch >= sh.epoch {
+			return have, nil
+		}
+		c.shows[sh.id] = sh
+		return sh, have
 	}
 	delete(c.unknown, sh.id)
 	for len(c.shows) >= c.max {
@@ -107,7 +118,7 @@ func (c *showCache) put(sh *show) *show {
 	}
 	c.shows[sh.id] = sh
 	c.order = append(c.order, sh.id)
-	return sh
+	return sh, nil
 }
 
 // all returns the cached shows.
@@ -117,15 +128,15 @@ func (c *showCache) all() []*show {
 	return slices.Collect(maps.Values(c.shows))
 }
 
-// remove drops a cached show.
-func (c *showCache) remove(id string) {
+// remove drops sh if it is the cached copy of its show.
+func (c *showCache) remove(sh *show) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.shows[id] == nil {
+	if c.shows[sh.id] != sh {
 		return
 	}
-	delete(c.shows, id)
-	c.order = slices.DeleteFunc(c.order, func(o string) bool { return o == id })
+	delete(c.shows, sh.id)
+	c.order = slices.DeleteFunc(c.order, func(o string) bool { return o == sh.id })
 }
 
 // forget remembers that id is not a show, until until.
@@ -138,14 +149,14 @@ func (c *showCache) forget(id string, until time.Time) {
 	c.unknown[id] = until
 }
 
-// newShow builds a show's in-memory inventory from its layout.
-func newShow(prefix, showID string, layout []Seat) *show {
+// newShow builds a show's in-memory inventory from its identity and layout.
+func newShow(prefix, showID string, epoch int64, layout []Seat) *show {
 	seats := make([]string, len(layout))
 	for i, s := range layout {
 		seats[i] = s.ID
 	}
 	slices.Sort(seats)
-	sh := &show{id: showID, k: newKeys(prefix, showID), seats: seats, layout: layoutOrder(layout),
+	sh := &show{id: showID, epoch: epoch, k: newKeys(prefix, showID), seats: seats, layout: layoutOrder(layout),
 		holdKeys: make(map[string]string, len(seats)), soldKeys: make(map[string]string, len(seats))}
 	sh.index = make(map[string]int, len(seats))
 	for i, s := range sh.layout {

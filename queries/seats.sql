@@ -22,6 +22,8 @@ INSERT INTO seat_fences (show_id, seat_id)
 SELECT show_id, seat_id FROM inserted;
 
 -- name: SeatLayoutListByShow :many
--- SeatLayoutListByShow is a show's seats with their layout, in seat id order.
-SELECT seat_id, section, row_label, position, rank, x, y
-FROM seats WHERE show_id = @show_id ORDER BY seat_id;
+-- SeatLayoutListByShow is a show's seats with their layout, in seat id order, each
+-- with the show's identity (one statement: the seats are that show's).
+SELECT sh.epoch, s.seat_id, s.section, s.row_label, s.position, s.rank, s.x, s.y
+FROM seats s JOIN shows sh ON sh.show_id = s.show_id
+WHERE s.show_id = @show_id ORDER BY s.seat_id;

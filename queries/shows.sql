@@ -3,21 +3,26 @@
 INSERT INTO shows (show_id) VALUES (@show_id)
 ON CONFLICT (show_id) DO NOTHING;
 
+-- name: ShowEpochGet :one
+-- ShowEpochGet reads a show's identity (migration 00009).
+SELECT epoch FROM shows WHERE show_id = @show_id;
+
 -- name: ShowExists :one
 SELECT EXISTS (SELECT 1 FROM shows WHERE show_id = @show_id);
 
 -- name: ShowRulesGet :one
--- ShowRulesGet reads a show's sale rules and their version.
-SELECT sh.holder_limit, sh.queue_opens_at, sh.queue_admit_per_second, sh.queue_admission_ttl_ms, sh.rules_version,
+-- ShowRulesGet reads a show's sale rules, their version and the show's identity.
+SELECT sh.epoch, sh.holder_limit, sh.queue_opens_at, sh.queue_admit_per_second, sh.queue_admission_ttl_ms, sh.rules_version,
     (SELECT count(*) FROM seats s WHERE s.show_id = sh.show_id)::bigint AS seat_count
 FROM shows sh WHERE sh.show_id = @show_id;
 
 -- name: ShowRulesSet :one
--- ShowRulesSet replaces a show's sale rules and moves their version forward.
+-- ShowRulesSet replaces the sale rules of the show of that identity and moves their
+-- version forward; no row when the show is gone or another show has its id now.
 UPDATE shows SET holder_limit = @holder_limit, queue_opens_at = sqlc.narg(queue_opens_at),
     queue_admit_per_second = @queue_admit_per_second, queue_admission_ttl_ms = @queue_admission_ttl_ms,
     rules_version = rules_version + 1
-WHERE show_id = @show_id
+WHERE show_id = @show_id AND epoch = @epoch
 RETURNING rules_version;
 
 -- name: HolderSeatsFind :many
@@ -47,9 +52,10 @@ ORDER BY sh.created_at DESC, sh.show_id DESC
 LIMIT @max_rows;
 
 -- name: ShowLockForDelete :one
--- ShowLockForDelete locks a show's row and says whether it ever had a booking.
+-- ShowLockForDelete locks the row of the show of that identity and says whether it
+-- ever had a booking.
 SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_bookings
-FROM shows sh WHERE sh.show_id = @show_id
+FROM shows sh WHERE sh.show_id = @show_id AND sh.epoch = @epoch
 FOR UPDATE;
 
 -- name: ShowDelete :execrows

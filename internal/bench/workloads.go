@@ -211,6 +211,16 @@ func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 	}
 	defer closeAll(bareEngs)
 	ttl := strconv.FormatInt(holdTTL.Milliseconds(), 10)
+	// The rules the raw script is given: version 0 of each show's (its identity), so
+	// that Redis's copy decides, as an engine's script is given before it read them.
+	rules := map[string]string{}
+	for _, s := range iv.shows {
+		epoch, err := db.New(e.pool).ShowEpochGet(ctx, s)
+		if err != nil {
+			return err
+		}
+		rules[s] = strconv.FormatInt(epoch, 10) + " 0 0 -1 0 0 0"
+	}
 	var from [4]int64 // next sequence number: engine, raw, engine and raw on shows not indexed
 	for _, clients := range []int{1, 50, 200} {
 		// Each drive starts where the variant's last one stopped, and adds the Redis
@@ -247,7 +257,7 @@ func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 			s := drive(ctx, clients, e.o.Warmup/2, d, func(ctx context.Context, seq int64) error {
 				seq += from[v]
 				show, seat, index := iv.seatAt(seq)
-				res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat, index), "", fmt.Sprintf("%032x", seq), ttl, 0, "0 0 -1 0 0 0", seat).Slice()
+				res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat, index), "", fmt.Sprintf("%032x", seq), ttl, 0, rules[show], seat).Slice()
 				if err == nil && res[0] != "OK" {
 					err = errors.New("refused")
 				}

@@ -19,7 +19,8 @@
 -- {"NONE", free seats left in the best section}, {"LIMIT", held} (the holder cap),
 -- {"LIMIT", held and booked, limit} (the sale's holder limit), {"NOTADMITTED"} (the show
 -- has a waiting room and the holder is not admitted now), {"LOST"} (a retry
--- whose hold is gone), {"NOSTATE"} or {"NOINDEX"} (the index is not built), or {"AGAIN"}:
+-- whose hold is gone), {"NOSTATE"} or {"NOINDEX"} (the index is not built), {"STALE"} or
+-- {"CLOSED"} (as hold.lua's), or {"AGAIN"}:
 -- it gave back REAP_MAX expired holds and has more to give back before it may choose
 -- (call again; what it gave back stays given back).
 
@@ -43,7 +44,8 @@ local given = rules_parse(ARGV[8])
 if not given then return bad("rules") end
 
 if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
-local rules = sale_rules(given, ARGV[8])
+local rules, closed = sale_rules(given, ARGV[8])
+if not rules then return closed end
 if redis.call("EXISTS", BASE .. "ixs") == 0 then return {"NOINDEX"} end
 local now = now_ms()
 local tok = BASE .. "tok:" .. token

@@ -319,25 +319,49 @@ local function index_state(i, seat_id, now)
     if m then index_fix(m, now) end
 end
 
--- Sale rules (engine/sale.go). A show's rules are one string, "<version> <holder limit>
--- <queue opens ms or -1> <admissions per second> <admission ttl ms> <seats>", kept in
--- <base>rules. Every script that needs them is given the engine's copy (read from the
--- database) and keeps the newer of the two: a Redis that lost its copy, or missed a
--- change in a failover, is given it back before the script decides anything.
+-- Sale rules (engine/sale.go). A show's rules are one string, "<epoch> <version> <holder
+-- limit> <queue opens ms or -1> <admissions per second> <admission ttl ms> <seats>", kept
+-- in <base>rules. epoch is the show's identity (a show deleted and created again under its
+-- id has a larger one), version counts the changes of that show's rules. From the moment
+-- DeleteShow closes a show (close.lua), and for good once it is deleted, the key says
+-- "<epoch> closed". Every script that needs the rules is given the engine's copy (read
+-- from the database) and keeps the newer of the two, a later show's or else a higher
+-- version: a Redis that lost its copy, or missed a change in a failover, is given it back
+-- before the script decides anything. A copy of an earlier show than Redis knows, or of a
+-- closed one, decides nothing: the script refuses (see sale_rules).
 local function rules_parse(s)
     if type(s) ~= "string" then return nil end
-    local v, lim, opens, rate, ttl, seats = string.match(s, "^(%d+) (%d+) (%-?%d+) (%d+%.?%d*) (%d+) (%d+)$")
-    if not v then return nil end
-    return {v = tonumber(v), limit = tonumber(lim), opens = tonumber(opens), rate = tonumber(rate),
+    local e, v, lim, opens, rate, ttl, seats = string.match(s, "^(%d+) (%d+) (%d+) (%-?%d+) (%d+%.?%d*) (%d+) (%d+)$")
+    if not e then return nil end
+    return {e = tonumber(e), v = tonumber(v), limit = tonumber(lim), opens = tonumber(opens), rate = tonumber(rate),
         ttl = tonumber(ttl), seats = tonumber(seats), queue = tonumber(opens) >= 0}
 end
 
+-- rules_epoch reads the rules key's value s: the epoch it is of (0 for none) and whether
+-- it says that show is closed.
+local function rules_epoch(s)
+    if type(s) ~= "string" then return 0, false end
+    local closed = string.match(s, "^(%d+) closed$")
+    if closed then return tonumber(closed), true end
+    local r = rules_parse(s)
+    if r then return r.e, false end
+    return 0, false
+end
+
 -- sale_rules returns the show's rules: the given ones (ARGV, already checked by
--- rules_parse) or Redis's when those are at least as new.
+-- rules_parse) or Redis's when those are of the same show and at least as new. When
+-- Redis knows a later show of the id it returns nil and {"STALE"}; when the given show is
+-- closed, nil and {"CLOSED"}. Either way Redis's copy is left as it is.
 local function sale_rules(given, raw)
     local key = BASE .. "rules"
-    local have = rules_parse(redis.call("GET", key))
-    if have and have.v >= given.v then return have end
+    local cur = redis.call("GET", key)
+    local e, closed = rules_epoch(cur)
+    if e > given.e then return nil, {"STALE"} end
+    if e == given.e then
+        if closed then return nil, {"CLOSED"} end
+        local have = rules_parse(cur)
+        if have and have.v >= given.v then return have end
+    end
     redis.call("SET", key, raw)
     return given
 end

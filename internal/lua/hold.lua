@@ -14,7 +14,9 @@
 -- has no entry id: the first call wrote it), {"TAKEN", seat, ...},
 -- {"LIMIT", held} (the holder cap), {"LIMIT", held and booked, limit} (the sale's holder
 -- limit), {"NOTADMITTED"} (the show has a waiting room and the holder is not admitted
--- now), or {"NOSTATE"} when the counter is missing (Redis lost the show).
+-- now), {"NOSTATE"} when the counter is missing (Redis lost the show), or {"STALE"} or
+-- {"CLOSED"} (the rules given are of an earlier show of the id, or of a closed one: see
+-- sale_rules in common.lua).
 
 local F = 5
 local n, err = layout(F, 1, 1)
@@ -28,7 +30,8 @@ local given = rules_parse(ARGV[5])
 if not given then return bad("rules") end
 
 if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
-local rules = sale_rules(given, ARGV[5])
+local rules, closed = sale_rules(given, ARGV[5])
+if not rules then return closed end
 
 local now = now_ms()
 local mine, taken, first = 0, {"TAKEN"}, nil

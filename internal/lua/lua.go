@@ -47,6 +47,8 @@ var (
 	countsLua string
 	//go:embed recount.lua
 	recountLua string
+	//go:embed close.lua
+	closeLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -73,6 +75,9 @@ var (
 	Queue   = newScript("", queueLua)
 	Counts  = newScript("", countsLua)
 	Recount = newScript("", recountLua)
+	// Close closes a show in Redis for DeleteShow, seals it once deleted, or opens it
+	// again when the delete was refused.
+	Close = newScript("", closeLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

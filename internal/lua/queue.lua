@@ -31,7 +31,9 @@
 -- Returns {status, position, admitted until ms, opened (0/1), sold out (0/1), waiting,
 -- admitted so far, admissions per second recently (string), seed drawn by this call or
 -- "", how many it drew}, status one of "ADMITTED", "WAITING", "NONE" (not in the room), "NOQUEUE" (the
--- show has no waiting room; nothing else is meaningful).
+-- show has no waiting room; nothing else is meaningful), or "STALE" or "CLOSED" (the given
+-- rules are of an earlier show of the id, or of a closed show: see sale_rules in
+-- common.lua; nothing else is meaningful).
 
 if #KEYS ~= 1 or string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
 BASE = string.sub(KEYS[1], 1, -4)
@@ -43,7 +45,8 @@ if tag ~= "" and not is_hex(tag, 32) then return bad("holder tag") end
 if (op == "join" or op == "ticket") and tag == "" then return bad("holder tag") end
 if not is_hex(seed, 32) then return bad("seed") end
 
-local rules = sale_rules(given, ARGV[2])
+local rules, closed = sale_rules(given, ARGV[2])
+if not rules then return {closed[1], 0, 0, 0, 0, 0, 0, "0", "", 0} end
 if op == "rules" or not rules.queue then return {"NOQUEUE", 0, 0, 0, 0, 0, 0, "0", "", 0} end
 
 local now = now_ms()
