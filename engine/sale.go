@@ -268,20 +268,26 @@ func (e *Engine) loadRules(ctx context.Context, sh *show) (*rulesState, error) {
 }
 
 // rulesOf returns the engine's copy of a show's rules, reading them the first time and
-// again in the background once older than rulesRefresh. While PostgreSQL cannot be
-// read the scripts get noRules, and Redis's copy decides.
-func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
+// again in the background once older than rulesRefresh. The first read is one for
+// every caller at the time, bounded by Config.StatementTimeout (shared); a caller whose
+// ctx ends before it answers gets noRules and ErrUnavailable. While PostgreSQL cannot
+// be read the scripts get noRules, and Redis's copy decides.
+func (e *Engine) rulesOf(ctx context.Context, sh *show) (*rulesState, error) {
 	st := sh.rules.cur.Load()
 	if st == nil {
-		v, err, _ := e.loads.Do("rules\x00"+sh.id, func() (any, error) { return e.loadRules(ctx, sh) })
+		st, _, err := shared(ctx, &e.loads, "rules\x00"+sh.id, "postgres", e.cfg.StatementTimeout,
+			func(ctx context.Context) (*rulesState, error) { return e.loadRules(ctx, sh) })
+		if err != nil && ctx.Err() != nil {
+			return noRules, err // this caller is out of time; the read goes on
+		}
 		if err != nil {
 			// PostgreSQL cannot say now: Redis's copy decides, and the rules are read
 			// again in the background from a second on (a hold does not wait for
 			// PostgreSQL on every call meanwhile).
 			sh.rules.cur.CompareAndSwap(nil, &rulesState{arg: noRules.arg, at: time.Now()})
-			return noRules
+			return noRules, nil
 		}
-		return v.(*rulesState)
+		return st, nil
 	}
 	if time.Since(st.at) > rulesRefresh && sh.rules.reading.CompareAndSwap(false, true) {
 		go func() {
@@ -297,7 +303,7 @@ func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
 			}
 		}()
 	}
-	return st
+	return st, nil
 }
 
 // pushRules gives Redis the engine's copy of the rules (kept only when newer).
@@ -400,7 +406,9 @@ func (e *Engine) syncCounts(ctx context.Context, sh *show) error {
 	}
 }
 
-// limited reports whether the engine's copy of a show's rules has a holder limit.
+// limited reports whether the engine's copy of a show's rules has a holder limit (none
+// known when ctx ends before the first read answers: noRules).
 func (e *Engine) limited(ctx context.Context, sh *show) bool {
-	return e.rulesOf(ctx, sh).r.HolderLimit > 0
+	st, _ := e.rulesOf(ctx, sh)
+	return st.r.HolderLimit > 0
 }

@@ -129,10 +129,31 @@ type polledMaps struct {
 }
 
 type polledMap struct {
-	mu      sync.Mutex // held while building: concurrent readers wait for one build
-	m       *SeatMap   // the last build
-	changed *SeatMap   // the last build whose seats differed from the build before it
+	mu      sync.Mutex
+	m       *SeatMap // the last build
+	changed *SeatMap // the last build whose seats differed from the build before it
 	at      time.Time
+}
+
+// fresh returns the last build and the last changed one, nil when older than pollEvery.
+func (p *polledMap) fresh() (m, changed *SeatMap) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil || time.Since(p.at) >= pollEvery {
+		return nil, nil
+	}
+	return p.m, p.changed
+}
+
+// built records a new build, and returns the last changed one.
+func (p *polledMap) built(m *SeatMap) (changed *SeatMap) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.changed; c == nil || !slices.Equal(m.States, c.States) || !slices.EqualFunc(m.Expires, c.Expires, time.Time.Equal) {
+		p.changed = m
+	}
+	p.m, p.at = m, time.Now()
+	return p.changed
 }
 
 // maxPolledMaps bounds the polled maps kept; past it they are all dropped (each is
@@ -142,6 +163,8 @@ const maxPolledMaps = 1024
 // polledSeatMap returns the show's shared map (m, for readers: its AsOf is the last
 // build's) and the last one whose seats changed (changed, for watchers: a new pointer
 // means a snapshot to send), compared once per build rather than once per watcher.
+// Concurrent readers share one build (shared: bounded by rebuildTimeout, each waits
+// for it until its ctx ends).
 func (e *Engine) polledSeatMap(ctx context.Context, sh *show) (m, changed *SeatMap, err error) {
 	e.polled.mu.Lock()
 	if e.polled.m == nil || len(e.polled.m) >= maxPolledMaps {
@@ -153,27 +176,35 @@ func (e *Engine) polledSeatMap(ctx context.Context, sh *show) (m, changed *SeatM
 		e.polled.m[sh.id] = p
 	}
 	e.polled.mu.Unlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m != nil && time.Since(p.at) < pollEvery {
-		return p.m, p.changed, nil
+	if m, changed := p.fresh(); m != nil {
+		return m, changed, nil
 	}
+	type maps struct{ m, changed *SeatMap }
+	r, _, err := shared(ctx, &e.loads, "polled\x00"+sh.id, "redis", rebuildTimeout, func(ctx context.Context) (maps, error) {
+		if m, changed := p.fresh(); m != nil {
+			return maps{m, changed}, nil
+		}
+		m, err := e.buildSeatMap(ctx, sh)
+		if err != nil {
+			return maps{}, err
+		}
+		return maps{m, p.built(m)}, nil
+	})
+	return r.m, r.changed, err
+}
+
+// buildSeatMap builds a show's seat map from Redis and PostgreSQL, once, for a show
+// the engine does not watch.
+func (e *Engine) buildSeatMap(ctx context.Context, sh *show) (*SeatMap, error) {
 	v := newView(e, sh)
-	err = v.rebuild(ctx)
+	err := v.rebuild(ctx)
 	for try := 0; errors.Is(err, errCatchUpGap) && try < 3; try++ {
 		err = v.rebuild(ctx)
 	}
 	if err != nil {
-		return nil, nil, unavailable("redis", err)
+		return nil, unavailable("redis", err)
 	}
-	if m, err = v.read(ctx); err != nil {
-		return nil, nil, err
-	}
-	if c := p.changed; c == nil || !slices.Equal(m.States, c.States) || !slices.EqualFunc(m.Expires, c.Expires, time.Time.Equal) {
-		p.changed = m
-	}
-	p.m, p.at = m, time.Now()
-	return p.m, p.changed, nil
+	return v.read(ctx)
 }
 
 // pollWatch watches a show past the watched-shows pool: a snapshot now, and another

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestSharedReadKeepsEachCallersDeadline: the first Hold of a show on an engine reads
+// its inventory (table seats) and its rules (table shows) once for every caller at that
+// moment. Another session locks the table, so that the read hangs. A first caller
+// without a deadline starts it; 20 holds with a 500 ms deadline each leave at their
+// deadline with ErrUnavailable, not when the read ends; the read ends by its own bound
+// (StatementTimeout), so the caller without a deadline has an answer too, while the
+// lock is still held; once it is released holds work.
+func TestSharedReadKeepsEachCallersDeadline(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ read, table string }{{"rules", "shows"}, {"inventory", "seats"}} {
+		t.Run(tc.read, func(t *testing.T) {
+			t.Parallel()
+			const bound = time.Second
+			v := newEnv(t, func(c *Config) { c.StatementTimeout = bound })
+			seats := seatNames(30)
+			v.show("sr", seats...)
+			e := v.twin() // an engine that has read nothing of the show
+			if tc.read == "rules" {
+				if _, err := e.show(t.Context(), "sr"); err != nil { // the inventory, not the rules
+					t.Fatal(err)
+				}
+			}
+			tx, err := v.pool.Begin(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+			if _, err := tx.Exec(t.Context(), "LOCK TABLE "+tc.table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				t.Fatal(err)
+			}
+			type answer struct {
+				err  error
+				took time.Duration
+			}
+			hold := func(ctx context.Context, seat string) answer {
+				start := time.Now()
+				_, err := e.Hold(ctx, HoldRequest{ShowID: "sr", SeatIDs: []string{seat}, HolderID: "h-" + seat})
+				return answer{err, time.Since(start)}
+			}
+			first := make(chan answer, 1)
+			go func() { first <- hold(context.WithoutCancel(t.Context()), seats[0]) }()
+			waitFor(t, "the first caller's read waits for the lock", 5*time.Second, func() bool {
+				return v.count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") >= 1
+			})
+
+			const callers, deadline = 20, 500 * time.Millisecond
+			answers := make(chan answer, callers)
+			var wg sync.WaitGroup
+			for i := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), deadline)
+					defer cancel()
+					answers <- hold(ctx, seats[1+i])
+				}()
+			}
+			for range callers {
+				select {
+				case a := <-answers:
+					if !errors.Is(a.err, ErrUnavailable) {
+						t.Errorf("a hold with a %v deadline behind the shared read: %v, want ErrUnavailable", deadline, a.err)
+					}
+					if a.took > deadline+time.Second {
+						t.Errorf("a hold with a %v deadline answered after %v", deadline, a.took)
+					}
+				case <-time.After(deadline + 4*time.Second):
+					t.Fatalf("a hold with a %v deadline has not answered after %v: it waits for the shared read", deadline, deadline+4*time.Second)
+				}
+			}
+			wg.Wait()
+
+			// The shared read ends by its own bound: the caller without a deadline has
+			// its answer while the lock is still held (the rules unread, Redis's copy
+			// decides and the hold is granted; the inventory unread, ErrUnavailable).
+			select {
+			case a := <-first:
+				if a.took > bound+3*time.Second {
+					t.Errorf("the caller without a deadline answered after %v, the shared read's bound is %v", a.took, bound)
+				}
+				if tc.read == "rules" && a.err != nil {
+					t.Errorf("the hold whose rules could not be read: %v, want it granted (Redis's copy of the rules decides)", a.err)
+				}
+				if tc.read == "inventory" && !errors.Is(a.err, ErrUnavailable) {
+					t.Errorf("the hold whose inventory could not be read: %v, want ErrUnavailable", a.err)
+				}
+			case <-time.After(bound + 5*time.Second):
+				t.Fatalf("the caller without a deadline has not answered %v after the shared read began (its bound is %v)", bound+5*time.Second, bound)
+			}
+			if err := tx.Rollback(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			if a := hold(ctx, seats[len(seats)-1]); a.err != nil {
+				t.Fatalf("a hold once the lock is gone: %v", a.err)
+			}
+		})
+	}
+}
