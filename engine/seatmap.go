@@ -253,7 +253,7 @@ func (e *Engine) pollWatch(ctx context.Context, sh *show) (<-chan SeatMapEvent, 
 // otherwise (and with after 0) the first event is a snapshot. A watcher that falls
 // behind is never waited for: what it has not read is dropped and it gets a snapshot.
 func (e *Engine) WatchSeatMap(ctx context.Context, showID string, after uint64) (<-chan SeatMapEvent, error) {
-	return e.watch(ctx, showID, func(v *view) ([]SeatMapEvent, bool) {
+	return e.watch(ctx, showID, 0, func(v *view) ([]SeatMapEvent, bool) {
 		if after == 0 || len(v.ring) == 0 || after < v.ring[0].version-1 || after > v.version {
 			return nil, false
 		}
@@ -269,11 +269,13 @@ func (e *Engine) WatchSeatMap(ctx context.Context, showID string, after uint64) 
 
 // WatchSeatMapFrom is WatchSeatMap for a watcher that saw the map at a feed position
 // (SeatMapEvent.Position) of another engine — a client whose server died, resuming on
-// another replica: the first event brings it to this engine's map (the current state
-// of every seat this engine changed since that position) when this engine can tell,
-// else it is a snapshot.
+// another replica: the first event brings it to this engine's map — the current state
+// of every seat a feed entry after that position touched and of every seat whose hold
+// expired since that position's time, a superset of what it missed — when this engine
+// can tell, else it is a snapshot. An engine behind that position is waited for (up to
+// a second) to reach it.
 func (e *Engine) WatchSeatMapFrom(ctx context.Context, showID string, position uint64) (<-chan SeatMapEvent, error) {
-	return e.watch(ctx, showID, func(v *view) ([]SeatMapEvent, bool) {
+	return e.watch(ctx, showID, position, func(v *view) ([]SeatMapEvent, bool) {
 		changes, ok := v.catchUp(position)
 		if !ok || len(changes) == 0 {
 			return nil, ok
@@ -283,8 +285,9 @@ func (e *Engine) WatchSeatMapFrom(ctx context.Context, showID string, position u
 }
 
 // watch subscribes to a show's view; resume, under the view's lock, returns the events
-// a resuming watcher starts with, or false for a snapshot.
-func (e *Engine) watch(ctx context.Context, showID string, resume func(v *view) ([]SeatMapEvent, bool)) (<-chan SeatMapEvent, error) {
+// a resuming watcher starts with, or false for a snapshot. A watcher from a feed
+// position (from, not 0) first waits, up to resumeWait, for the view to reach it.
+func (e *Engine) watch(ctx context.Context, showID string, from uint64, resume func(v *view) ([]SeatMapEvent, bool)) (<-chan SeatMapEvent, error) {
 	if err := validateID("showID", showID); err != nil {
 		return nil, err
 	}
@@ -302,6 +305,9 @@ func (e *Engine) watch(ctx context.Context, showID string, resume func(v *view) 
 	defer v.watches.Add(-1)
 	if _, err := v.read(ctx); err != nil { // wait for the first build
 		return nil, err
+	}
+	if from != 0 {
+		v.await(ctx, resumeWait, func() bool { return v.feedPos() >= from })
 	}
 	w := &watcher{ch: make(chan SeatMapEvent, watchBuffer)}
 	v.mu.Lock()
