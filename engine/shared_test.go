@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -106,5 +107,76 @@ func TestSharedReadKeepsEachCallersDeadline(t *testing.T) {
 				t.Fatalf("a hold once the lock is gone: %v", a.err)
 			}
 		})
+	}
+}
+
+// TestPolledSeatMapKeepsEachCallersDeadline: a show past the watched-shows pool is
+// served from a map built for all its readers at once. Another session locks
+// seat_claims, so that the build hangs; a reader without a deadline starts it, and 20
+// readers with a 500 ms deadline each leave at their deadline with ErrUnavailable;
+// once the lock is released the map is read.
+func TestPolledSeatMapKeepsEachCallersDeadline(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxWatchedShows = 1 })
+	v.show("watched", seatNames(5)...)
+	v.show("polled", seatNames(5)...)
+	wctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	if _, err := v.e.WatchSeatMap(wctx, "watched", 0); err != nil { // takes the one slot
+		t.Fatal(err)
+	}
+	if _, err := v.e.show(t.Context(), "polled"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := v.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), "LOCK TABLE seat_claims IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := v.e.SeatMap(context.WithoutCancel(t.Context()), "polled")
+		first <- err
+	}()
+	waitFor(t, "the first reader's build waits for the lock", 5*time.Second, func() bool {
+		return v.count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") >= 1
+	})
+	const readers, deadline = 20, 500 * time.Millisecond
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), deadline)
+			defer cancel()
+			start := time.Now()
+			_, err := v.e.SeatMap(ctx, "polled")
+			if took := time.Since(start); took > deadline+time.Second {
+				err = fmt.Errorf("answered after %v (%v)", took, err)
+			}
+			errs <- err
+		}()
+	}
+	for range readers {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrUnavailable) {
+				t.Errorf("a read with a %v deadline behind the shared build: %v, want ErrUnavailable within it", deadline, err)
+			}
+		case <-time.After(deadline + 4*time.Second):
+			t.Fatalf("a read with a %v deadline has not answered after %v: it waits for the shared build", deadline, deadline+4*time.Second)
+		}
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the reader without a deadline, once the lock is gone: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := v.e.SeatMap(ctx, "polled"); err != nil {
+		t.Fatalf("a read once the lock is gone: %v", err)
 	}
 }
