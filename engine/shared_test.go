@@ -66,9 +66,11 @@ func TestSharedReadKeepsEachCallersDeadline(t *testing.T) {
 					answers <- hold(ctx, seats[1+i])
 				}()
 			}
+			var slowest time.Duration
 			for range callers {
 				select {
 				case a := <-answers:
+					slowest = max(slowest, a.took)
 					if !errors.Is(a.err, ErrUnavailable) {
 						t.Errorf("a hold with a %v deadline behind the shared read: %v, want ErrUnavailable", deadline, a.err)
 					}
@@ -80,12 +82,14 @@ func TestSharedReadKeepsEachCallersDeadline(t *testing.T) {
 				}
 			}
 			wg.Wait()
+			t.Logf("%d holds with a %v deadline: the slowest answered after %v", callers, deadline, slowest)
 
 			// The shared read ends by its own bound: the caller without a deadline has
 			// its answer while the lock is still held (the rules unread, Redis's copy
 			// decides and the hold is granted; the inventory unread, ErrUnavailable).
 			select {
 			case a := <-first:
+				t.Logf("the caller without a deadline: %v after %v (the shared read's bound %v)", a.err, a.took, bound)
 				if a.took > bound+3*time.Second {
 					t.Errorf("the caller without a deadline answered after %v, the shared read's bound is %v", a.took, bound)
 				}
