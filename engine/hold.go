@@ -32,7 +32,10 @@ const holdAdmissionWait = 250 * time.Millisecond
 // ErrOverloaded (nothing changed). It returns the show's rules as the engine has them
 // (for the script), and done, which gives the slot back.
 func (e *Engine) admitHold(ctx context.Context, sh *show, holderID string) (rules *rulesState, done func(), err error) {
-	rules = e.rulesOf(ctx, sh)
+	rules, err = e.rulesOf(ctx, sh)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := e.staleCopy(sh); err != nil {
 		return nil, nil, err
 	}
@@ -154,14 +157,16 @@ func (e *Engine) holderLimit(sh *show, held any, n int) error {
 }
 
 // rebuildShow runs rebuild (Resync, or the best-available index) once per show at a
-// time, after a script found Redis without the show's state; a second loss in one call
+// time, after a script found Redis without the show's state: bounded by rebuildTimeout,
+// waited for by each caller until its ctx ends (shared). A second loss in one call
 // (attempt > 0) is ErrUnavailable.
 func (e *Engine) rebuildShow(ctx context.Context, sh *show, attempt int, rebuild func(context.Context, *show) error) error {
 	if attempt > 0 {
 		return fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
 	}
-	_, err, shared := e.resyncs.Do(sh.id, func() (any, error) { return nil, rebuild(ctx, sh) })
-	if err == nil && !shared {
+	_, wasShared, err := shared(ctx, &e.resyncs, sh.id, "redis", rebuildTimeout,
+		func(ctx context.Context) (struct{}, error) { return struct{}{}, rebuild(ctx, sh) })
+	if err == nil && !wasShared {
 		e.log.WarnContext(ctx, "redis had no state for the show; rebuilt it from the database", "show_id", sh.id)
 	}
 	return err

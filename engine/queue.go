@@ -70,7 +70,7 @@ func (e *Engine) ticketOn(ctx context.Context, sh *show, op, holderID string) (T
 
 // Queue returns a show's waiting room as a whole, admitting whoever may be admitted
 // now. A show without a waiting room is ErrNotFound. Reads within queueStatusAge of
-// each other share one Redis call.
+// each other share one Redis call (shared: each waits for it until its ctx ends).
 func (e *Engine) Queue(ctx context.Context, showID string) (QueueStatus, error) {
 	if err := validateID("showID", showID); err != nil {
 		return QueueStatus{}, err
@@ -84,7 +84,8 @@ func (e *Engine) queueOn(ctx context.Context, sh *show) (QueueStatus, error) {
 	if q := sh.queue.Load(); q != nil && time.Since(q.at) < queueStatusAge {
 		return q.s, q.err
 	}
-	v, _, _ := e.loads.Do("queue\x00"+sh.id+"\x00"+strconv.FormatInt(sh.epoch, 10), func() (any, error) {
+	key := "queue\x00" + sh.id + "\x00" + strconv.FormatInt(sh.epoch, 10)
+	q, _, err := shared(ctx, &e.loads, key, "redis", 2*redisCallTimeout, func(ctx context.Context) (*queueRead, error) {
 		if q := sh.queue.Load(); q != nil && time.Since(q.at) < queueStatusAge {
 			return q, nil
 		}
@@ -104,7 +105,9 @@ func (e *Engine) queueOn(ctx context.Context, sh *show) (QueueStatus, error) {
 		}
 		return q, nil
 	})
-	q := v.(*queueRead)
+	if err != nil {
+		return QueueStatus{}, err
+	}
 	return q.s, q.err
 }
 
@@ -202,12 +205,14 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 	return r, nil
 }
 
-// queueRules are the show's rules for a waiting-room call: their first read (and their
-// push to Redis) is bounded like a call; the call bounds itself (queueCall).
+// queueRules are the show's rules for a waiting-room call: the wait for their first
+// read is bounded like a call (then noRules: Redis's copy decides); the call bounds
+// itself (queueCall).
 func (e *Engine) queueRules(ctx context.Context, sh *show) *rulesState {
 	ctx, cancel := context.WithTimeout(ctx, redisCallTimeout)
 	defer cancel()
-	return e.rulesOf(ctx, sh)
+	st, _ := e.rulesOf(ctx, sh)
+	return st
 }
 
 // queueDownFor is how long after a waiting-room call found Redis unavailable the next
@@ -279,7 +284,7 @@ func (e *Engine) admitLoop(ctx context.Context) {
 				continue
 			}
 			actx, cancel := context.WithTimeout(ctx, time.Second)
-			if _, err := e.queueCall(actx, sh, "admit", e.rulesOf(actx, sh), ""); err != nil && ctx.Err() == nil {
+			if _, err := e.queueCall(actx, sh, "admit", e.queueRules(actx, sh), ""); err != nil && ctx.Err() == nil {
 				e.log.WarnContext(ctx, "waiting room admission", "show_id", id, "error", err)
 			}
 			cancel()

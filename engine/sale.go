@@ -277,14 +277,20 @@ func (e *Engine) loadRules(ctx context.Context, sh *show) (*rulesState, error) {
 }
 
 // rulesOf returns the engine's copy of a show's rules, reading them the first time and
-// again in the background once older than rulesRefresh. While PostgreSQL cannot be
-// read the scripts get unreadRules, and Redis's copy decides. A read that finds the
-// show replaced drops the copy (sh.dropped; the caller's script must not run).
-func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
+// again in the background once older than rulesRefresh. The first read is one for
+// every caller at the time, bounded by Config.StatementTimeout (shared); a caller whose
+// ctx ends before it answers gets ErrUnavailable. While PostgreSQL cannot be read the
+// scripts get unreadRules, and Redis's copy decides. A read that finds the show replaced
+// drops the copy (sh.dropped; the caller's script must not run).
+func (e *Engine) rulesOf(ctx context.Context, sh *show) (*rulesState, error) {
 	st := sh.rules.cur.Load()
 	if st == nil {
 		key := "rules\x00" + sh.id + "\x00" + strconv.FormatInt(sh.epoch, 10)
-		v, err, _ := e.loads.Do(key, func() (any, error) { return e.loadRules(ctx, sh) })
+		st, _, err := shared(ctx, &e.loads, key, "postgres", e.cfg.StatementTimeout,
+			func(ctx context.Context) (*rulesState, error) { return e.loadRules(ctx, sh) })
+		if err != nil && ctx.Err() != nil {
+			return unreadRules(sh), err // this caller is out of time; the read goes on
+		}
 		if err != nil {
 			// PostgreSQL cannot say now: Redis's copy decides, and the rules are read
 			// again in the background from a second on (a hold does not wait for
@@ -292,12 +298,12 @@ func (e *Engine) rulesOf(ctx context.Context, sh *show) *rulesState {
 			// its caller's script does not run (staleCopy).
 			unread := unreadRules(sh)
 			sh.rules.cur.CompareAndSwap(nil, unread)
-			return unread
+			return unread, nil
 		}
-		return v.(*rulesState)
+		return st, nil
 	}
 	e.refreshRules(sh)
-	return st
+	return st, nil
 }
 
 // refreshRules reads a cached show's rules (and with them its identity) again in the
@@ -436,7 +442,9 @@ func (e *Engine) pageCounts(ctx context.Context, sh *show, f func([]holderCount)
 	}
 }
 
-// limited reports whether the engine's copy of a show's rules has a holder limit.
+// limited reports whether the engine's copy of a show's rules has a holder limit (none
+// known when ctx ends before the first read answers: noRules).
 func (e *Engine) limited(ctx context.Context, sh *show) bool {
-	return e.rulesOf(ctx, sh).r.HolderLimit > 0
+	st, _ := e.rulesOf(ctx, sh)
+	return st.r.HolderLimit > 0
 }

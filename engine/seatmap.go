@@ -129,10 +129,31 @@ type polledMaps struct {
 }
 
 type polledMap struct {
-	mu      sync.Mutex // held while building: concurrent readers wait for one build
-	m       *SeatMap   // the last build
-	changed *SeatMap   // the last build whose seats differed from the build before it
+	mu      sync.Mutex
+	m       *SeatMap // the last build
+	changed *SeatMap // the last build whose seats differed from the build before it
 	at      time.Time
+}
+
+// fresh returns the last build and the last changed one, nil when older than pollEvery.
+func (p *polledMap) fresh() (m, changed *SeatMap) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil || time.Since(p.at) >= pollEvery {
+		return nil, nil
+	}
+	return p.m, p.changed
+}
+
+// built records a new build, and returns the last changed one.
+func (p *polledMap) built(m *SeatMap) (changed *SeatMap) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.changed; c == nil || !slices.Equal(m.States, c.States) || !slices.EqualFunc(m.Expires, c.Expires, time.Time.Equal) {
+		p.changed = m
+	}
+	p.m, p.at = m, time.Now()
+	return p.changed
 }
 
 // maxPolledMaps bounds the polled maps kept; past it they are all dropped (each is
@@ -142,6 +163,8 @@ const maxPolledMaps = 1024
 // polledSeatMap returns the show's shared map (m, for readers: its AsOf is the last
 // build's) and the last one whose seats changed (changed, for watchers: a new pointer
 // means a snapshot to send), compared once per build rather than once per watcher.
+// Concurrent readers share one build (shared: bounded by rebuildTimeout, each waits
+// for it until its ctx ends).
 func (e *Engine) polledSeatMap(ctx context.Context, sh *show) (m, changed *SeatMap, err error) {
 	e.polled.mu.Lock()
 	if e.polled.m == nil || len(e.polled.m) >= maxPolledMaps {
@@ -153,27 +176,35 @@ func (e *Engine) polledSeatMap(ctx context.Context, sh *show) (m, changed *SeatM
 		e.polled.m[sh.id] = p
 	}
 	e.polled.mu.Unlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m != nil && time.Since(p.at) < pollEvery {
-		return p.m, p.changed, nil
+	if m, changed := p.fresh(); m != nil {
+		return m, changed, nil
 	}
+	type maps struct{ m, changed *SeatMap }
+	r, _, err := shared(ctx, &e.loads, "polled\x00"+sh.id, "redis", rebuildTimeout, func(ctx context.Context) (maps, error) {
+		if m, changed := p.fresh(); m != nil {
+			return maps{m, changed}, nil
+		}
+		m, err := e.buildSeatMap(ctx, sh)
+		if err != nil {
+			return maps{}, err
+		}
+		return maps{m, p.built(m)}, nil
+	})
+	return r.m, r.changed, err
+}
+
+// buildSeatMap builds a show's seat map from Redis and PostgreSQL, once, for a show
+// the engine does not watch.
+func (e *Engine) buildSeatMap(ctx context.Context, sh *show) (*SeatMap, error) {
 	v := newView(e, sh)
-	err = v.rebuild(ctx)
+	err := v.rebuild(ctx)
 	for try := 0; errors.Is(err, errCatchUpGap) && try < 3; try++ {
 		err = v.rebuild(ctx)
 	}
 	if err != nil {
-		return nil, nil, unavailable("redis", err)
+		return nil, unavailable("redis", err)
 	}
-	if m, err = v.read(ctx); err != nil {
-		return nil, nil, err
-	}
-	if c := p.changed; c == nil || !slices.Equal(m.States, c.States) || !slices.EqualFunc(m.Expires, c.Expires, time.Time.Equal) {
-		p.changed = m
-	}
-	p.m, p.at = m, time.Now()
-	return p.m, p.changed, nil
+	return v.read(ctx)
 }
 
 // pollWatch watches a show past the watched-shows pool: a snapshot now, and another
@@ -222,7 +253,7 @@ func (e *Engine) pollWatch(ctx context.Context, sh *show) (<-chan SeatMapEvent, 
 // otherwise (and with after 0) the first event is a snapshot. A watcher that falls
 // behind is never waited for: what it has not read is dropped and it gets a snapshot.
 func (e *Engine) WatchSeatMap(ctx context.Context, showID string, after uint64) (<-chan SeatMapEvent, error) {
-	return e.watch(ctx, showID, func(v *view) ([]SeatMapEvent, bool) {
+	return e.watch(ctx, showID, 0, func(v *view) ([]SeatMapEvent, bool) {
 		if after == 0 || len(v.ring) == 0 || after < v.ring[0].version-1 || after > v.version {
 			return nil, false
 		}
@@ -238,11 +269,13 @@ func (e *Engine) WatchSeatMap(ctx context.Context, showID string, after uint64) 
 
 // WatchSeatMapFrom is WatchSeatMap for a watcher that saw the map at a feed position
 // (SeatMapEvent.Position) of another engine — a client whose server died, resuming on
-// another replica: the first event brings it to this engine's map (the current state
-// of every seat this engine changed since that position) when this engine can tell,
-// else it is a snapshot.
+// another replica: the first event brings it to this engine's map — the current state
+// of every seat a feed entry after that position touched and of every seat whose hold
+// expired since that position's time, a superset of what it missed — when this engine
+// can tell, else it is a snapshot. An engine behind that position is waited for (up to
+// a second) to reach it.
 func (e *Engine) WatchSeatMapFrom(ctx context.Context, showID string, position uint64) (<-chan SeatMapEvent, error) {
-	return e.watch(ctx, showID, func(v *view) ([]SeatMapEvent, bool) {
+	return e.watch(ctx, showID, position, func(v *view) ([]SeatMapEvent, bool) {
 		changes, ok := v.catchUp(position)
 		if !ok || len(changes) == 0 {
 			return nil, ok
@@ -252,8 +285,9 @@ func (e *Engine) WatchSeatMapFrom(ctx context.Context, showID string, position u
 }
 
 // watch subscribes to a show's view; resume, under the view's lock, returns the events
-// a resuming watcher starts with, or false for a snapshot.
-func (e *Engine) watch(ctx context.Context, showID string, resume func(v *view) ([]SeatMapEvent, bool)) (<-chan SeatMapEvent, error) {
+// a resuming watcher starts with, or false for a snapshot. A watcher from a feed
+// position (from, not 0) first waits, up to resumeWait, for the view to reach it.
+func (e *Engine) watch(ctx context.Context, showID string, from uint64, resume func(v *view) ([]SeatMapEvent, bool)) (<-chan SeatMapEvent, error) {
 	if err := validateID("showID", showID); err != nil {
 		return nil, err
 	}
@@ -271,6 +305,9 @@ func (e *Engine) watch(ctx context.Context, showID string, resume func(v *view) 
 	defer v.watches.Add(-1)
 	if _, err := v.read(ctx); err != nil { // wait for the first build
 		return nil, err
+	}
+	if from != 0 {
+		v.await(ctx, resumeWait, func() bool { return v.feedPos() >= from })
 	}
 	w := &watcher{ch: make(chan SeatMapEvent, watchBuffer)}
 	v.mu.Lock()

@@ -44,9 +44,11 @@ func (sh *show) holdSlots(n int) chan struct{} {
 	return sh.slots
 }
 
-// show returns a show's inventory, loading it from PostgreSQL on first use. An unknown
-// show id is remembered for Config.UnknownShowTTL. A cached show's identity is read
-// again in the background once its rules are older than rulesRefresh (refreshRules).
+// show returns a show's inventory, loading it from PostgreSQL on first use: one read
+// for every caller at the time, bounded by Config.StatementTimeout, that each caller
+// waits for until its ctx ends (shared). An unknown show id is remembered for
+// Config.UnknownShowTTL. A cached show's identity is read again in the background once
+// its rules are older than rulesRefresh (refreshRules).
 func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 	if sh, known := e.shows.get(showID); sh != nil {
 		e.refreshRules(sh)
@@ -54,7 +56,7 @@ func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 	} else if !known {
 		return nil, notFound("show %q", showID)
 	}
-	v, err, _ := e.loads.Do(showID, func() (any, error) {
+	sh, _, err := shared(ctx, &e.loads, showID, "postgres", e.cfg.StatementTimeout, func(ctx context.Context) (*show, error) {
 		if sh, _ := e.shows.get(showID); sh != nil {
 			return sh, nil
 		}
@@ -71,7 +73,7 @@ func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.(*show), nil
+	return sh, nil
 }
 
 // showCache keeps at most max shows' inventories (the oldest loaded go first) and

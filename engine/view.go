@@ -19,7 +19,10 @@ import (
 // memory and keeps it current from the show's change feed: a Redis stream that the
 // scripts which change seats (hold, extend, release, mark) append to, one entry per
 // call, in the same atomic step as the change (internal/lua/common.lua). Hold expiries
-// are not in the feed: the view knows each hold's expiry and applies it itself. A read
+// are not in the feed: the view knows each hold's expiry and applies it itself, by
+// Redis's clock as it estimates it and, whatever that estimate, every hold that expired
+// before the feed entry it stands at was written (see now): the map at a feed position
+// has the same expiries on every engine, plus perhaps some later ones. A read
 // costs no PostgreSQL query and no Redis command; the feed costs each engine one
 // blocked XREAD per watched show.
 //
@@ -44,6 +47,7 @@ const (
 	ringBatches          = 4096 // change batches kept for WatchSeatMap resumes
 	watchBuffer          = 64   // events a watcher may fall behind before it is resynced
 	ownWriteWait         = time.Second
+	resumeWait           = time.Second   // for the client's feed position (WatchSeatMapFrom)
 	staleAfter           = 3 * feedBlock // AsOf older than this makes a map Stale
 	maxFeedBackoff       = time.Second
 )
@@ -122,22 +126,24 @@ type view struct {
 	healthy bool
 	err     error // the feed's last failure, while unhealthy
 	ring    []batch
-	// ringFrom is the feed position the ring is complete from: the view's map at that
-	// position plus every batch in ring is its map now.
-	ringFrom uint64
 	// entries are the seats each feed entry applied touched, by position (the last
-	// ringBatches), complete from entriesFrom: a resume on another engine needs the
-	// seats of every entry since its position, including those whose changes this
-	// view published together with others (a hold and its release in one batch).
+	// ringBatches), complete after entriesFrom (the last rebuild's position, or the
+	// last entry dropped): a resume on another engine needs the seats of every entry
+	// since its position, including those whose changes this view published together
+	// with others (a hold and its release in one batch).
 	entries     []entryTouch
 	entriesFrom uint64
-	subs        map[*watcher]struct{}
-	built       bool          // a rebuild has completed
-	ready       chan struct{} // closed once built (or the view stopped)
-	tried       chan struct{} // closed when the first build failed: reads need not wait for it
-	triedOnce   sync.Once
-	adv         chan struct{} // closed and replaced at each publication
-	wake        chan struct{} // pokes the expiry loop
+	// knownFrom is the Redis time (ms) from which the view knows every hold's expiry:
+	// the end of its last rebuild's reads (a hold that had expired by then it never
+	// saw).
+	knownFrom int64
+	subs      map[*watcher]struct{}
+	built     bool          // a rebuild has completed
+	ready     chan struct{} // closed once built (or the view stopped)
+	tried     chan struct{} // closed when the first build failed: reads need not wait for it
+	triedOnce sync.Once
+	adv       chan struct{} // closed and replaced at each publication
+	wake      chan struct{} // pokes the expiry loop
 
 	snap     atomic.Pointer[SeatMap] // the published map; nil until built or after a change
 	applied  atomic.Uint64           // streamPos of the last entry applied
@@ -193,6 +199,24 @@ func (v *view) stop() {
 
 // redisNow is Redis's clock, in ms, as the view estimates it.
 func (v *view) redisNow() int64 { return time.Now().UnixMilli() + v.offset }
+
+// now is the time, in Redis ms, by which the map shows holds expired: Redis's clock as
+// the view estimates it, and never earlier than just before the time of the feed entry
+// it stands at (the entry id's milliseconds, Redis's clock when it was written). So a
+// hold that expired before that entry was written shows expired at that position on
+// every engine, whatever its clock estimate, and a resume from a position need only
+// look at the expiries from that position's time on (catchUp). Caller holds mu.
+func (v *view) now() int64 { return max(v.redisNow(), int64(v.feedPos()>>22)-1) }
+
+// expireDue touches every seat whose hold has expired by now. Caller holds mu.
+func (v *view) expireDue(now int64) {
+	for len(v.expq) > 0 && v.expq[0].at <= now {
+		x := heap.Pop(&v.expq).(expiry)
+		if v.exp[x.idx] == x.at {
+			v.touch(x.idx)
+		}
+	}
+}
 
 // follow reads the feed until ctx ends: it rebuilds when asked to or when the feed
 // has a gap, and applies entries as they come.
@@ -398,7 +422,8 @@ func (v *view) publish() {
 	if !v.built {
 		return // the rebuild publishes once caught up
 	}
-	now := v.redisNow()
+	now := v.now()
+	v.expireDue(now)
 	var changes []SeatChange
 	for _, i := range v.touched {
 		v.mark[i] = false
@@ -418,7 +443,6 @@ func (v *view) publish() {
 		v.snap.Store(nil)
 		b := batch{version: v.version, pos: v.feedPos(), changes: changes}
 		if len(v.ring) == ringBatches {
-			v.ringFrom = v.ring[0].pos
 			copy(v.ring, v.ring[1:])
 			v.ring = v.ring[:len(v.ring)-1]
 		}
@@ -451,43 +475,30 @@ func (v *view) logEntry(touched []int32) {
 
 // catchUp is what a watcher that saw the map at feed position pos on another engine
 // needs to reach this view's map: the current state of every seat a feed entry after
-// pos touched or this view changed at or after pos. ok is false when the view cannot tell — its kept batches do not
-// reach back to pos, or the feed started over since (Redis lost it) — and the
-// watcher needs a snapshot. The changes are a superset (a seat may be sent in the
-// state the watcher has already); applying them gives this view's map. Caller holds
-// mu.
+// pos touched, and of every seat whose hold this view has expired that expires at or
+// after pos's time (an earlier expiry shows in every engine's map at pos: see now).
+// The changes are a superset (a seat may be sent in the state the watcher has
+// already); applying them gives this view's map. ok is false when the view cannot
+// tell — it has not reached pos, its entries do not reach back to it (kept too few, or
+// rebuilt since: the feed was trimmed past it, or started over), or it did not know
+// every hold then (built after pos's time) — and the watcher needs a snapshot. Caller
+// holds mu.
 func (v *view) catchUp(pos uint64) (changes []SeatChange, ok bool) {
-	if pos == 0 || !v.built || v.ringFrom > pos || v.entriesFrom > pos {
+	since := int64(pos >> 22)
+	if pos == 0 || !v.built || v.feedPos() < pos || v.entriesFrom > pos || v.knownFrom > since {
 		return nil, false
 	}
 	seen := map[int]bool{}
-	// Every entry after pos (the watcher has the one at pos).
-	var prev uint64
-	started := false
 	for _, en := range v.entries {
-		if !started && en.pos <= pos {
-			continue
-		}
-		if started && en.pos < prev {
-			return nil, false
-		}
-		started, prev = true, en.pos
-		for _, i := range en.seats {
-			seen[int(i)] = true
+		if en.pos > pos {
+			for _, i := range en.seats {
+				seen[int(i)] = true
+			}
 		}
 	}
-	// And every batch at or after it: expiries (no entry), a rebuild's changes.
-	prev, started = 0, false
-	for _, b := range v.ring {
-		if !started && b.pos < pos {
-			continue
-		}
-		if started && b.pos < prev {
-			return nil, false
-		}
-		started, prev = true, b.pos
-		for _, c := range b.changes {
-			seen[c.Index] = true
+	for i, x := range v.exp {
+		if x >= since && v.pub[i] != SeatHeld {
+			seen[i] = true
 		}
 	}
 	for _, i := range slices.Sorted(maps.Keys(seen)) {
@@ -498,6 +509,28 @@ func (v *view) catchUp(pos uint64) (changes []SeatChange, ok bool) {
 		changes = append(changes, c)
 	}
 	return changes, true
+}
+
+// await waits until done (looked at under mu, after each publication) holds, ctx ends
+// or d has passed.
+func (v *view) await(ctx context.Context, d time.Duration, done func() bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		v.mu.Lock()
+		ok, adv := done(), v.adv
+		v.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-adv:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // floorMillis is d in whole milliseconds, rounded down (towards the past).
@@ -578,6 +611,7 @@ func (v *view) merge(evs []SeatMapEvent) SeatMapEvent {
 // position until it is caught up. Only then is the result published.
 func (v *view) rebuild(ctx context.Context) error {
 	rdb, sh := v.e.rdb, v.sh
+	asked := time.Now()
 	rt, err := rdb.Time(ctx).Result()
 	if err != nil {
 		return v.e.redisErr(err)
@@ -616,6 +650,9 @@ func (v *view) rebuild(ctx context.Context) error {
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return v.e.redisErr(err)
 	}
+	// Redis read every expiry above by its clock reading plus the time since it was
+	// asked for, at most: a hold expiring later than that, it had.
+	known := rt.UnixMilli() + time.Since(asked).Milliseconds() + 1
 
 	v.mu.Lock()
 	v.offset = offset
@@ -636,6 +673,9 @@ func (v *view) rebuild(ctx context.Context) error {
 		}
 	}
 	v.lastID, v.lastN = lastID, lastN
+	// The entries from here on, as far as a resume from another engine is concerned
+	// (catchUp): what came between the last entry before and this one, it never saw.
+	v.entries, v.entriesFrom, v.knownFrom = v.entries[:0], v.feedPos(), known
 	v.mu.Unlock()
 
 	// Catch up with what was written since the position was read.
@@ -660,9 +700,6 @@ func (v *view) rebuild(ctx context.Context) error {
 			p, _ := parseStreamID(v.lastID)
 			v.applied.Store(uint64(max(p, before)))
 			first := !v.built
-			if first {
-				v.ringFrom, v.entriesFrom = v.feedPos(), v.feedPos()
-			}
 			v.built = true
 			v.current(time.Now())
 			if first {
@@ -696,13 +733,8 @@ func (v *view) expire(ctx context.Context) {
 	defer t.Stop()
 	for {
 		v.mu.Lock()
-		now := v.redisNow()
-		for len(v.expq) > 0 && v.expq[0].at <= now {
-			x := heap.Pop(&v.expq).(expiry)
-			if v.exp[x.idx] == x.at {
-				v.touch(x.idx)
-			}
-		}
+		now := v.now()
+		v.expireDue(now)
 		if len(v.touched) > 0 {
 			v.publish()
 		}
@@ -754,20 +786,7 @@ func (v *view) read(ctx context.Context) (*SeatMap, error) {
 		return nil, unavailable("redis", ctx.Err())
 	}
 	if v.want.Load() > v.applied.Load() {
-		t := time.NewTimer(ownWriteWait)
-		defer t.Stop()
-		for v.want.Load() > v.applied.Load() {
-			v.mu.Lock()
-			adv := v.adv
-			v.mu.Unlock()
-			select {
-			case <-adv:
-				continue
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			break
-		}
+		v.await(ctx, ownWriteWait, func() bool { return v.want.Load() <= v.applied.Load() })
 	}
 	// Under the lock: an entry counted as applied is published in the same critical
 	// section, so the snapshot taken here has every write the wait above waited for.

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/flight"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -479,7 +481,7 @@ func (s *Server) readyzDetailed(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) checkReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	err := s.e.Ready(ctx)
 	if err != nil {
@@ -488,8 +490,14 @@ func (s *Server) checkReady(ctx context.Context) error {
 	return err
 }
 
-// readyCache keeps the last readiness check for a second; concurrent probes share one.
+// readyTimeout bounds a readiness check.
+const readyTimeout = 2 * time.Second
+
+// readyCache keeps the last readiness check for a second; concurrent probes share one
+// (internal/flight: bounded by readyTimeout, each probe waits for it until its request
+// ends).
 type readyCache struct {
+	g   singleflight.Group
 	mu  sync.Mutex
 	at  time.Time
 	err error
@@ -497,11 +505,17 @@ type readyCache struct {
 
 func (c *readyCache) check(ctx context.Context, check func(context.Context) error) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.at) < time.Second {
-		return c.err
+	at, err := c.at, c.err
+	c.mu.Unlock()
+	if time.Since(at) < time.Second {
+		return err
 	}
-	c.err = check(context.WithoutCancel(ctx))
-	c.at = time.Now()
-	return c.err
+	_, _, err = flight.Do(ctx, &c.g, "", readyTimeout, func(ctx context.Context) (struct{}, error) {
+		err := check(ctx)
+		c.mu.Lock()
+		c.at, c.err = time.Now(), err
+		c.mu.Unlock()
+		return struct{}{}, err
+	})
+	return err
 }
