@@ -106,13 +106,24 @@ func (e *Engine) backendOf(ctx context.Context, conn *pgxpool.Conn) (serverIdent
 		return serverIdentity{}, err
 	}
 	id = identityOf(row)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.last.succeeds(id) {
+	if err := e.noteServer(pc, id); err != nil {
 		// A primary deposed by a promotion the engine has seen (frozen, then woken, say):
 		// what it commits now is on a timeline no longer followed. Not used, not kept.
 		_ = pc.Close(ctx)
-		return serverIdentity{}, fmt.Errorf("%w: the connection reaches a deposed primary (cluster %d timeline %d; the engine has seen timeline %d)",
+		return serverIdentity{}, err
+	}
+	return id, nil
+}
+
+// noteServer records id as the server of pc, and notes a change of server (a failover,
+// a new cluster: a reconciliation and a settlement start); it refuses a server on an
+// older timeline of the cluster than one seen (errDeposed).
+func (e *Engine) noteServer(pc *pgconn.PgConn, id serverIdentity) error {
+	b := &e.backends
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last.succeeds(id) {
+		return fmt.Errorf("%w: the connection reaches a deposed primary (cluster %d timeline %d; the engine has seen timeline %d)",
 			errDeposed, id.system, id.timeline, b.last.timeline)
 	}
 	if b.conns == nil {
@@ -137,7 +148,7 @@ func (e *Engine) backendOf(ctx context.Context, conn *pgxpool.Conn) (serverIdent
 		}
 		b.last = id
 	}
-	return id, nil
+	return nil
 }
 
 // checkServer notes the server a pooled connection reaches (backendOf), so that an

@@ -190,16 +190,17 @@ func TestFailoverSynchronous(t *testing.T) {
 	fault.Wait()
 	ds := probe.wait()
 	w.check(t, v.e)
-	t.Logf("first confirmation after the promotion: %v", ds)
+	t.Logf("first confirmation after the promotion: %v; in-flight confirmations settled by the engines: %s; %s", ds, settledCounts(engines[0]), settledCounts(engines[1]))
 }
 
 // TestFailoverStandbyPartitioned: the synchronous standby stops answering (its link is
 // partitioned) for longer than a batch's bound while confirmations go on, then the
 // primary dies and the standby — which never received what the primary committed
 // since — is promoted. A confirmation made while the standby is cut off reaches COMMIT,
-// which waits for the standby: it is answered ErrUnavailable, not success. No booking
-// committed on the old primary alone was acknowledged: every acknowledged booking is
-// on the new primary.
+// which waits for the standby: it is answered ErrUnavailable, not success; after the
+// promotion the engine commits it again on the new primary, and its retry gets that
+// booking. No booking committed on the old primary alone was acknowledged: every
+// acknowledged booking is on the new primary.
 func TestFailoverStandbyPartitioned(t *testing.T) {
 	pair := testsvc.StartPostgresPair(t, true)
 	v := pairEnv(t, pair)
@@ -228,12 +229,19 @@ func TestFailoverStandbyPartitioned(t *testing.T) {
 	if !errors.Is(cutErr, ErrUnavailable) || !errors.Is(cutErr, errCommitUnknown) {
 		t.Errorf("a confirmation whose COMMIT could not reach the synchronous standby: %v, want ErrUnavailable, its COMMIT's outcome unknown", cutErr)
 	}
-	if n := v.count("SELECT count(*) FROM bookings WHERE show_id = 'cutoff'"); n != 0 {
-		t.Errorf("the new primary has %d bookings of the show confirmed while the standby was cut off", n)
+	var again Booking
+	waitFor(t, "the cut-off confirmation's retry gets its booking, committed again on the new primary", 30*time.Second, func() bool {
+		var err error
+		again, err = v.e.Confirm(context.Background(), cut, ConfirmOptions{IdempotencyKey: "cut"})
+		return err == nil
+	})
+	if n := v.bookings("cutoff"); n != 1 || !again.Replayed || testutil.ToFloat64(v.e.m.settled.WithLabelValues("committed_again")) < 1 {
+		t.Errorf("the cut-off confirmation: retry %+v, %d bookings of its show on the new primary; want its booking, committed again there, replayed", again, n)
 	}
 	w.check(t, v.e)
 	unproven := testutil.ToFloat64(v.e.m.unproven) + testutil.ToFloat64(engines[1].m.unproven)
-	t.Logf("COMMITs found waiting for the standby, not acknowledged: %v (and the cut-off one); first confirmation after the promotion: %v", unproven, ds)
+	t.Logf("COMMITs found waiting for the standby, not acknowledged: %v (and the cut-off one); first confirmation after the promotion: %v; in-flight confirmations settled by the engines: %s; %s",
+		unproven, ds, settledCounts(engines[0]), settledCounts(engines[1]))
 }
 
 // TestFailoverPendingCommitKeepsItsHold: a COMMIT waits for a partitioned synchronous
@@ -299,7 +307,7 @@ func TestFailoverFrozenPrimary(t *testing.T) {
 		return v.count("SELECT count(*) FROM marker_outbox") == 0
 	})
 	w.check(t, v.e)
-	t.Logf("first confirmation after the promotion: %v", ds)
+	t.Logf("first confirmation after the promotion: %v; in-flight confirmations settled by the engines: %s; %s", ds, settledCounts(engines[0]), settledCounts(engines[1]))
 	if chaosScale() > 1 {
 		for i, d := range ds {
 			if d > 5*time.Second {
@@ -789,6 +797,8 @@ type inFlightScenario struct {
 	// arm runs before the confirmations; strike once every COMMIT is on its way: the
 	// primary fails and the standby is promoted.
 	arm, strike func(t *testing.T, pair *testsvc.PostgresPair, front *testsvc.Proxy)
+	// after, if set, runs once every buyer has its answer.
+	after func(t *testing.T, v *env, pair *testsvc.PostgresPair)
 }
 
 // TestFailoverInFlightConfirmations: 32 confirmations (four batches of 8) are at COMMIT
@@ -834,6 +844,24 @@ func TestFailoverInFlightConfirmations(t *testing.T) {
 				waitFor(t, "the four COMMITs waiting for the standby", 10*time.Second, func() bool { return pair.SyncRepWaiters() == 4 })
 				pair.Primary.Freeze()
 				pair.Promote()
+			},
+			after: func(t *testing.T, v *env, pair *testsvc.PostgresPair) {
+				// The old primary wakes up, a primary still, on its old timeline: the
+				// engine does not use it.
+				pair.Primary.Thaw()
+				old, err := pgxpool.New(t.Context(), pair.Primary.URL())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer old.Close()
+				conn, err := old.Acquire(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Release()
+				if _, err := v.e.backendOf(t.Context(), conn); !errors.Is(err, errDeposed) {
+					t.Errorf("a connection to the woken old primary: %v, want errDeposed", err)
+				}
 			}},
 		{name: "asynchronous", front: true, arm: partitioned,
 			strike: func(t *testing.T, pair *testsvc.PostgresPair, front *testsvc.Proxy) {
@@ -917,6 +945,9 @@ func inFlightAtFailover(t *testing.T, sc inFlightScenario) {
 	time.AfterFunc(time.Until(seen.Add(10*time.Second)), stop)
 	buyers.Wait()
 	checkInFlight(t, v, sc.name, fs, seen)
+	if sc.after != nil {
+		sc.after(t, v, pair)
+	}
 	t.Logf("%s: the engine saw the new primary %v after the primary failed; settled by the engine: %s", sc.name, seen.Sub(struck).Round(time.Millisecond), settledCounts(v.e))
 }
 
