@@ -32,9 +32,14 @@ import (
 //     its locks and its holds' reservations, until the standby answers or the server
 //     goes; the caller gets ErrUnavailable and the idempotent retry settles it on
 //     whichever primary survives.
-//   - It settles a lost reply only on the server that ran the COMMIT (the same cluster
-//     and timeline: serverIdentity), and ends a backend only on the same running
-//     postmaster, matched by pid and start time; elsewhere the outcome is unknown.
+//   - It settles a lost reply only on a server whose history has the outcome for good
+//     (settleOn): the one that ran the COMMIT (the same cluster and timeline:
+//     serverIdentity), or a later timeline of the same cluster (a promoted standby),
+//     and ends a backend only on the same running postmaster, matched by pid and start
+//     time; elsewhere the outcome is unknown. What it could not settle when it answered
+//     it settles later (settle.go): booked, or committed again on the new primary.
+//   - It refuses a connection to a primary on an older timeline of the cluster than one
+//     it has seen: a deposed primary (backendOf).
 //   - Every statement of a batch has a deadline on the client side (stallGuard), so a
 //     hung (not dead) primary costs a batch at most a statement's bound; the pool is then
 //     emptied, so that no other confirmation waits on a connection to it.
