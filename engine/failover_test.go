@@ -1035,3 +1035,60 @@ func settledCounts(e *Engine) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// TestFailoverUnknownOutcomeIsNeverGuessed: a batch's primary dies with its COMMIT on
+// the way, and the pool's next host is another cluster (another system identifier)
+// which has the schema and the show too. The outcome cannot be known there: the
+// confirmation and its retries stay ErrUnavailable, nothing is committed again there,
+// and the hold stays reserved. Once that server is gone and the first one is back (a
+// restart: the same cluster and timeline, another postmaster), the engine settles it
+// there: the booking is not there (its COMMIT never arrived), so it is committed again,
+// and the retry gets it.
+func TestFailoverUnknownOutcomeIsNeverGuessed(t *testing.T) {
+	first, other := testsvc.StartPostgres(t), testsvc.StartPostgres(t)
+	url := fmt.Sprintf("postgres://holdfast@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
+		first.Port, other.Port)
+	v := newEnvWith(t, migratedPool(t, url), testsvc.Redis(t), func(c *Config) {
+		c.StatementTimeout = time.Second
+		c.MarkerRepairInterval = 200 * time.Millisecond
+	})
+	// The other cluster has the show too: a booking committed again there would succeed.
+	elsewhere := newEnvWith(t, migratedPool(t, other.URL()), testsvc.Redis(t))
+	elsewhere.show("unknown", "A1")
+	v.show("unknown", "A1")
+	h := v.hold("unknown", time.Minute, "buyer", "A1")
+	var once sync.Once
+	v.e.hooks.atCommit = func(context.Context, int) { once.Do(first.Kill) } // the COMMIT goes to a dead server
+	wd := testsvc.NewWatchdog(t)
+	confirm := func() (Booking, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return confirmWatched(ctx, wd, v.e, h, ConfirmOptions{IdempotencyKey: "k"})
+	}
+	if _, err := confirm(); !errors.Is(err, ErrUnavailable) || !errors.Is(err, errCommitUnknown) {
+		t.Fatalf("a confirmation whose primary died at its COMMIT: %v, want ErrUnavailable, its outcome unknown", err)
+	}
+	waitFor(t, "the engine sees the other cluster", 30*time.Second, func() bool { return !serverChangedAt(v.e).IsZero() })
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		if _, err := confirm(); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a retry while the pool reaches another cluster: %v, want ErrUnavailable (the outcome cannot be known there)", err)
+		}
+	}
+	if n := elsewhere.bookings("unknown"); n != 0 || testutil.ToFloat64(v.e.m.settled.WithLabelValues("committed_again")) != 0 {
+		t.Fatalf("the other cluster has %d bookings of the show (settled: %s): the outcome was guessed", n, settledCounts(v.e))
+	}
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "unknown", SeatIDs: []string{"A1"}, TTL: time.Minute, HolderID: "rival"}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("another holder while the outcome is unknown: %v, want ErrSeatsUnavailable (the hold stays reserved)", err)
+	}
+	other.StopImmediate()
+	first.Start()
+	var b Booking
+	waitFor(t, "the retry gets the booking, committed again on the first server after its restart", 30*time.Second, func() bool {
+		var err error
+		b, err = confirm()
+		return err == nil
+	})
+	if v.bookings("unknown") != 1 || !b.Replayed || testutil.ToFloat64(v.e.m.settled.WithLabelValues("committed_again")) != 1 {
+		t.Errorf("after the restart: retry %+v, %d bookings, settled: %s; want the booking committed again, replayed", b, v.bookings("unknown"), settledCounts(v.e))
+	}
+}
