@@ -66,6 +66,22 @@ type chaosWorkload struct {
 	// keysLost: the scenario destroys hold keys (a restart without persistence, a clock
 	// jump), so another holder may hold a seat whose booking is still committing.
 	keysLost bool
+	// wd, when set, watches every confirmation (confirmWatched).
+	wd *testsvc.Watchdog
+}
+
+// confirmCall is one Confirm of the workload, under its watchdog when it has one (a
+// call without a deadline then gets one of 30 s).
+func (w *chaosWorkload) confirmCall(ctx context.Context, e *Engine, h Hold, key string) (Booking, error) {
+	if w.wd == nil {
+		return e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: key})
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	return confirmWatched(ctx, w.wd, e, h, ConfirmOptions{IdempotencyKey: key})
 }
 
 func newChaosWorkload(v *env, show string, seats int) *chaosWorkload {
@@ -195,7 +211,7 @@ func (w *chaosWorkload) raceConfirm(ctx context.Context, e *Engine, h Hold, key 
 // It reports whether the hold was confirmed.
 func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key string, mine *[]uuid.UUID) bool {
 	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
-		b, err := e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: key})
+		b, err := w.confirmCall(ctx, e, h, key)
 		w.note(err)
 		switch {
 		case err == nil:
@@ -205,7 +221,7 @@ func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key stri
 			w.mu.Unlock()
 			*mine = append(*mine, b.ID)
 			if rand.IntN(5) == 0 {
-				again, err := e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: key})
+				again, err := w.confirmCall(ctx, e, h, key)
 				w.note(err)
 				if err == nil && again.ID != b.ID {
 					w.mu.Lock()

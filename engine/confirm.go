@@ -480,7 +480,7 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 	// A booking found here is acknowledged as this request's: only once it is as durable
 	// as the server promises (its COMMIT's reply may have been lost while it waited for
 	// a synchronous standby, and the server may have ended it since).
-	if err := e.durable(ctx); err != nil {
+	if err := e.durable(ctx, e.pool); err != nil {
 		return Booking{}, true, err
 	}
 	b := bookingFromRow(row)

@@ -49,6 +49,7 @@ type Engine struct {
 
 	backends    backends      // the server and backend of each pooled connection (failover.go)
 	reconciling atomic.Bool   // a reconciliation after a failover runs (reconcile.go)
+	settling    settler       // the confirmations whose COMMIT's outcome is unknown (settle.go)
 	queues      queueWatch    // the waiting rooms the engine admits for (queue.go)
 	queueSlots  chan struct{} // waiting-room calls in flight (queueConcurrency)
 	// queueFailedAt: unix ns of the last waiting-room call that found Redis
@@ -72,6 +73,9 @@ type hooks struct {
 	// afterReserve runs in a batch's transaction after the Redis check reserved its
 	// holds, before anything is written.
 	afterReserve func(ctx context.Context)
+	// atCommit runs in a batch's transaction right before its COMMIT is sent, with the
+	// number of confirmations the COMMIT would book.
+	atCommit func(ctx context.Context, n int)
 	// afterCommit runs after a confirmation or cancellation committed, before its
 	// marker write; returning false skips that write, as a process dying there would.
 	afterCommit func(ctx context.Context) bool
@@ -317,6 +321,7 @@ func (e *Engine) Close() {
 	e.stop()
 	e.stopViews()
 	e.stopCommitters()
+	e.settling.wg.Wait()
 	<-e.done
 }
 

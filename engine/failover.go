@@ -32,9 +32,14 @@ import (
 //     its locks and its holds' reservations, until the standby answers or the server
 //     goes; the caller gets ErrUnavailable and the idempotent retry settles it on
 //     whichever primary survives.
-//   - It settles a lost reply only on the server that ran the COMMIT (the same cluster
-//     and timeline: serverIdentity), and ends a backend only on the same running
-//     postmaster, matched by pid and start time; elsewhere the outcome is unknown.
+//   - It settles a lost reply only on a server whose history has the outcome for good
+//     (settleOn): the one that ran the COMMIT (the same cluster and timeline:
+//     serverIdentity), or a later timeline of the same cluster (a promoted standby),
+//     and ends a backend only on the same running postmaster, matched by pid and start
+//     time; elsewhere the outcome is unknown. What it could not settle when it answered
+//     it settles later (settle.go): booked, or committed again on the new primary.
+//   - It refuses a connection to a primary on an older timeline of the cluster than one
+//     it has seen: a deposed primary (backendOf).
 //   - Every statement of a batch has a deadline on the client side (stallGuard), so a
 //     hung (not dead) primary costs a batch at most a statement's bound; the pool is then
 //     emptied, so that no other confirmation waits on a connection to it.
@@ -63,6 +68,14 @@ func (a serverIdentity) sameHistory(b serverIdentity) bool {
 	return a.system == b.system && a.timeline == b.timeline && a.timeline != 0
 }
 
+// succeeds reports whether a is a later timeline of b's cluster: a primary promoted
+// after b's timeline began. A promotion starts a timeline above every one its server
+// knows, so timelines only grow along the cluster's history, and a primary on an older
+// one than the engine has seen was deposed.
+func (a serverIdentity) succeeds(b serverIdentity) bool {
+	return a.system == b.system && b.timeline != 0 && a.timeline > b.timeline
+}
+
 func identityOf(r db.ServerIdentityRow) serverIdentity {
 	return serverIdentity{system: r.SystemIdentifier, timeline: r.Timeline, started: r.PostmasterStart, pid: r.Pid, backStart: r.BackendStart}
 }
@@ -74,9 +87,16 @@ type backends struct {
 	conns map[*pgconn.PgConn]serverIdentity
 	// last is the last server identity seen (under mu); a change starts a reconciliation.
 	last serverIdentity
+	// changedAt is when the engine first saw last, if it saw another server before it.
+	changedAt time.Time
 }
 
-// backendOf returns the identity of conn's server and backend.
+// errDeposed: a connection reaches a primary on an older timeline of the cluster than
+// one the engine has seen.
+var errDeposed = errors.New("deposed primary")
+
+// backendOf returns the identity of conn's server and backend. A server on an older
+// timeline of the cluster than one seen before is refused (errDeposed), and conn closed.
 func (e *Engine) backendOf(ctx context.Context, conn *pgxpool.Conn) (serverIdentity, error) {
 	pc := conn.Conn().PgConn()
 	b := &e.backends
@@ -91,8 +111,26 @@ func (e *Engine) backendOf(ctx context.Context, conn *pgxpool.Conn) (serverIdent
 		return serverIdentity{}, err
 	}
 	id = identityOf(row)
+	if err := e.noteServer(pc, id); err != nil {
+		// A primary deposed by a promotion the engine has seen (frozen, then woken, say):
+		// what it commits now is on a timeline no longer followed. Not used, not kept.
+		_ = pc.Close(ctx)
+		return serverIdentity{}, err
+	}
+	return id, nil
+}
+
+// noteServer records id as the server of pc, and notes a change of server (a failover,
+// a new cluster: a reconciliation and a settlement start); it refuses a server on an
+// older timeline of the cluster than one seen (errDeposed).
+func (e *Engine) noteServer(pc *pgconn.PgConn, id serverIdentity) error {
+	b := &e.backends
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.last.succeeds(id) {
+		return fmt.Errorf("%w: the connection reaches a deposed primary (cluster %d timeline %d; the engine has seen timeline %d)",
+			errDeposed, id.system, id.timeline, b.last.timeline)
+	}
 	if b.conns == nil {
 		b.conns = map[*pgconn.PgConn]serverIdentity{}
 	}
@@ -109,11 +147,13 @@ func (e *Engine) backendOf(ctx context.Context, conn *pgxpool.Conn) (serverIdent
 			e.log.Warn("PostgreSQL is another server now (a failover or a new cluster): reconciling the sold markers with it",
 				"system_identifier", id.system, "timeline", id.timeline, "was_system_identifier", b.last.system, "was_timeline", b.last.timeline)
 			e.m.failovers.Inc()
+			b.changedAt = time.Now()
 			e.reconcileSoon()
+			e.settleSoon()
 		}
 		b.last = id
 	}
-	return id, nil
+	return nil
 }
 
 // checkServer notes the server a pooled connection reaches (backendOf), so that an
@@ -131,8 +171,10 @@ func (e *Engine) checkServer(ctx context.Context) {
 // resolveCommit settles a COMMIT whose reply never came (on the backend ran): the server
 // may or may not have committed it. It answers the booking's time when the booking
 // exists and is durable, ErrUnavailable otherwise — wrapping errCommitUnknown when the
-// outcome could not be settled (the hold then stays reserved until its reservation
-// ends). It never ends a backend that waits for a synchronous standby: that COMMIT is
+// outcome could not be settled (the batch then hands its confirmations to the settler,
+// settle.go, and their holds stay reserved), and when the booking is not on the server
+// the pool reaches now, a later timeline than ran's (the settler commits it again
+// there). It never ends a backend that waits for a synchronous standby: that COMMIT is
 // written locally and not replicated, and ending it would make it visible here while a
 // failover could still lose it.
 func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, id uuid.UUID, commitErr error) (time.Time, error) {
@@ -142,66 +184,125 @@ func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, id uuid.
 		e.log.WarnContext(ctx, "commit reply lost; its outcome is unknown, the caller gets ErrUnavailable", "booking_id", id, "error", err)
 		return time.Time{}, unavailable("postgres", fmt.Errorf("%w (%w): %w", errCommitUnknown, commitErr, err))
 	}
-	nowRow, err := e.q.ServerIdentity(rctx)
+	conn, err := e.pool.Acquire(rctx)
 	if err != nil {
 		return unknown(err)
 	}
-	now := identityOf(nowRow)
-	if !now.sameHistory(ran) {
-		return unknown(fmt.Errorf("the pool reaches another server now (cluster %d timeline %d; the COMMIT ran on cluster %d timeline %d)",
-			now.system, now.timeline, ran.system, ran.timeline))
+	defer conn.Release()
+	at, out, now, err := e.settleOn(rctx, conn, ran, id, true)
+	switch {
+	case out == outcomeBooked:
+		e.log.WarnContext(ctx, "commit reply lost; the booking was committed", "booking_id", id)
+		return at, nil
+	case out == outcomeAbsent && now.sameHistory(ran):
+		return time.Time{}, unavailable("postgres", fmt.Errorf("commit failed: %w", commitErr))
+	case out == outcomeAbsent:
+		return unknown(fmt.Errorf("the booking is not on the server the pool reaches now (cluster %d timeline %d, after timeline %d): it is committed again there",
+			now.system, now.timeline, ran.timeline))
 	}
-	if now.sameServer(ran) {
-		backend := db.BackendStateParams{Pid: ran.pid, BackendStart: ran.backStart}
-		ended := false
-		for attempt := 1; ; attempt++ {
-			st, err := e.q.BackendState(rctx, backend)
-			if err != nil {
-				return unknown(err)
-			}
-			if !st.Alive {
-				break
-			}
-			if !st.SyncRep && !ended {
-				e.log.WarnContext(ctx, "commit reply lost; ending its backend to settle it", "booking_id", id, "pid", ran.pid)
-				if _, err := e.q.BackendTerminate(rctx, db.BackendTerminateParams(backend)); err != nil {
-					return unknown(err)
-				}
-				ended = true
-			}
-			if err := sleepJitter(rctx, min(attempt, 10)); err != nil {
-				if st.SyncRep {
-					e.m.unproven.Inc()
-					return unknown(errors.New("the COMMIT waits for a synchronous standby; it is left to finish"))
-				}
-				return unknown(err)
-			}
+	return unknown(err)
+}
+
+// outcome is what settleOn found of a COMMIT whose reply never came.
+type outcome int
+
+const (
+	outcomeUnknown outcome = iota // not known there, now
+	outcomeBooked                 // committed, and as durable as the server promises
+	outcomeAbsent                 // not committed, and never will be in that server's history
+)
+
+// settleOn settles, on conn, a COMMIT that ran on ran and whose reply never came, by
+// whether it made the booking id, and returns the server conn reaches (now). It can
+// tell only on a server whose history has the outcome for good:
+//
+//   - the same running server, once the backend that ran the COMMIT has ended
+//     (backendEnded; with waitSyncRep it waits for one that waits for a synchronous
+//     standby, within ctx, else it does not);
+//   - the same cluster and timeline after a restart: recovery kept what was committed;
+//   - a later timeline of the same cluster (succeeds): a standby promoted, which has of
+//     ran's history what it replayed before it ended recovery, and never replays more
+//     of it — whatever becomes of the COMMIT on the old primary happens on a timeline the
+//     new one does not follow (and the engine refuses connections to it: backendOf).
+//
+// A booking found is booked only once the durability barrier has passed on conn.
+func (e *Engine) settleOn(ctx context.Context, conn *pgxpool.Conn, ran serverIdentity, id uuid.UUID, waitSyncRep bool) (time.Time, outcome, serverIdentity, error) {
+	now, err := e.backendOf(ctx, conn)
+	if err != nil {
+		return time.Time{}, outcomeUnknown, now, err
+	}
+	switch {
+	case now.sameServer(ran):
+		if err := e.backendEnded(ctx, conn, ran, id, waitSyncRep); err != nil {
+			return time.Time{}, outcomeUnknown, now, err
 		}
+	case now.sameHistory(ran), now.succeeds(ran):
+	default:
+		return time.Time{}, outcomeUnknown, now, fmt.Errorf("the pool reaches another server now (cluster %d timeline %d; the COMMIT ran on cluster %d timeline %d)",
+			now.system, now.timeline, ran.system, ran.timeline)
 	}
-	row, err := e.q.BookingGet(rctx, id)
+	row, err := db.New(conn).BookingGet(ctx, id)
 	switch {
 	case err == nil:
-		if err := e.durable(rctx); err != nil {
-			return unknown(err)
+		if err := e.durable(ctx, conn); err != nil {
+			return time.Time{}, outcomeUnknown, now, err
 		}
-		e.log.WarnContext(ctx, "commit reply lost; the booking was committed", "booking_id", id)
-		return row.ConfirmedAt, nil
+		return row.ConfirmedAt, outcomeBooked, now, nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return time.Time{}, unavailable("postgres", fmt.Errorf("commit failed: %w", commitErr))
+		return time.Time{}, outcomeAbsent, now, nil
 	default:
-		return unknown(err)
+		return time.Time{}, outcomeUnknown, now, err
+	}
+}
+
+// errSyncRepWait: the backend of a lost COMMIT waits for a synchronous standby.
+var errSyncRepWait = errors.New("the COMMIT waits for a synchronous standby; it is left to finish")
+
+// backendEnded returns once the backend (on conn's server) that ran the COMMIT of
+// booking id has ended, ending it unless it waits for a synchronous standby: such a one
+// it waits for within ctx with waitSyncRep, else it answers errSyncRepWait at once.
+func (e *Engine) backendEnded(ctx context.Context, conn *pgxpool.Conn, ran serverIdentity, id uuid.UUID, waitSyncRep bool) error {
+	q := db.New(conn)
+	backend := db.BackendStateParams{Pid: ran.pid, BackendStart: ran.backStart}
+	ended := false
+	for attempt := 1; ; attempt++ {
+		st, err := q.BackendState(ctx, backend)
+		switch {
+		case err != nil:
+			return err
+		case !st.Alive:
+			return nil
+		case st.SyncRep && !waitSyncRep:
+			return errSyncRepWait
+		case !st.SyncRep && !ended:
+			e.log.WarnContext(ctx, "commit reply lost; ending its backend to settle it", "booking_id", id, "pid", ran.pid)
+			if _, err := q.BackendTerminate(ctx, db.BackendTerminateParams(backend)); err != nil {
+				return err
+			}
+			ended = true
+		}
+		if err := sleepJitter(ctx, min(attempt, 10)); err != nil {
+			if st.SyncRep {
+				e.m.unproven.Inc()
+				return errSyncRepWait
+			}
+			return err
+		}
 	}
 }
 
 // durable proves that what the server committed so far is as durable as its settings
 // promise: a transaction that writes a row commits (and so waits, in COMMIT, for the
 // synchronous standbys the server has, after every commit record before its own; a
-// transaction that wrote no WAL would not wait).
+// transaction that wrote no WAL would not wait). It runs on on: a connection, to prove
+// it of that connection's server, or the pool.
 // Within ctx; otherwise ErrUnavailable.
-func (e *Engine) durable(ctx context.Context) error {
+func (e *Engine) durable(ctx context.Context, on interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) error {
 	bctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(bctx, e.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(bctx, on, func(tx pgx.Tx) error {
 		n, err := db.New(tx).DurabilityBarrier(bctx, int32(rand.IntN(64)))
 		if err == nil && n != 1 {
 			err = fmt.Errorf("the barrier wrote %d rows (migration 00005 missing?)", n)
@@ -218,20 +319,23 @@ func (e *Engine) durable(ctx context.Context) error {
 // stallGuard bounds each step of a batch on the client side: ctx ends when a step has
 // run for longer than d (StatementTimeout and a grace), so that a server that stopped
 // answering — a hung primary, a partition — costs a batch one step's bound, not its
-// whole. pgx then closes the connection without a cancel request: a COMMIT waiting for
-// a synchronous standby goes on waiting on the server.
+// whole; onStall runs then, once (the pool is dialled again at once, so that the
+// settlement of the batch reaches the server there is now). A COMMIT is never given
+// the guarded ctx (commitUncancelled): one waiting for a synchronous standby goes on
+// waiting on the server.
 type stallGuard struct {
 	d       time.Duration
 	t       *time.Timer
 	stalled atomic.Bool
+	onStall func()
 }
 
 // guardStalls returns ctx bounded by g's steps; cancel releases it.
-func guardStalls(ctx context.Context, d time.Duration) (context.Context, *stallGuard, context.CancelFunc) {
+func guardStalls(ctx context.Context, d time.Duration, onStall func()) (context.Context, *stallGuard, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	g := &stallGuard{d: d}
+	g := &stallGuard{d: d, onStall: onStall}
 	g.t = time.AfterFunc(d, func() {
-		g.stalled.Store(true)
+		g.stall()
 		cancel()
 	})
 	return ctx, g, func() {
@@ -242,6 +346,13 @@ func guardStalls(ctx context.Context, d time.Duration) (context.Context, *stallG
 
 // step starts a step: the bound starts again.
 func (g *stallGuard) step() { g.t.Reset(g.d) }
+
+// stall notes that the server stopped answering within a step's bound.
+func (g *stallGuard) stall() {
+	if g.stalled.CompareAndSwap(false, true) {
+		g.onStall()
+	}
+}
 
 // stallGrace is how much longer than the server's own statement_timeout the client
 // waits for a statement before it concludes the server is not answering.
@@ -268,9 +379,9 @@ var errCommitPending = errors.New("the COMMIT did not return within its bound; i
 // connection is taken out of the pool (Hijack) and left to the COMMIT, which a
 // goroutine waits for and then closes (or the TCP keepalives end, if the server is
 // gone), and commitUncancelled returns errCommitPending, setting *pending to a channel
-// that delivers the COMMIT's result when it comes: the outcome is settled by
-// resolveCommit meanwhile. The caller must not use conn or tx afterwards.
-func (e *Engine) commitUncancelled(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, pending *<-chan error) error {
+// closed when the COMMIT returns: the outcome is settled by resolveCommit or the
+// settler meanwhile. The caller must not use conn or tx afterwards.
+func (e *Engine) commitUncancelled(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, pending *<-chan struct{}) error {
 	done := make(chan error, 1)
 	go func() { done <- tx.Commit(context.WithoutCancel(ctx)) }()
 	select {
@@ -284,15 +395,15 @@ func (e *Engine) commitUncancelled(ctx context.Context, conn *pgxpool.Conn, tx p
 	default:
 	}
 	c := conn.Hijack()
-	result := make(chan error, 1)
+	returned := make(chan struct{})
 	go func() {
-		err := <-done
+		<-done
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = c.Close(cctx)
-		result <- err
+		close(returned)
 	}()
-	*pending = result
+	*pending = returned
 	return errCommitPending
 }
 

@@ -97,14 +97,23 @@ func lostReported(logs *bytes.Buffer, mu *sync.Mutex) map[string]bool {
 	return reported
 }
 
+// failoverWorkload is the chaos workload of a failover test, every confirmation of it
+// watched (a hang fails the test with every goroutine's stack).
+func failoverWorkload(t *testing.T, v *env, show string, seats int) *chaosWorkload {
+	w := newChaosWorkload(v, show, seats)
+	w.wd = testsvc.NewWatchdog(t)
+	return w
+}
+
 // confirmProbe holds and confirms one seat after another of show on e, from since on,
-// until one confirmation succeeds or ctx ends; it returns when that was.
-func confirmProbe(ctx context.Context, e *Engine, show string, seats []string) (time.Time, error) {
+// until one confirmation succeeds or ctx ends; it returns when that was. Each
+// confirmation is watched by wd.
+func confirmProbe(ctx context.Context, wd *testsvc.Watchdog, e *Engine, show string, seats []string) (time.Time, error) {
 	var last error
 	for i := 0; ctx.Err() == nil; i++ {
 		h, err := e.Hold(ctx, HoldRequest{ShowID: show, SeatIDs: []string{seats[i%len(seats)]}, TTL: 30 * time.Second, HolderID: fmt.Sprintf("probe%d", i)})
 		if err == nil {
-			if _, err = e.Confirm(ctx, h, ConfirmOptions{}); err == nil {
+			if _, err = confirmWatched(ctx, wd, e, h, ConfirmOptions{}); err == nil {
 				return time.Now(), nil
 			}
 		}
@@ -123,10 +132,12 @@ type probes struct {
 	wg      sync.WaitGroup
 	took    []time.Duration
 	errs    []error
+	wd      *testsvc.Watchdog
 }
 
 func newProbes(t *testing.T, v *env, engines []*Engine) *probes {
-	p := &probes{t: t, engines: engines, seats: seatNames(100 * len(engines)), took: make([]time.Duration, len(engines)), errs: make([]error, len(engines))}
+	p := &probes{t: t, engines: engines, seats: seatNames(100 * len(engines)), took: make([]time.Duration, len(engines)), errs: make([]error, len(engines)),
+		wd: testsvc.NewWatchdog(t)}
 	v.show("probe", p.seats...)
 	return p
 }
@@ -138,7 +149,7 @@ func (p *probes) promoted() {
 		p.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			done, err := confirmProbe(ctx, e, "probe", p.seats[i*100:(i+1)*100])
+			done, err := confirmProbe(ctx, p.wd, e, "probe", p.seats[i*100:(i+1)*100])
 			p.took[i], p.errs[i] = done.Sub(at), err
 		})
 	}
@@ -165,7 +176,7 @@ func TestFailoverSynchronous(t *testing.T) {
 	pair := testsvc.StartPostgresPair(t, true)
 	v := pairEnv(t, pair)
 	engines := []*Engine{v.e, v.twin()}
-	w := newChaosWorkload(v, "failover", 30)
+	w := failoverWorkload(t, v, "failover", 30)
 	d := 3 * time.Second * chaosScale()
 	probe := newProbes(t, v, engines)
 	var fault sync.WaitGroup
@@ -179,21 +190,22 @@ func TestFailoverSynchronous(t *testing.T) {
 	fault.Wait()
 	ds := probe.wait()
 	w.check(t, v.e)
-	t.Logf("first confirmation after the promotion: %v", ds)
+	t.Logf("first confirmation after the promotion: %v; in-flight confirmations settled by the engines: %s; %s", ds, settledCounts(engines[0]), settledCounts(engines[1]))
 }
 
 // TestFailoverStandbyPartitioned: the synchronous standby stops answering (its link is
 // partitioned) for longer than a batch's bound while confirmations go on, then the
 // primary dies and the standby — which never received what the primary committed
 // since — is promoted. A confirmation made while the standby is cut off reaches COMMIT,
-// which waits for the standby: it is answered ErrUnavailable, not success. No booking
-// committed on the old primary alone was acknowledged: every acknowledged booking is
-// on the new primary.
+// which waits for the standby: it is answered ErrUnavailable, not success; after the
+// promotion the engine commits it again on the new primary, and its retry gets that
+// booking. No booking committed on the old primary alone was acknowledged: every
+// acknowledged booking is on the new primary.
 func TestFailoverStandbyPartitioned(t *testing.T) {
 	pair := testsvc.StartPostgresPair(t, true)
 	v := pairEnv(t, pair)
 	engines := []*Engine{v.e, v.twin()}
-	w := newChaosWorkload(v, "partitioned", 30)
+	w := failoverWorkload(t, v, "partitioned", 30)
 	v.show("cutoff", "A1")
 	cut := v.hold("cutoff", time.Minute, "cut", "A1")
 	batch := v.e.batchTimeout()
@@ -217,12 +229,19 @@ func TestFailoverStandbyPartitioned(t *testing.T) {
 	if !errors.Is(cutErr, ErrUnavailable) || !errors.Is(cutErr, errCommitUnknown) {
 		t.Errorf("a confirmation whose COMMIT could not reach the synchronous standby: %v, want ErrUnavailable, its COMMIT's outcome unknown", cutErr)
 	}
-	if n := v.count("SELECT count(*) FROM bookings WHERE show_id = 'cutoff'"); n != 0 {
-		t.Errorf("the new primary has %d bookings of the show confirmed while the standby was cut off", n)
+	var again Booking
+	waitFor(t, "the cut-off confirmation's retry gets its booking, committed again on the new primary", 30*time.Second, func() bool {
+		var err error
+		again, err = v.e.Confirm(context.Background(), cut, ConfirmOptions{IdempotencyKey: "cut"})
+		return err == nil
+	})
+	if n := v.bookings("cutoff"); n != 1 || !again.Replayed || testutil.ToFloat64(v.e.m.settled.WithLabelValues("committed_again")) < 1 {
+		t.Errorf("the cut-off confirmation: retry %+v, %d bookings of its show on the new primary; want its booking, committed again there, replayed", again, n)
 	}
 	w.check(t, v.e)
 	unproven := testutil.ToFloat64(v.e.m.unproven) + testutil.ToFloat64(engines[1].m.unproven)
-	t.Logf("COMMITs found waiting for the standby, not acknowledged: %v (and the cut-off one); first confirmation after the promotion: %v", unproven, ds)
+	t.Logf("COMMITs found waiting for the standby, not acknowledged: %v (and the cut-off one); first confirmation after the promotion: %v; in-flight confirmations settled by the engines: %s; %s",
+		unproven, ds, settledCounts(engines[0]), settledCounts(engines[1]))
 }
 
 // TestFailoverPendingCommitKeepsItsHold: a COMMIT waits for a partitioned synchronous
@@ -270,7 +289,7 @@ func TestFailoverFrozenPrimary(t *testing.T) {
 	pair := testsvc.StartPostgresPair(t, true)
 	v := pairEnv(t, pair)
 	engines := []*Engine{v.e, v.twin()}
-	w := newChaosWorkload(v, "frozen", 30)
+	w := failoverWorkload(t, v, "frozen", 30)
 	d := 3 * time.Second * chaosScale()
 	probe := newProbes(t, v, engines)
 	var fault sync.WaitGroup
@@ -288,7 +307,7 @@ func TestFailoverFrozenPrimary(t *testing.T) {
 		return v.count("SELECT count(*) FROM marker_outbox") == 0
 	})
 	w.check(t, v.e)
-	t.Logf("first confirmation after the promotion: %v", ds)
+	t.Logf("first confirmation after the promotion: %v; in-flight confirmations settled by the engines: %s; %s", ds, settledCounts(engines[0]), settledCounts(engines[1]))
 	if chaosScale() > 1 {
 		for i, d := range ds {
 			if d > 5*time.Second {
@@ -569,7 +588,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	set := testsvc.StartSentinels(t)
 	v := newEnvWith(t, testsvc.Database(t), sentinelClient(t, set.URL()))
 	engines := []*Engine{v.e, v.twin()}
-	w := newChaosWorkload(v, "sentinel", 30)
+	w := failoverWorkload(t, v, "sentinel", 30)
 	w.keysLost = true
 	before, err := set.MasterAddr(t.Context())
 	if err != nil {
@@ -604,7 +623,7 @@ func TestFailoverAutoFailoverFormation(t *testing.T) {
 	ha := startHA(t)
 	v := newEnvWith(t, migratedPool(t, ha.env["DATABASE_URL"]), sentinelClient(t, ha.env["REDIS_URL"]), func(c *Config) { c.MarkerRepairInterval = 200 * time.Millisecond })
 	engines := []*Engine{v.e, v.twin()}
-	w := newChaosWorkload(v, "formation", 30)
+	w := failoverWorkload(t, v, "formation", 30)
 	probe := newProbes(t, v, engines)
 	ctx, cancel := context.WithCancel(context.Background())
 	var crashed, promoted time.Time
@@ -754,5 +773,322 @@ func TestFrozenServerAfterEveryRefusal(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the confirmation was not answered while the server stayed frozen: its batch waits for the ROLLBACK's reply")
+	}
+}
+
+// inFlight is one confirmation whose COMMIT is in flight at the failover, as its buyer
+// sees it: the first answer, then the definitive one, retrying with the same hold and
+// key while the answer is ErrUnavailable.
+type inFlight struct {
+	h     Hold
+	key   string
+	first error
+	b     Booking
+	final error     // the definitive answer: nil (booked) or a refusal
+	at    time.Time // when it came; zero: none came (the outcome stayed unknown)
+}
+
+// inFlightScenario is a failure of the primary while a sale's COMMITs are in flight.
+type inFlightScenario struct {
+	name string
+	sync bool // synchronous replication
+	// front: the engine reaches the primary through a proxy, which strike may use.
+	front bool
+	// arm runs before the confirmations; strike once every COMMIT is on its way: the
+	// primary fails and the standby is promoted.
+	arm, strike func(t *testing.T, pair *testsvc.PostgresPair, front *testsvc.Proxy)
+	// after, if set, runs once every buyer has its answer.
+	after func(t *testing.T, v *env, pair *testsvc.PostgresPair)
+}
+
+// TestFailoverInFlightConfirmations: 32 confirmations (four batches of 8) are at COMMIT
+// when the primary fails, and the standby is promoted. Their buyers get ErrUnavailable
+// and retry with the same hold and key. Each confirmation gets a definitive answer
+// within 2 s of the engine seeing the new primary — booked, and then on the new
+// primary, or refused, with its seats sellable — bar those whose outcome cannot be known,
+// which stay ErrUnavailable and are counted (in these scenarios none: the new primary is
+// on a later timeline of the same cluster, so what it lacks it never gets); no call
+// outlives its bound (the watchdog), no seat is booked twice, and every booking
+// acknowledged is on the new primary. The scenarios:
+//   - kill: the standby's link delays WAL by 150 ms; the primary is killed while the
+//     COMMITs wait for the standby, which is promoted once what the link held has
+//     arrived: the bookings are on it, the replies never came;
+//   - partition: the link is partitioned; the primary is killed while its COMMITs wait:
+//     none of them is on the new primary;
+//   - frozen: the same with the primary frozen (SIGSTOP) instead of killed: its COMMITs
+//     hang, with their connections open, as long as the test;
+//   - asynchronous: an asynchronous standby, partitioned; the engine's path to the
+//     primary holds the replies: the primary commits every booking, the replies never
+//     come, and it is killed: none of them is on the new primary.
+func TestFailoverInFlightConfirmations(t *testing.T) {
+	partitioned := func(t *testing.T, pair *testsvc.PostgresPair, _ *testsvc.Proxy) { pair.Link.Partition(true) }
+	for _, sc := range []inFlightScenario{
+		{name: "kill", sync: true,
+			arm: func(t *testing.T, pair *testsvc.PostgresPair, _ *testsvc.Proxy) {
+				pair.Link.Delay(150 * time.Millisecond)
+			},
+			strike: func(t *testing.T, pair *testsvc.PostgresPair, _ *testsvc.Proxy) {
+				waitFor(t, "a COMMIT waiting for the standby", 10*time.Second, func() bool { return pair.SyncRepWaiters() > 0 })
+				pair.Primary.Kill()
+				waitUpTo(3*time.Second, func() bool { return pair.Standby.Psql("SELECT count(*) FROM bookings") == "32" })
+				pair.Promote()
+			}},
+		{name: "partition", sync: true, arm: partitioned,
+			strike: func(t *testing.T, pair *testsvc.PostgresPair, _ *testsvc.Proxy) {
+				waitFor(t, "the four COMMITs waiting for the standby", 10*time.Second, func() bool { return pair.SyncRepWaiters() == 4 })
+				pair.Primary.Kill()
+				pair.Promote()
+			}},
+		{name: "frozen", sync: true, arm: partitioned,
+			strike: func(t *testing.T, pair *testsvc.PostgresPair, _ *testsvc.Proxy) {
+				waitFor(t, "the four COMMITs waiting for the standby", 10*time.Second, func() bool { return pair.SyncRepWaiters() == 4 })
+				pair.Primary.Freeze()
+				pair.Promote()
+			},
+			after: func(t *testing.T, v *env, pair *testsvc.PostgresPair) {
+				// The old primary wakes up, a primary still, on its old timeline: the
+				// engine does not use it.
+				pair.Primary.Thaw()
+				old, err := pgxpool.New(t.Context(), pair.Primary.URL())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer old.Close()
+				conn, err := old.Acquire(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Release()
+				if _, err := v.e.backendOf(t.Context(), conn); !errors.Is(err, errDeposed) {
+					t.Errorf("a connection to the woken old primary: %v, want errDeposed", err)
+				}
+			}},
+		{name: "asynchronous", front: true, arm: partitioned,
+			strike: func(t *testing.T, pair *testsvc.PostgresPair, front *testsvc.Proxy) {
+				waitFor(t, "the old primary committed every booking", 10*time.Second, func() bool {
+					return pair.Primary.Psql("SELECT count(*) FROM bookings") == "32"
+				})
+				pair.Primary.Kill()
+				pair.Promote()
+			}},
+	} {
+		t.Run(sc.name, func(t *testing.T) { inFlightAtFailover(t, sc) })
+	}
+}
+
+// waitUpTo waits until cond holds or d has passed.
+func waitUpTo(d time.Duration, cond func() bool) {
+	for deadline := time.Now().Add(d); !cond() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// inFlightAtFailover runs one scenario of TestFailoverInFlightConfirmations.
+func inFlightAtFailover(t *testing.T, sc inFlightScenario) {
+	const total = 32
+	pair := testsvc.StartPostgresPair(t, sc.sync)
+	url := pair.URL("postgres")
+	var front *testsvc.Proxy
+	if sc.front {
+		front = testsvc.StartProxy(t, fmt.Sprintf("127.0.0.1:%d", pair.Primary.Port))
+		url = pair.FrontURL("postgres", front)
+	}
+	v := newEnvWith(t, migratedPool(t, url), testsvc.Redis(t), func(c *Config) {
+		c.StatementTimeout = time.Second
+		c.MarkerRepairInterval = 200 * time.Millisecond
+		c.ConfirmBatch, c.ConfirmConns, c.ConfirmBatchWait = 8, 4, 50*time.Millisecond
+	})
+	t.Cleanup(pair.Primary.Thaw) // before the pool closes
+	seats := seatNames(total)
+	v.show("inflight", seats...)
+	fs := make([]*inFlight, total)
+	for i := range fs {
+		fs[i] = &inFlight{h: v.hold("inflight", 5*time.Second, fmt.Sprintf("b%02d", i), seats[i]), key: fmt.Sprintf("k%02d", i)}
+	}
+	// The batches' COMMITs go out together, once all 32 confirmations are at COMMIT.
+	var atCommit atomic.Int64
+	reached, release := make(chan struct{}), make(chan struct{})
+	v.e.hooks.atCommit = func(ctx context.Context, n int) {
+		if atCommit.Add(int64(n)) == total {
+			close(reached)
+		}
+		select {
+		case <-release:
+		case <-time.After(1500 * time.Millisecond): // within the COMMIT step's bound
+		}
+	}
+	sc.arm(t, pair, front)
+	wd := testsvc.NewWatchdog(t)
+	giveUp := make(chan struct{}) // closed 10 s after the engine saw the new primary
+	stop := sync.OnceFunc(func() { close(giveUp) })
+	t.Cleanup(stop)
+	var buyers sync.WaitGroup
+	for _, f := range fs {
+		buyers.Go(func() { f.buy(wd, v.e, giveUp) })
+	}
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d of %d confirmations reached COMMIT", atCommit.Load(), total)
+	}
+	if front != nil {
+		front.HoldReplies(true) // the COMMITs reach the primary, their replies never come back
+	}
+	close(release)
+	struck := time.Now()
+	sc.strike(t, pair, front)
+	var seen time.Time
+	waitFor(t, "the engine sees the new primary", time.Minute, func() bool {
+		seen = serverChangedAt(v.e)
+		return !seen.IsZero()
+	})
+	time.AfterFunc(time.Until(seen.Add(10*time.Second)), stop)
+	buyers.Wait()
+	checkInFlight(t, v, sc.name, fs, seen)
+	if sc.after != nil {
+		sc.after(t, v, pair)
+	}
+	t.Logf("%s: the engine saw the new primary %v after the primary failed; settled by the engine: %s", sc.name, seen.Sub(struck).Round(time.Millisecond), settledCounts(v.e))
+}
+
+// serverChangedAt is when e last found PostgreSQL to be another server (zero: never).
+func serverChangedAt(e *Engine) time.Time {
+	e.backends.mu.Lock()
+	defer e.backends.mu.Unlock()
+	return e.backends.changedAt
+}
+
+// buy is the buyer of f: it confirms, and, while the answer is ErrUnavailable and
+// until giveUp is closed, confirms again with the same hold and key; it notes the
+// definitive answer and when it came.
+func (f *inFlight) buy(wd *testsvc.Watchdog, e *Engine, giveUp <-chan struct{}) {
+	confirm := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		b, err := confirmWatched(ctx, wd, e, f.h, ConfirmOptions{IdempotencyKey: f.key})
+		if !errors.Is(err, ErrUnavailable) {
+			f.b, f.final, f.at = b, err, time.Now()
+		}
+		return err
+	}
+	f.first = confirm(20 * time.Second)
+	for f.at.IsZero() {
+		select {
+		case <-giveUp:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		_ = confirm(time.Second)
+	}
+}
+
+// checkInFlight asserts what the buyers of fs were told, seen being when the engine saw
+// the new primary, and logs how many were booked, refused or left unknown.
+func checkInFlight(t *testing.T, v *env, name string, fs []*inFlight, seen time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	var booked, refused, unknown, early int
+	var slowest time.Duration
+	for _, f := range fs {
+		switch {
+		case f.at.IsZero():
+			unknown++
+			t.Errorf("the confirmation of %v is still ErrUnavailable 10 s after the engine saw the new primary (first answer: %v)", f.h.SeatIDs, f.first)
+			continue
+		case !errors.Is(f.first, ErrUnavailable):
+			early++ // its first answer was definitive
+		default:
+			slowest = max(slowest, f.at.Sub(seen))
+			if d := f.at.Sub(seen); d > 2*time.Second {
+				t.Errorf("the confirmation of %v was answered %v (%v) %v after the engine saw the new primary, want within 2 s",
+					f.h.SeatIDs, f.b.ID, f.final, d.Round(time.Millisecond))
+			}
+		}
+		if f.final == nil {
+			booked++
+			got, err := v.e.Booking(ctx, f.b.ID)
+			if err != nil || got.Status != BookingConfirmed || !slices.Equal(got.SeatIDs, f.h.SeatIDs) {
+				t.Errorf("booking %s of %v acknowledged; on the new primary: %+v, %v", f.b.ID, f.h.SeatIDs, got, err)
+			}
+			continue
+		}
+		refused++
+		h, err := v.e.Hold(ctx, HoldRequest{ShowID: f.h.ShowID, SeatIDs: f.h.SeatIDs, TTL: time.Minute, HolderID: "rival"})
+		if err != nil {
+			t.Errorf("the seats %v of a refused confirmation (%v) are not sellable: %v", f.h.SeatIDs, f.final, err)
+		} else if err := v.e.Release(ctx, h); err != nil {
+			t.Error(err)
+		}
+	}
+	if n := v.doubleBookings(); n != 0 {
+		t.Errorf("%d seats booked twice", n)
+	}
+	t.Logf("%s: %d confirmations in flight at the failover: %d booked, %d refused, %d unknown (still ErrUnavailable); %d of them answered for good at once; the slowest answered %v after the engine saw the new primary",
+		name, len(fs), booked, refused, unknown, early, slowest.Round(time.Millisecond))
+}
+
+// settledCounts is what e's settler did, by outcome (holdfast_commits_settled_total).
+func settledCounts(e *Engine) string {
+	var out []string
+	for _, o := range []string{"booked", "committed_again", "refused", "given_up"} {
+		out = append(out, fmt.Sprintf("%s %v", o, testutil.ToFloat64(e.m.settled.WithLabelValues(o))))
+	}
+	return strings.Join(out, ", ")
+}
+
+// TestFailoverUnknownOutcomeIsNeverGuessed: a batch's primary dies with its COMMIT on
+// the way, and the pool's next host is another cluster (another system identifier)
+// which has the schema and the show too. The outcome cannot be known there: the
+// confirmation and its retries stay ErrUnavailable, nothing is committed again there,
+// and the hold stays reserved. Once that server is gone and the first one is back (a
+// restart: the same cluster and timeline, another postmaster), the engine settles it
+// there: the booking is not there (its COMMIT never arrived), so it is committed again,
+// and the retry gets it.
+func TestFailoverUnknownOutcomeIsNeverGuessed(t *testing.T) {
+	first, other := testsvc.StartPostgres(t), testsvc.StartPostgres(t)
+	url := fmt.Sprintf("postgres://holdfast@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
+		first.Port, other.Port)
+	v := newEnvWith(t, migratedPool(t, url), testsvc.Redis(t), func(c *Config) {
+		c.StatementTimeout = time.Second
+		c.MarkerRepairInterval = 200 * time.Millisecond
+	})
+	// The other cluster has the show too: a booking committed again there would succeed.
+	elsewhere := newEnvWith(t, migratedPool(t, other.URL()), testsvc.Redis(t))
+	elsewhere.show("unknown", "A1")
+	v.show("unknown", "A1")
+	h := v.hold("unknown", time.Minute, "buyer", "A1")
+	var once sync.Once
+	v.e.hooks.atCommit = func(context.Context, int) { once.Do(first.Kill) } // the COMMIT goes to a dead server
+	wd := testsvc.NewWatchdog(t)
+	confirm := func() (Booking, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return confirmWatched(ctx, wd, v.e, h, ConfirmOptions{IdempotencyKey: "k"})
+	}
+	if _, err := confirm(); !errors.Is(err, ErrUnavailable) || !errors.Is(err, errCommitUnknown) {
+		t.Fatalf("a confirmation whose primary died at its COMMIT: %v, want ErrUnavailable, its outcome unknown", err)
+	}
+	waitFor(t, "the engine sees the other cluster", 30*time.Second, func() bool { return !serverChangedAt(v.e).IsZero() })
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		if _, err := confirm(); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a retry while the pool reaches another cluster: %v, want ErrUnavailable (the outcome cannot be known there)", err)
+		}
+	}
+	if n := elsewhere.bookings("unknown"); n != 0 || testutil.ToFloat64(v.e.m.settled.WithLabelValues("committed_again")) != 0 {
+		t.Fatalf("the other cluster has %d bookings of the show (settled: %s): the outcome was guessed", n, settledCounts(v.e))
+	}
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "unknown", SeatIDs: []string{"A1"}, TTL: time.Minute, HolderID: "rival"}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("another holder while the outcome is unknown: %v, want ErrSeatsUnavailable (the hold stays reserved)", err)
+	}
+	other.StopImmediate()
+	first.Start()
+	var b Booking
+	waitFor(t, "the retry gets the booking, committed again on the first server after its restart", 30*time.Second, func() bool {
+		var err error
+		b, err = confirm()
+		return err == nil
+	})
+	if v.bookings("unknown") != 1 || !b.Replayed || testutil.ToFloat64(v.e.m.settled.WithLabelValues("committed_again")) != 1 {
+		t.Errorf("after the restart: retry %+v, %d bookings, settled: %s; want the booking committed again, replayed", b, v.bookings("unknown"), settledCounts(v.e))
 	}
 }

@@ -306,6 +306,16 @@ func (e *Engine) batchTimeout() time.Duration {
 	return e.cfg.LockTimeout + 2*e.cfg.StatementTimeout
 }
 
+// confirmOverrun is how much longer than its caller's deadline a Confirm may take: a
+// confirmation a batch has taken is answered by the batch, within the batch's bound —
+// the fences busy elsewhere (LockTimeout), the transaction (batchTimeout), the
+// settlement of a lost COMMIT reply (resolveTimeout), the rollback's bound and the
+// Redis writes after it — and a booking then tries its sold markers for up to
+// markSoldTimeout. With the defaults 33 s; with the tests' 1 s statements, 21 s.
+func (e *Engine) confirmOverrun() time.Duration {
+	return e.cfg.LockTimeout + e.batchTimeout() + resolveTimeout + e.cfg.StatementTimeout + stallGrace + 4*markSoldTimeout
+}
+
 // commitBatch confirms batch in one transaction and answers every confirmation in it.
 func (e *Engine) commitBatch(batch []*confirmReq) {
 	e.m.confirmBatchSize.Observe(float64(len(batch)))
@@ -341,13 +351,10 @@ func (e *Engine) commitBatch(batch []*confirmReq) {
 
 	// Every step of the batch is bounded on the client side too (stallGuard): a server
 	// that stops answering costs one step's bound, and the pool is then dialled again.
-	gctx, guard, gcancel := guardStalls(ctx, e.cfg.StatementTimeout+stallGrace)
+	gctx, guard, gcancel := guardStalls(ctx, e.cfg.StatementTimeout+stallGrace, e.stalled)
 	committedOK := e.runBatch(gctx, guard, conn, pending)
 	gcancel()
 	conn.Release()
-	if guard.stalled.Load() {
-		e.stalled()
-	}
 	e.gc.took(time.Since(acquired))
 	if committedOK {
 		e.markBatch(ctx, pending)
@@ -427,7 +434,7 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	pending := false // the COMMIT is left running (commitUncancelled): the connection is not ours
 	defer func() {
 		if !pending && !rollback(ctx, tx, guard.d) {
-			guard.stalled.Store(true) // the pool is dialled again (commitBatch)
+			guard.stall() // the pool is dialled again
 		}
 	}()
 	q := db.New(tx)
@@ -492,13 +499,17 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	// 5. COMMIT. It may wait for a synchronous standby: it is never cancelled
 	// (commitUncancelled), and a COMMIT that did not return is settled, not assumed.
 	guard.step()
-	var still <-chan error
+	if e.hooks.atCommit != nil {
+		e.hooks.atCommit(ctx, len(accepted))
+	}
+	var still <-chan struct{}
+	sent := time.Now()
 	if err := e.commitUncancelled(ctx, conn, tx, &still); err != nil {
 		pending = still != nil
 		if pgCode(err) != "" {
 			return false, e.txErr(err) // the server answered: nothing committed
 		}
-		// A COMMIT still running keeps its holds reserved until it returns, from now:
+		// A COMMIT still running keeps its holds reserved while it is settled, from now:
 		// the settlement below may take longer than what is left of the reservations.
 		stopKeeping := func() {}
 		if still != nil {
@@ -506,14 +517,16 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 			owners := slices.Clone(accepted)
 			go func() {
 				defer close(exited)
-				e.keepReserved(owners, still, stop)
+				e.keepReserved(owners, stop)
 			}()
 			stopKeeping = func() { close(stop); <-exited }
 		}
-		// The reply is lost: settle the outcome, once for the whole batch.
+		// The reply is lost: settle the outcome, once for the whole batch. One that stays
+		// unknown is the settler's (settle.go), which keeps the holds reserved from here.
 		at, err := e.resolveCommit(ctx, ran, accepted[0].id, err)
-		if !errors.Is(err, errCommitUnknown) {
-			stopKeeping() // settled: the batch writes the markers or gives the holds back
+		stopKeeping()
+		if errors.Is(err, errCommitUnknown) {
+			e.unsettle(accepted, ran, still, sent)
 		}
 		for _, r := range accepted {
 			if err != nil {
@@ -955,12 +968,11 @@ func (e *Engine) reserveCalls(batch []*confirmReq, by time.Time) []scriptCall {
 
 // keepReserved keeps the holds of batch — whose COMMIT is still pending on the server
 // (commitUncancelled left it there, waiting for a synchronous standby, say) — reserved
-// until that COMMIT returns: were the reservations to end first, a retry would find
-// the hold gone and no booking yet, and be refused for good while its booking may
-// still commit. When the COMMIT returns, the marker repair writes the sold markers of
-// a booking that committed; a COMMIT the server refused gives the holds back. stop ends
-// it early, when the batch has settled the outcome itself.
-func (e *Engine) keepReserved(batch []*confirmReq, pending <-chan error, stop <-chan struct{}) {
+// while the batch settles its outcome, until stop: were the reservations to end first,
+// a retry would find the hold gone and no booking yet, and be refused for good while
+// its booking may still commit. An outcome the batch cannot settle is the settler's,
+// which keeps them reserved from then on.
+func (e *Engine) keepReserved(batch []*confirmReq, stop <-chan struct{}) {
 	t := time.NewTicker(e.reserveLife() / 3)
 	defer t.Stop()
 	lengthen := func() {
@@ -973,11 +985,6 @@ func (e *Engine) keepReserved(batch []*confirmReq, pending <-chan error, stop <-
 	for {
 		select {
 		case <-stop:
-			return
-		case err := <-pending:
-			if pgCode(err) != "" { // the server answered: nothing committed
-				e.giveBackLater(e.unreserve(batch))
-			}
 			return
 		case <-e.viewCtx.Done():
 			return

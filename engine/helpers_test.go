@@ -263,3 +263,19 @@ func pgxNewPool(t *testing.T, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	}
 	return p, err
 }
+
+// watchSlack is what the watchdog allows a call beyond its documented bound: a loaded
+// machine (make test-busy) schedules late, never minutes late.
+const watchSlack = 10 * time.Second
+
+// confirmWatched is e.Confirm watched by wd: a call that outlives its documented bound —
+// ctx's deadline plus Engine.confirmOverrun — fails the test with every goroutine's
+// stack. ctx must have a deadline.
+func confirmWatched(ctx context.Context, wd *testsvc.Watchdog, e *Engine, h Hold, opts ConfirmOptions) (Booking, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		panic("confirmWatched: a context without a deadline has no bound to watch")
+	}
+	defer wd.Watch("Confirm of "+strings.Join(h.SeatIDs, ","), time.Until(deadline)+e.confirmOverrun()+watchSlack)()
+	return e.Confirm(ctx, h, opts)
+}

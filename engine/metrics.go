@@ -27,6 +27,7 @@ type metrics struct {
 	failovers         prometheus.Counter
 	stalls            prometheus.Counter
 	unproven          prometheus.Counter
+	settled           *prometheus.CounterVec
 	lostBookings      prometheus.Counter
 	reconciled        prometheus.Counter
 	backendUp         *prometheus.GaugeVec
@@ -114,6 +115,10 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Help: "Sold markers reconciliation lowered to what the database says.",
 		}),
 	}
+	m.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "holdfast_commits_settled_total",
+		Help: "Confirmations whose COMMIT's outcome was unknown when their caller was answered, settled later (settle.go): booked (the server had the booking), committed_again (it had not, and could no longer get it: committed there again), refused (committing it again was refused), given_up (still unknown after MaxHoldTTL).",
+	}, []string{"outcome"})
 	m.backendUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "holdfast_backend_up",
 		Help: "1 when the backend answered the engine's last health probe (every few seconds), 0 when it did not.",
@@ -132,7 +137,7 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Help: "Confirmations waiting in the queue for a batch now.",
 		}, confirmQueue)
 		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize, m.batchRewrites,
-			m.failovers, m.stalls, m.unproven, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
+			m.failovers, m.stalls, m.unproven, m.settled, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

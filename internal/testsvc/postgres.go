@@ -253,6 +253,21 @@ func (pp *PostgresPair) URL(database string) string {
 		pp.Primary.Port, pp.Standby.Port, database)
 }
 
+// FrontURL is URL with the primary reached through front (a Proxy in front of it, made
+// by the caller: StartProxy with the primary's address), for a test that cuts the
+// clients' path to the primary.
+func (pp *PostgresPair) FrontURL(database string, front *Proxy) string {
+	return fmt.Sprintf("postgres://holdfast@127.0.0.1:%d,127.0.0.1:%d/%s?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
+		front.Port(), pp.Standby.Port, database)
+}
+
+// SyncRepWaiters is how many sessions of the primary wait in COMMIT for the
+// synchronous standby.
+func (pp *PostgresPair) SyncRepWaiters() int {
+	n, _ := strconv.Atoi(pp.Primary.Psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"))
+	return n
+}
+
 // Promote makes the standby a primary (pg_ctl promote, waiting until it is).
 func (pp *PostgresPair) Promote() {
 	pp.t().Helper()

@@ -11,8 +11,8 @@ import (
 
 // Proxy is a TCP proxy on loopback for fault tests. It can lose replies (Cut), stop
 // relaying in both directions while keeping the connections open (Partition: a network
-// partition, as a replication link sees one), delay every chunk (Delay) and drop every
-// connection (Sever).
+// partition, as a replication link sees one) or only the replies (HoldReplies), delay
+// every chunk (Delay) and drop every connection (Sever).
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -26,6 +26,7 @@ type Proxy struct {
 	mu          sync.Mutex
 	conns       map[net.Conn]bool
 	partitioned bool
+	holding     bool // replies wait (HoldReplies)
 	healed      *sync.Cond
 	wg          sync.WaitGroup
 }
@@ -61,6 +62,16 @@ func (p *Proxy) Partition(on bool) {
 	p.healed.Broadcast()
 }
 
+// HoldReplies stops (true) or resumes (false) relaying server->client, while requests
+// still pass: the server does what it is asked and its replies wait, as when the path
+// back to the client is cut.
+func (p *Proxy) HoldReplies(on bool) {
+	p.mu.Lock()
+	p.holding = on
+	p.mu.Unlock()
+	p.healed.Broadcast()
+}
+
 // Delay adds d before each chunk is relayed, in both directions (0: none).
 func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
 
@@ -76,6 +87,7 @@ func (p *Proxy) Sever() {
 // Close stops the proxy and its connections.
 func (p *Proxy) Close() {
 	p.ln.Close()
+	p.HoldReplies(false)
 	p.Partition(false)
 	p.Sever()
 	p.wg.Wait()
@@ -91,13 +103,14 @@ func (p *Proxy) track(c net.Conn, on bool) {
 	}
 }
 
-// pass waits out a partition and the delay before a chunk is relayed.
-func (p *Proxy) pass() {
+// pass waits out a partition (and, for a reply, HoldReplies) and the delay before a
+// chunk is relayed.
+func (p *Proxy) pass(reply bool) {
 	if d := p.delay.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
 	p.mu.Lock()
-	for p.partitioned {
+	for p.partitioned || (reply && p.holding) {
 		p.healed.Wait()
 	}
 	p.mu.Unlock()
@@ -130,7 +143,7 @@ func (p *Proxy) accept() {
 				for {
 					n, err := server.Read(buf)
 					if n > 0 {
-						p.pass()
+						p.pass(true)
 						if _, werr := client.Write(buf[:n]); werr != nil {
 							return
 						}
@@ -151,7 +164,7 @@ func (p *Proxy) accept() {
 						// Stop relaying replies first, then let the request through.
 						client.(*net.TCPConn).CloseWrite()
 					}
-					p.pass()
+					p.pass(false)
 					if _, werr := server.Write(chunk); werr != nil {
 						return
 					}

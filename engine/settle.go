@@ -1,0 +1,262 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Settlement after a lost COMMIT (see failover.go). A batch whose COMMIT's reply never
+// came and whose outcome it could not settle (errCommitUnknown: the server that ran it
+// does not answer, waits for a synchronous standby, or is no longer the one the pool
+// reaches) answers its callers ErrUnavailable and hands its confirmations to the
+// engine's settler. The settler keeps their holds reserved (reserve.lua with their own
+// commit id lengthens a reservation) and settles them as soon as it can on the server
+// the pool reaches — at once when the engine finds PostgreSQL to be another server,
+// else every settleEvery — where settleOn says what that server has:
+//
+//   - the booking: it is booked (the durability barrier passed there); its sold markers
+//     are written, and a retry of it is answered with it;
+//   - not the booking, and the server that ran the COMMIT can no longer put it in this
+//     history (its backend ended, it restarted, or a standby of it was promoted to a
+//     later timeline): the confirmation is committed again there, in a batch like any
+//     other, with the same booking id, hold and generation — booked, or refused for good
+//     with its hold given back.
+//
+// Anything else (another cluster, an older timeline, a server that does not answer, a
+// COMMIT still waiting for a synchronous standby) leaves the outcome unknown: the hold
+// stays reserved and the retries ErrUnavailable. A batch whose COMMIT is no longer
+// running and that stays unknown for longer than Config.MaxHoldTTL is given up: its
+// reservations run out, as a hold's would.
+
+// settleEvery is how often the settler tries what it holds.
+const settleEvery = 100 * time.Millisecond
+
+// settler holds the batches whose COMMIT's outcome is unknown.
+type settler struct {
+	mu      sync.Mutex
+	batches []*unsettled
+	running bool          // its loop runs
+	wake    chan struct{} // the engine found another server: try now
+	wg      sync.WaitGroup
+}
+
+// unsettled is a batch whose COMMIT's outcome is unknown: all of its confirmations
+// committed, or none did.
+type unsettled struct {
+	members []*confirmReq
+	ran     serverIdentity // the server its COMMIT ran on
+	// commit is closed when its COMMIT, left running (commitUncancelled), returns; nil
+	// when it had returned when the batch answered.
+	commit <-chan struct{}
+	since  time.Time // when its COMMIT was sent
+	// lengthened is when its holds' reservations were last lengthened; busy is set
+	// while a settlement of it runs (under settler.mu): only that one touches it.
+	lengthened time.Time
+	busy       bool
+}
+
+// running reports whether its COMMIT still runs on the server.
+func (u *unsettled) running() bool {
+	if u.commit == nil {
+		return false
+	}
+	select {
+	case <-u.commit:
+		return false
+	default:
+		return true
+	}
+}
+
+// unsettle hands the settler the confirmations of a batch whose COMMIT ran on ran, was
+// sent at since and has an unknown outcome; commit is closed when that COMMIT returns
+// (nil: it has).
+func (e *Engine) unsettle(members []*confirmReq, ran serverIdentity, commit <-chan struct{}, since time.Time) {
+	s := &e.settling
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches = append(s.batches, &unsettled{members: slices.Clone(members), ran: ran, commit: commit, since: since})
+	if s.wake == nil {
+		s.wake = make(chan struct{}, 1)
+	}
+	if !s.running && e.viewCtx.Err() == nil {
+		s.running = true
+		s.wg.Add(1)
+		go e.settleLoop()
+	}
+	s.poke()
+}
+
+// settleSoon has the settler try now (the engine found another server).
+func (e *Engine) settleSoon() {
+	s := &e.settling
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.poke()
+}
+
+// poke wakes the loop, if there is one (under mu).
+func (s *settler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// settleLoop starts a settlement of every unsettled batch none runs for, every
+// settleEvery and when woken, until none is left or the engine closes.
+func (e *Engine) settleLoop() {
+	s := &e.settling
+	defer s.wg.Done()
+	t := time.NewTicker(settleEvery)
+	defer t.Stop()
+	for {
+		todo, more := e.dueSettlements()
+		for _, u := range todo {
+			s.wg.Go(func() { e.settleBatch(u) })
+		}
+		if !more {
+			return
+		}
+		select {
+		case <-e.viewCtx.Done():
+			return
+		case <-s.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// dueSettlements marks busy and returns the unsettled batches no settlement runs for,
+// dropping those given up; more is false when none is left (the loop then ends).
+func (e *Engine) dueSettlements() (todo []*unsettled, more bool) {
+	s := &e.settling
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := s.batches[:0]
+	for _, u := range s.batches {
+		if !u.busy && !u.running() && time.Since(u.since) > e.cfg.MaxHoldTTL {
+			e.m.settled.WithLabelValues("given_up").Add(float64(len(u.members)))
+			e.log.Warn("commit reply lost; its outcome is still unknown after Config.MaxHoldTTL: its holds' reservations are left to run out",
+				"booking_id", u.members[0].id, "confirmations", len(u.members))
+			continue
+		}
+		keep = append(keep, u)
+		if !u.busy {
+			u.busy = true
+			todo = append(todo, u)
+		}
+	}
+	clear(s.batches[len(keep):])
+	s.batches = keep
+	if len(keep) == 0 {
+		s.running = false
+	}
+	return todo, len(keep) > 0
+}
+
+// finished ends a settlement of u: u leaves the settler when settled, else waits for
+// the next round.
+func (s *settler) finished(u *unsettled, settled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u.busy = false
+	if settled {
+		s.batches = slices.DeleteFunc(s.batches, func(b *unsettled) bool { return b == u })
+	}
+}
+
+// settleBatch is one try at settling u on the server the pool reaches (see the top of
+// this file), its reservations lengthened first when due.
+func (e *Engine) settleBatch(u *unsettled) {
+	settled := false
+	defer func() { e.settling.finished(u, settled) }()
+	if time.Since(u.lengthened) >= e.reserveLife()/3 {
+		by := time.Now().Add(markSoldTimeout)
+		lctx, cancel := context.WithDeadline(e.viewCtx, by)
+		e.runScripts(lctx, e.reserveCalls(u.members, by))
+		cancel()
+		u.lengthened = time.Now()
+	}
+	ctx, cancel := context.WithTimeout(e.viewCtx, resolveTimeout)
+	defer cancel()
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return
+	}
+	_, out, _, err := e.settleOn(ctx, conn, u.ran, u.members[0].id, false)
+	conn.Release()
+	switch out {
+	case outcomeBooked:
+		settled = true
+		e.bookedAfterAll(ctx, u)
+	case outcomeAbsent:
+		settled = true
+		e.commitAgain(u)
+	}
+}
+
+// bookedAfterAll writes the sold markers of u's bookings, which the server has: they
+// replace the reserved holds (a marker the repair loop writes again is harmless).
+func (e *Engine) bookedAfterAll(ctx context.Context, u *unsettled) {
+	for _, r := range u.members {
+		e.m.settled.WithLabelValues("booked").Inc()
+		e.log.WarnContext(r.ctx, "commit reply lost; settled on the server the pool reaches: the booking is there", "show_id", r.c.sh.id, "booking_id", r.id)
+		mctx, cancel := context.WithTimeout(ctx, markSoldTimeout)
+		if err := e.markBooking(mctx, r.c.sh, r.c.seats, r.gen, true); err != nil {
+			e.log.WarnContext(r.ctx, "sold markers of a settled booking left to the background repair", "show_id", r.c.sh.id, "error", err)
+		}
+		cancel()
+	}
+}
+
+// commitAgain commits each confirmation of u again, in a batch as any confirmation is,
+// with the same booking id, hold and generation (its hold is reserved for that id, and
+// reserve.lua only lengthens the reservation), and waits for the answers.
+func (e *Engine) commitAgain(u *unsettled) {
+	var wg sync.WaitGroup
+	for _, r := range u.members {
+		wg.Go(func() { e.commitOneAgain(u, r) })
+	}
+	wg.Wait()
+}
+
+// commitOneAgain is commitAgain of one confirmation: booked, refused for good (its batch
+// gave its hold back), its outcome unknown again (its batch handed it to the settler), or
+// not tried (the engine closed, the queue was full, the server failed before COMMIT):
+// then it is the settler's again.
+func (e *Engine) commitOneAgain(u *unsettled, r *confirmReq) {
+	life := e.reserveLife()
+	ctx, cancel := context.WithTimeout(r.ctx, life)
+	defer cancel()
+	// The hold lives as long as its reservation: that is its expiry here.
+	again, err := e.commit(ctx, r.c, r.gen, r.id, time.Now().Add(life))
+	if err == nil {
+		err = again.err
+	}
+	switch {
+	case err == nil:
+		if !again.marked {
+			if len(again.res.counts) > 0 {
+				_ = e.writeCounts(ctx, r.c.sh, again.res.counts)
+			}
+			_ = e.afterCommit(ctx, r.c.sh, r.c.seats, r.gen, true, again.res.seq, markSoldTimeout)
+		}
+		e.m.settled.WithLabelValues("committed_again").Inc()
+		e.log.WarnContext(r.ctx, "commit reply lost; the booking was not on the server the pool reaches, and was committed again there",
+			"show_id", r.c.sh.id, "booking_id", r.id)
+	case errors.Is(err, errCommitUnknown):
+		// Its new batch handed it to the settler.
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrOverloaded):
+		if !errors.Is(err, errClosed) {
+			e.unsettle([]*confirmReq{r}, u.ran, nil, u.since)
+		}
+	default:
+		e.m.settled.WithLabelValues("refused").Inc()
+		e.log.WarnContext(r.ctx, "commit reply lost; the booking was not on the server the pool reaches, and committing it again there was refused",
+			"show_id", r.c.sh.id, "booking_id", r.id, "error", err)
+	}
+}
