@@ -373,3 +373,17 @@ func (s *service) close() {
 }
 
 // pendingMigrations reports whether the database lacks migrations this binary has.
+
+// loopbackAddr reports whether a listen address (host:port) is reached from this
+// machine only: its host a loopback IP or "localhost". An empty host is every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
