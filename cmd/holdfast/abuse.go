@@ -26,7 +26,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("holdfast abuse", flag.ContinueOnError)
 	var backends backendFlags
 	seats := fs.Int("seats", 100_000, "seats of the show attacked (and sold by honest buyers meanwhile)")
-	only := fs.String("only", "", "run only the attacks whose name contains this")
+	only := fs.String("attacks", "", "run only the attacks whose name contains this (default all)")
 	backends.register(fs, true)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
