@@ -270,6 +270,35 @@ func parseCIDRs(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// checkHolderTrust refuses unsigned holders on a listen address that is not loopback,
+// unless the operator says a trusted backend in front sets Holder-Id: whoever reached
+// it could otherwise read, cancel and block any holder's bookings and holds.
+func checkHolderTrust(addr string, signed, trustedHeader bool) error {
+	switch {
+	case signed && trustedHeader:
+		return usageErr("--trusted-holder-header says Holder-Id is believed as sent; with --holder-jwt-secret-file or --holder-jwt-key holders are signed instead: give one")
+	case signed || trustedHeader || loopbackAddr(addr):
+		return nil
+	}
+	return usageErr("--addr %q is not a loopback address and holders are not signed: whoever reaches it could act as any holder "+
+		"(read, cancel and block their bookings and holds). Sign holders (--holder-jwt-secret-file or --holder-jwt-key), "+
+		"or, if only a trusted backend that sets Holder-Id from its own session reaches this address, say so with --trusted-holder-header", addr)
+}
+
+// loopbackAddr reports whether a listen address (host:port) is reached from this
+// machine only: its host a loopback IP or "localhost". An empty host is every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
 // printWalkthrough shows a new user the API in three curl commands.
 func printWalkthrough(w io.Writer, scheme, addr, adminAddr, show string, signed bool) {
 	if signed {
@@ -381,32 +410,3 @@ func (s *service) close() {
 }
 
 // pendingMigrations reports whether the database lacks migrations this binary has.
-
-// checkHolderTrust refuses unsigned holders on a listen address that is not loopback,
-// unless the operator says a trusted backend in front sets Holder-Id: whoever reached
-// it could otherwise read, cancel and block any holder's bookings and holds.
-func checkHolderTrust(addr string, signed, trustedHeader bool) error {
-	switch {
-	case signed && trustedHeader:
-		return usageErr("--trusted-holder-header says Holder-Id is believed as sent; with --holder-jwt-secret-file or --holder-jwt-key holders are signed instead: give one")
-	case signed || trustedHeader || loopbackAddr(addr):
-		return nil
-	}
-	return usageErr("--addr %q is not a loopback address and holders are not signed: whoever reaches it could act as any holder "+
-		"(read, cancel and block their bookings and holds). Sign holders (--holder-jwt-secret-file or --holder-jwt-key), "+
-		"or, if only a trusted backend that sets Holder-Id from its own session reaches this address, say so with --trusted-holder-header", addr)
-}
-
-// loopbackAddr reports whether a listen address (host:port) is reached from this
-// machine only: its host a loopback IP or "localhost". An empty host is every interface.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
-}
