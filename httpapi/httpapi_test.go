@@ -170,6 +170,12 @@ func adminRoute(method, path string) bool {
 // doOn sends a request to one listener.
 func (a *api) doOn(srv *httptest.Server, method, path string, headers http.Header, body any) reply {
 	a.t.Helper()
+	return a.doWith(srv.Client(), srv, method, path, headers, body)
+}
+
+// doWith sends a request to one listener with client c.
+func (a *api) doWith(c *http.Client, srv *httptest.Server, method, path string, headers http.Header, body any) reply {
+	a.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -183,7 +189,7 @@ func (a *api) doOn(srv *httptest.Server, method, path string, headers http.Heade
 	for k, vs := range headers {
 		req.Header[k] = vs
 	}
-	resp, err := srv.Client().Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		a.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -237,30 +237,40 @@ func (s *Server) operatorHash() ([32]byte, bool) {
 }
 
 // operatorOnly guards an operator route: off (403) without a configured token, 401
-// without the right bearer token. Failures are throttled per client address (429)
-// and each is logged at warn with the address.
+// without the right bearer token. The right token is checked first and no limit ever
+// refuses it: the operator may share an address (a NAT, a bastion) with whoever sends
+// wrong ones. Wrong tokens are limited as reads are, and throttled per client address
+// (OperatorFailures, then one per 10 s; 429 past that); each 401 is logged at warn with
+// the address. The throttle bounds what guessing costs the server and its logs; what
+// makes a guess hopeless is the token's length (16 characters at least).
 func (s *Server) operatorOnly(fn http.HandlerFunc) http.HandlerFunc {
-	return s.reading(func(w http.ResponseWriter, r *http.Request) {
+	wrong := s.reading(s.wrongOperatorToken)
+	return func(w http.ResponseWriter, r *http.Request) {
 		if _, on := s.operatorHash(); !on {
 			writeProblem(w, http.StatusForbidden, "operator-routes-off", "Operator routes are off",
 				"start holdfast serve with --operator-token-file, --operator-token or HOLDFAST_OPERATOR_TOKEN to create shows and resync over HTTP")
 			return
 		}
-		addr := clientAddrOf(r)
-		if !s.opFailures.has(addr) {
-			s.refuse(w, r, "operator-failures", "too many wrong operator tokens from this address; wait")
+		if s.isOperator(r) {
+			fn(w, r)
 			return
 		}
-		if !s.isOperator(r) {
-			s.opFailures.allow(addr)
-			s.log.WarnContext(r.Context(), "operator token refused", "addr", addr, "route", r.Pattern)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast-operator"`)
-			writeProblem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized",
-				"this route needs the operator token: Authorization: Bearer <token>")
-			return
-		}
-		fn(w, r)
-	})
+		wrong(w, r)
+	}
+}
+
+// wrongOperatorToken answers a request without the right operator token: 429 once its
+// address has spent its failures, else 401.
+func (s *Server) wrongOperatorToken(w http.ResponseWriter, r *http.Request) {
+	addr := clientAddrOf(r)
+	if !s.opFailures.allow(addr) {
+		s.refuse(w, r, "operator-failures", "too many wrong operator tokens from this address; wait")
+		return
+	}
+	s.log.WarnContext(r.Context(), "operator token refused", "addr", addr, "route", r.Pattern)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="holdfast-operator"`)
+	writeProblem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized",
+		"this route needs the operator token: Authorization: Bearer <token>")
 }
 
 // isOperator reports whether the request carries the operator token (compared in

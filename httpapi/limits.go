@@ -13,7 +13,8 @@ import (
 )
 
 // Limits. Every limit is per client address, always; a holder's bucket is a second
-// one on top, never the only one (a holder id is whatever an unsigned client says).
+// one on top, never the only one (a holder id is whatever an unsigned client says),
+// and charged only once the holder is proven (see charged).
 // Each table of buckets is a size-capped LRU, so a flood of fresh ids or addresses
 // costs a bounded amount of memory: the least recently seen bucket goes first.
 
@@ -91,51 +92,58 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason, detail s
 	writeProblem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", detail)
 }
 
-// limited wraps a holder's operation with its limits: the client address's write
-// bucket, then the holder's.
+// limit is a table of buckets and how a refusal by it is named.
+type limit struct {
+	b              *buckets
+	reason, detail string
+}
+
+// charged wraps a holder's operation with its limits: the client address's bucket,
+// then, once the holder is proven (a valid token with signed holders), the holder's.
+// Nothing is charged to a holder before that: a request that only names a holder
+// spends none of that holder's allowance.
+func (s *Server) charged(addr, holder limit, fn func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !addr.b.allow(clientAddrOf(r)) {
+			s.refuse(w, r, addr.reason, addr.detail)
+			return
+		}
+		id, ok := s.holder(w, r)
+		if !ok {
+			return
+		}
+		if !holder.b.allow(id) {
+			s.refuse(w, r, holder.reason, holder.detail)
+			return
+		}
+		fn(w, r, id)
+	}
+}
+
+// limited applies a holder's write route's limits (holds, confirmations, cancels).
 func (s *Server) limited(fn func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		holder, ok := s.holder(w, r)
-		if !ok {
-			return
-		}
-		switch {
-		case !s.addrWrites.allow(clientAddrOf(r)):
-			s.refuse(w, r, "address-writes", "too many requests from this address")
-		case !s.holderWrites.allow(holder):
-			s.refuse(w, r, "holder-writes", "too many requests from this holder")
-		default:
-			fn(w, r, holder)
-		}
-	}
+	return s.charged(limit{s.addrWrites, "address-writes", "too many requests from this address"},
+		limit{s.holderWrites, "holder-writes", "too many requests from this holder"}, fn)
 }
 
-// holderReading applies a holder-scoped read route's limits: the holder's identity (as
-// for writes), then the address's and the holder's read buckets.
+// holderReading applies a holder-scoped read route's limits.
 func (s *Server) holderReading(fn func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		holder, ok := s.holder(w, r)
-		if !ok {
-			return
-		}
-		switch {
-		case !s.addrReads.allow(clientAddrOf(r)):
-			s.refuse(w, r, "address-reads", "too many reads from this address")
-		case !s.holderReads.allow(holder):
-			s.refuse(w, r, "holder-reads", "too many reads from this holder")
-		default:
-			fn(w, r, holder)
-		}
-	}
+	return s.charged(limit{s.addrReads, "address-reads", "too many reads from this address"},
+		limit{s.holderReads, "holder-reads", "too many reads from this holder"}, fn)
 }
 
-// reading applies a read route's limits: the client address's read bucket, and the
-// holder's too when the request names one.
+// reading applies a read route's limits: the client address's read bucket and, with
+// unsigned holders, the bucket of the holder the request names (Holder-Id is then who
+// the caller is). With signed holders such a read is charged to no holder: naming one
+// proves nothing there, and must not spend that holder's allowance.
 func (s *Server) reading(fn http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		holder, ok := s.singleHeader(w, r, HolderHeader)
 		if !ok {
 			return
+		}
+		if s.opts.HolderAuth != nil {
+			holder = ""
 		}
 		switch {
 		case !s.addrReads.allow(clientAddrOf(r)):

@@ -40,7 +40,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"POST", "/v1/holds/extend", s.limited(s.postExtend)},
 		{"POST", "/v1/holds/release", s.limited(s.postRelease)},
 		{"POST", "/v1/bookings", s.limited(s.postBooking)},
-		{"GET", "/v1/bookings/{id}", s.reading(s.getBooking)},
+		{"GET", "/v1/bookings/{id}", s.holderReading(s.getBooking)},
 		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
 		{"GET", "/v1/holders/me/bookings", s.holderReading(s.getMyBookings)},
 		{"GET", "/v1/holders/me/holds", s.holderReading(s.getMyHolds)},
@@ -405,11 +405,7 @@ func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder stri
 
 // ownBooking reads the booking named in the path if it belongs to the caller; another
 // holder's booking is reported as not found.
-func (s *Server) ownBooking(w http.ResponseWriter, r *http.Request) (engine.Booking, bool) {
-	holder, ok := s.holder(w, r)
-	if !ok {
-		return engine.Booking{}, false
-	}
+func (s *Server) ownBooking(w http.ResponseWriter, r *http.Request, holder string) (engine.Booking, bool) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, &engine.InvalidArgumentError{Field: "id", Rule: "must be a UUID"})
@@ -426,14 +422,14 @@ func (s *Server) ownBooking(w http.ResponseWriter, r *http.Request) (engine.Book
 	return b, true
 }
 
-func (s *Server) getBooking(w http.ResponseWriter, r *http.Request) {
-	if b, ok := s.ownBooking(w, r); ok {
+func (s *Server) getBooking(w http.ResponseWriter, r *http.Request, holder string) {
+	if b, ok := s.ownBooking(w, r, holder); ok {
 		writeJSON(w, http.StatusOK, toBookingJSON(b))
 	}
 }
 
-func (s *Server) deleteBooking(w http.ResponseWriter, r *http.Request, _ string) {
-	b, ok := s.ownBooking(w, r)
+func (s *Server) deleteBooking(w http.ResponseWriter, r *http.Request, holder string) {
+	b, ok := s.ownBooking(w, r, holder)
 	if !ok {
 		return
 	}

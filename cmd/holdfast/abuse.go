@@ -26,6 +26,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("holdfast abuse", flag.ContinueOnError)
 	var backends backendFlags
 	seats := fs.Int("seats", 100_000, "seats of the show attacked (and sold by honest buyers meanwhile)")
+	only := fs.String("attacks", "", "run only the attacks whose name contains this (default all)")
 	backends.register(fs, true)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
@@ -53,7 +54,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var logLines atomic.Int64
-	start := func(extra ...string) (public, admin string, err error) {
+	start := func(ctx context.Context, extra ...string) (public, admin string, err error) {
 		cmd := exec.CommandContext(ctx, exe, append(common, extra...)...)
 		cmd.Env = append(os.Environ(), "HOLDFAST_KEY_PREFIX="+getenv("HOLDFAST_KEY_PREFIX"))
 		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -62,11 +63,15 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 		if err := cmd.Start(); err != nil {
 			return "", "", err
 		}
+		var last string // the last line serve wrote to stderr: its error, if it ended
+		logged := make(chan struct{})
 		go func() {
+			defer close(logged)
 			sc := bufio.NewScanner(logs)
 			sc.Buffer(nil, 1<<20)
 			for sc.Scan() {
 				logLines.Add(1)
+				last = sc.Text()
 			}
 		}()
 		sc := bufio.NewScanner(out)
@@ -81,13 +86,15 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 				return public, admin, nil
 			}
 		}
-		return "", "", fmt.Errorf("serve %v did not start", extra)
+		<-logged
+		err = cmd.Wait()
+		return "", "", fmt.Errorf("serve %v did not start (%v): %s", extra, err, last)
 	}
-	public, admin, err := start()
+	public, admin, err := start(ctx)
 	if err != nil {
 		return err
 	}
-	signed, _, err := start("--holder-jwt-secret-file", secretFile)
+	signed, signedAdmin, err := start(ctx, "--holder-jwt-secret-file", secretFile)
 	if err != nil {
 		return err
 	}
@@ -95,9 +102,9 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	token, _, err := auth.Sign("hoarder", time.Hour)
-	if err != nil {
-		return err
+	sign := func(holder string) string {
+		tok, _, _ := auth.Sign(holder, time.Hour) // an HS256 secret: it signs
+		return tok
 	}
 	if err := createShows(ctx, admin, opToken, 40); err != nil {
 		return err
@@ -105,8 +112,12 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	fmt.Fprintf(stdout, "abuse: servers %s (unsigned) and %s (signed), show %s of %d seats\n", public, signed, show, *seats)
 	// The log line counter counts both servers; the flood row reads its difference,
 	// and the signed server is idle then.
-	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: token, Show: show,
-		LogLines: logLines.Load, Out: stdout})
+	serveMore := func(ctx context.Context, extra ...string) (string, error) {
+		public, _, err := start(ctx, extra...)
+		return strings.Replace(public, "[::]", "127.0.0.1", 1), err // an address on every interface: reached on loopback
+	}
+	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: sign("hoarder"), Show: show,
+		LogLines: logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Only: *only})
 	fmt.Fprintln(stdout, "\n| attack | measured |\n|---|---|")
 	for _, r := range rows {
 		fmt.Fprintf(stdout, "| %s | %s |\n", r.Attack, r.Result)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"maps"
 	"net"
@@ -273,6 +274,16 @@ func migratedEnv(t *testing.T, extra map[string]string) func(string) string {
 // of the test if the test did not).
 func startServe(t *testing.T, vars func(string) string, args ...string) (base, admin string, stop func() error) {
 	t.Helper()
+	base, admin, stop, err := tryServe(t, vars, args...)
+	if err != nil {
+		t.Fatalf("serve ended: %v", err)
+	}
+	return base, admin, stop
+}
+
+// tryServe is startServe that returns serve's error if it ends before it listens.
+func tryServe(t *testing.T, vars func(string) string, args ...string) (base, admin string, stop func() error, err error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &lineWriter{lines: make(chan string, 64)}
 	served := make(chan error, 1)
@@ -280,10 +291,10 @@ func startServe(t *testing.T, vars func(string) string, args ...string) (base, a
 		served <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...), vars, out, io.Discard)
 	}()
 	var once sync.Once
-	var err error
+	var stopErr error
 	stop = func() error {
-		once.Do(func() { cancel(); err = <-served })
-		return err
+		once.Do(func() { cancel(); stopErr = <-served })
+		return stopErr
 	}
 	t.Cleanup(func() { _ = stop() })
 	for {
@@ -293,11 +304,14 @@ func startServe(t *testing.T, vars func(string) string, args ...string) (base, a
 				admin = rest
 			}
 			if rest, ok := strings.CutPrefix(line, "holdfast: listening on "); ok {
-				return rest, admin, stop
+				return rest, admin, stop, nil
 			}
 		case e := <-served:
-			once.Do(func() { err = e })
-			t.Fatalf("serve ended: %v", e)
+			if e == nil {
+				e = errors.New("serve returned before it listened")
+			}
+			once.Do(func() { stopErr = e })
+			return "", "", stop, e
 		case <-time.After(20 * time.Second):
 			t.Fatal("serve did not start")
 		}

@@ -54,6 +54,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			"file with the HS256 secret of signed holders (Authorization: Bearer <JWT>, sub the holder); read again when it changes")
 		jwtKey = fs.String("holder-jwt-key", "",
 			"file with the PEM public key (RSA, ECDSA P-256 or Ed25519) of signed holders; read again when it changes")
+		trustedHolder = fs.Bool("trusted-holder-header", false,
+			"unsigned holders: Holder-Id is believed as sent, because only a trusted backend that sets it reaches --addr; needed to serve them on an --addr that is not loopback")
 		tlsCert = fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (and HTTP/2) on --addr; read again when it changes")
 		tlsKey  = fs.String("tls-key", "", "PEM private key of --tls-cert")
 		opToken = fs.String("operator-token", "",
@@ -96,6 +98,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if *jwtSecret != "" && *jwtKey != "" {
 		return usageErr("give one of --holder-jwt-secret-file and --holder-jwt-key")
+	}
+	if err := checkHolderTrust(*addr, *jwtSecret != "" || *jwtKey != "", *trustedHolder); err != nil {
+		return err
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return usageErr("--tls-cert and --tls-key go together")
@@ -194,7 +199,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		go func() { served <- adm.Serve(aln) }()
 	}
 	fmt.Fprintf(stdout, "holdfast: listening on %s://%s\n", scheme, ln.Addr())
-	if opts.HolderAuth == nil {
+	switch {
+	case opts.HolderAuth == nil && *trustedHolder:
+		log.Info("holder ids are not signed: Holder-Id is believed as sent (--trusted-holder-header); only the backend that sets it may reach --addr", "addr", ln.Addr().String())
+	case opts.HolderAuth == nil:
 		const warning = "holder ids are not signed: anyone can claim any Holder-Id, so this service belongs behind a backend that sets it (or start it with --holder-jwt-secret-file / --holder-jwt-key)"
 		fmt.Fprintln(stdout, "holdfast: warning: "+warning)
 		log.Warn(warning)
@@ -260,6 +268,35 @@ func parseCIDRs(s string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// checkHolderTrust refuses unsigned holders on a listen address that is not loopback,
+// unless the operator says a trusted backend in front sets Holder-Id: whoever reached
+// it could otherwise read, cancel and block any holder's bookings and holds.
+func checkHolderTrust(addr string, signed, trustedHeader bool) error {
+	switch {
+	case signed && trustedHeader:
+		return usageErr("--trusted-holder-header says Holder-Id is believed as sent; with --holder-jwt-secret-file or --holder-jwt-key holders are signed instead: give one")
+	case signed || trustedHeader || loopbackAddr(addr):
+		return nil
+	}
+	return usageErr("--addr %q is not a loopback address and holders are not signed: whoever reaches it could act as any holder "+
+		"(read, cancel and block their bookings and holds). Sign holders (--holder-jwt-secret-file or --holder-jwt-key), "+
+		"or, if only a trusted backend that sets Holder-Id from its own session reaches this address, say so with --trusted-holder-header", addr)
+}
+
+// loopbackAddr reports whether a listen address (host:port) is reached from this
+// machine only: its host a loopback IP or "localhost". An empty host is every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // printWalkthrough shows a new user the API in three curl commands.

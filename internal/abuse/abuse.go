@@ -37,6 +37,17 @@ type Options struct {
 	// LogLines counts the lines the unsigned server has logged so far.
 	LogLines func() int64
 	Out      io.Writer
+
+	// SignedAdminURL is the signed server's admin listener, OperatorToken the operator
+	// token of both servers, Sign a token of the signed server for a holder, and Serve
+	// starts one more unsigned server with extra serve flags (its public base URL, or
+	// why it did not start; it stops when ctx ends).
+	SignedAdminURL string
+	OperatorToken  string
+	Sign           func(holder string) string
+	Serve          func(ctx context.Context, extra ...string) (string, error)
+	// Only, when set, runs only the attacks whose name contains it.
+	Only string
 }
 
 // Row is one attack's outcome.
@@ -51,6 +62,12 @@ type runner struct {
 	honest *honest
 }
 
+// attack is one row: its name and what runs it.
+type attack struct {
+	name string
+	fn   func(context.Context) string
+}
+
 // Run runs every attack and returns the rows.
 func Run(ctx context.Context, o Options) ([]Row, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0, IdleConnTimeout: 30 * time.Second}
@@ -58,10 +75,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	r.honest = startHonest(ctx, r)
 	defer r.honest.stop()
 	time.Sleep(3 * time.Second) // the baseline's first samples
-	for _, a := range []struct {
-		name string
-		fn   func(context.Context) string
-	}{
+	for _, a := range append([]attack{
 		{"anyone is any holder (unsigned: 2,000 fresh ids, best-available holds of 10)", r.hoardUnsigned},
 		{"anyone is any holder (signed: one identity; fresh ids without a token)", r.hoardSigned},
 		{"event streams from one address, then from 5,000 addresses", r.streams},
@@ -78,9 +92,12 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		{"clickjacking: the page's headers", r.framing},
 		{"logs under a flood of 429s", r.logFlood},
 		{"error details: generation 2^53, a wrong JSON type", r.errorDetails},
-	} {
+	}, r.authAttacks()...) {
 		if ctx.Err() != nil {
 			break
+		}
+		if !strings.Contains(a.name, o.Only) {
+			continue
 		}
 		fmt.Fprintf(o.Out, "abuse: %s ...\n", a.name)
 		res := a.fn(ctx)
