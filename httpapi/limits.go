@@ -86,9 +86,19 @@ func (s *Server) trusted(a netip.Addr) bool {
 
 // refuse answers 429 for a limit (reason names it in the metric), with Retry-After.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason, detail string) {
+	s.refusal(w, r, reason, http.StatusTooManyRequests, "1", "rate-limited", "Rate limited", detail)
+}
+
+// refusal answers a request a limit refused: counted by reason, its log line sampled,
+// and its connection closed (a refused client does not keep a connection idle for
+// its next try; a reconnect costs it more than us).
+func (s *Server) refusal(w http.ResponseWriter, r *http.Request, reason string, status int, retryAfter, typ, title, detail string) {
 	s.refused.WithLabelValues(reason).Inc()
-	w.Header().Set("Retry-After", "1")
-	writeProblem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", detail)
+	sampleLog(r, logRefused)
+	h := w.Header()
+	h.Set("Retry-After", retryAfter)
+	h.Set("Connection", "close")
+	writeProblem(w, status, typ, title, detail)
 }
 
 // limited wraps a holder's operation with its limits: the client address's write

@@ -398,18 +398,14 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 // slot back. When it refuses, it has answered.
 func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	if !s.streamConnects.Allow() {
-		s.refused.WithLabelValues("stream-connects").Inc()
-		w.Header().Set("Retry-After", "2")
-		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
+		s.refusal(w, r, "stream-connects", http.StatusServiceUnavailable, "2", "too-many-streams", "Too many event streams",
 			"too many event streams opened this second; retry")
 		return
 	}
 	release, refusal := s.streams.take(clientAddrOf(r), s.opts.MaxStreams, s.opts.MaxStreamsPerAddress)
 	switch refusal {
 	case "server":
-		s.refused.WithLabelValues("streams").Inc()
-		w.Header().Set("Retry-After", "5")
-		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
+		s.refusal(w, r, "streams", http.StatusServiceUnavailable, "5", "too-many-streams", "Too many event streams",
 			fmt.Sprintf("this server has %d event streams open, its limit", s.opts.MaxStreams))
 		return
 	case "address":

@@ -23,7 +23,6 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"golang.org/x/net/netutil"
 
 	"github.com/holdfast/holdfast/engine"
 	"github.com/holdfast/holdfast/httpapi"
@@ -47,7 +46,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		readBurst  = fs.Int("read-rate-burst", 100, "burst of reads per client address or holder")
 		addrSeats  = fs.Int("max-seats-per-addr", 100, "seats one client address may hold at once in one show, whatever holder ids it uses")
 		proxies    = fs.String("trusted-proxy", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
-		maxConns   = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted")
+		maxConns   = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted, and from 7/8 of it on idle keep-alive ones are closed")
+		addrConns  = fs.Int("max-conns-per-addr", 64,
+			"most open connections from one client address (an IPv6 /64; not a --trusted-proxy); more are closed as they are accepted")
 		maxStreams = fs.Int("max-streams", 1024, "most seat-map event streams open at once (at most half of --max-conns)")
 		addrStream = fs.Int("max-streams-per-addr", 16, "most event streams open at once from one client address")
 		jwtSecret  = fs.String("holder-jwt-secret-file", "",
@@ -81,6 +82,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if *maxConns < 1 {
 		return usageErr("--max-conns must be at least 1")
+	}
+	if *addrConns <= *addrStream {
+		return usageErr("--max-conns-per-addr (%d) must be more than --max-streams-per-addr (%d): an address's streams and its other requests", *addrConns, *addrStream)
 	}
 	streamsSet := false
 	fs.Visit(func(f *flag.Flag) { streamsSet = streamsSet || f.Name == "max-streams" })
@@ -121,7 +125,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
 	opts := httpapi.Options{RateLimit: *rateLimit, RateBurst: *rateBurst, AddrRateLimit: *addrLimit, AddrRateBurst: *addrBurst,
 		ReadRateLimit: *readLimit, ReadRateBurst: *readBurst, MaxSeatsPerAddress: *addrSeats, TrustedProxies: trusted,
-		MaxStreams: *maxStreams, MaxStreamsPerAddress: *addrStream,
+		MaxStreams: *maxStreams, MaxStreamsPerAddress: *addrStream, MaxConns: *maxConns, MaxConnsPerAddress: *addrConns,
 		OperatorToken: *opToken, OperatorTokenFile: *opTokenFile, LogKey: []byte(*logKey),
 		RequestLogLevel: requestLevel, TLS: *tlsCert != ""}
 	reloadFailed := func(what string) func(error) {
@@ -159,7 +163,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	ln = netutil.LimitListener(ln, *maxConns)
+	ln = api.Listener(ln) // --max-conns, --max-conns-per-addr
 	newServer := func(h http.Handler) *http.Server {
 		return &http.Server{
 			Handler:           h,
@@ -169,6 +173,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			IdleTimeout:       60 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 			ConnContext:       api.ConnContext,
+			ConnState:         api.ConnState, // the public listener's idle connections, closed near --max-conns
 		}
 	}
 	srv := newServer(api)
