@@ -37,6 +37,8 @@ type Options struct {
 	// LogLines counts the lines the unsigned server has logged so far.
 	LogLines func() int64
 	Out      io.Writer
+	// Only, when set, runs only the attacks whose name contains one of these.
+	Only []string
 }
 
 // Row is one attack's outcome.
@@ -78,9 +80,15 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		{"clickjacking: the page's headers", r.framing},
 		{"logs under a flood of 429s", r.logFlood},
 		{"error details: generation 2^53, a wrong JSON type", r.errorDetails},
+		{"4,096 keep-alive connections from one address (idle /livez, refused streams)", r.idleConns},
+		{"64 addresses x 16 never-reading streams on a quiet show", r.quietNeverReading},
+		{"logs under a flood of unknown paths and /readyz", r.logFloodPaths},
 	} {
 		if ctx.Err() != nil {
 			break
+		}
+		if len(o.Only) > 0 && !slices.ContainsFunc(o.Only, func(s string) bool { return strings.Contains(a.name, s) }) {
+			continue
 		}
 		fmt.Fprintf(o.Out, "abuse: %s ...\n", a.name)
 		res := a.fn(ctx)
