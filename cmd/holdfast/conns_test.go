@@ -197,3 +197,28 @@ func TestPlainHTTPErrorsAreProblems(t *testing.T) {
 		}
 	}
 }
+
+// TestTrustedProxyConnectionsNotCapped: a trusted proxy's connections carry many
+// clients, so the per-address cap does not count them; an untrusted address's beside it
+// still meet theirs.
+func TestTrustedProxyConnectionsNotCapped(t *testing.T) {
+	t.Parallel()
+	base, _, _ := startServe(t, migratedEnv(t, nil), "--trusted-proxy", "127.0.6.5",
+		"--max-conns-per-addr", "4", "--max-streams-per-addr", "2")
+	addr := strings.TrimPrefix(base, "http://")
+	served := map[string]int{}
+	for _, src := range []string{"127.0.6.5", "127.0.6.66"} {
+		for range 10 {
+			c, err := dialFrom(t, src, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, _, err := exchange(c, bufio.NewReader(c), "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"); err == nil && resp.StatusCode == 200 {
+				served[src]++ // and left open
+			}
+		}
+	}
+	if served["127.0.6.5"] != 10 || served["127.0.6.66"] != 4 {
+		t.Fatalf("connections served: %v, want all 10 of the proxy's and 4 of the other address's", served)
+	}
+}
