@@ -386,7 +386,8 @@ func TestLimiterMemoryIsBounded(t *testing.T) {
 }
 
 // TestStreamCaps: one address gets at most its streams (429), the server at most its
-// own (503), and /livez answers all the while.
+// own (503, once no address holds two more than the newcomer), and /livez answers all
+// the while.
 func TestStreamCaps(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{TrustedProxies: loopback, MaxStreams: 5, MaxStreamsPerAddress: 2})
@@ -416,8 +417,12 @@ func TestStreamCaps(t *testing.T) {
 			t.Fatalf("stream %d: %d", i, got)
 		}
 	}
-	if got := open("198.51.100.20"); got != 503 {
-		t.Fatalf("a stream past the server's cap: %d, want 503", got)
+	// Full: a newcomer takes the oldest stream of the address holding two more than it.
+	if got := open("198.51.100.20"); got != 200 {
+		t.Fatalf("a newcomer with an address holding 2 streams: %d, want 200", got)
+	}
+	if got := open("198.51.100.21"); got != 503 {
+		t.Fatalf("a stream past the server's cap, every address holding one: %d, want 503", got)
 	}
 	a.want(a.do("GET", "/livez", "", "", nil), 200, "")
 }

@@ -114,9 +114,19 @@ type Options struct {
 	OperatorFailures int
 
 	// RequestLogLevel is the level of the one line logged per request. Defaults to
-	// info (the zero slog.Level). Refusals (429) are logged at most 5 a second; all
-	// are counted in holdfast_http_refused_total.
+	// info (the zero slog.Level). Refusals (429, the stream caps' 503), unknown paths
+	// (404, 405) and probes (/livez, /readyz) are each logged at most 5 a second (a
+	// line says how many of its kind were skipped before it); all are counted in
+	// holdfast_http_requests_total, refusals in holdfast_http_refused_total too.
 	RequestLogLevel slog.Level
+	// MaxConns bounds the connections Server.Listener has open at once; past it a new
+	// one waits to be accepted, and from 7/8 of it on idle keep-alive connections are
+	// closed. Defaults to 4,096.
+	MaxConns int
+	// MaxConnsPerAddress bounds one client address's open connections (an IPv6
+	// address's /64; a trusted proxy's are not counted): past it Server.Listener closes
+	// a new one as it accepts it. Keep it above MaxStreamsPerAddress. Defaults to 64.
+	MaxConnsPerAddress int
 	// MaxStreams bounds the seat-map event streams open at once; past it a new one is
 	// refused with 503 and Retry-After. Keep it well under the connection limit, so
 	// that streams never starve other requests. Defaults to 1,000.
@@ -160,10 +170,12 @@ type Server struct {
 	unknownShows             *buckets // requests for shows that do not exist, per address
 	opFailures               *buckets // wrong operator tokens, per address
 	demoIDs                  *buckets // demo identities given, per address
-	refusalLogs              *rate.Limiter
+	logSamples               [logClasses]logSampler
 	streamConnects           *rate.Limiter // event streams opened, all clients
 	addrHolds                *addrHolds
 	opToken                  *fileValue[string] // nil without OperatorTokenFile
+
+	conns atomic.Pointer[connLimiter] // the public listener, once Listener wrapped it
 
 	draining atomic.Bool
 	epoch    string      // names this process's seat-map versions (ETags, event ids)
@@ -207,7 +219,7 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 		def int
 	}{{&opts.RateBurst, 40}, {&opts.AddrRateBurst, 200}, {&opts.ReadRateBurst, 100}, {&opts.MaxSeatsPerAddress, 100},
 		{&opts.LimiterSize, 65_536}, {&opts.OperatorFailures, 5}, {&opts.MaxStreams, 1000}, {&opts.MaxStreamsPerAddress, 16},
-		{&opts.StreamSendBuffer, 32 << 10}} {
+		{&opts.StreamSendBuffer, 32 << 10}, {&opts.MaxConns, 4096}, {&opts.MaxConnsPerAddress, 64}} {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
@@ -248,7 +260,6 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 		unknownShows:   newBuckets(rate.Limit(opts.UnknownShowRate), max(1, int(4*opts.UnknownShowRate)), size),
 		opFailures:     newBuckets(rate.Every(10*time.Second), opts.OperatorFailures, size),
 		demoIDs:        newBuckets(rate.Every(20*time.Second), 3, size),
-		refusalLogs:    rate.NewLimiter(5, 5),
 		streamConnects: rate.NewLimiter(rate.Limit(opts.StreamConnectRate), max(1, int(opts.StreamConnectRate))),
 		addrHolds:      newAddrHolds(opts.MaxSeatsPerAddress, size),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -261,6 +272,9 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_http_refused_total", Help: "Requests refused by a limit (429 and stream caps), by the limit.",
 		}, []string{"reason"}),
+	}
+	for i := range s.logSamples {
+		s.logSamples[i].lim = rate.NewLimiter(5, 5)
 	}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer("github.com/holdfast/holdfast/httpapi")
@@ -283,7 +297,10 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "holdfast_http_event_streams", Help: "Seat-map event streams open now.",
 	}, func() float64 { return float64(s.streams.open()) })
-	for _, c := range []prometheus.Collector{s.requests, s.latency, s.refused, streams} {
+	conns := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "holdfast_http_connections", Help: "Client connections open now on the public listener.",
+	}, func() float64 { return float64(s.openConns()) })
+	for _, c := range []prometheus.Collector{s.requests, s.latency, s.refused, streams, conns} {
 		if err := s.reg.Register(c); err != nil {
 			return nil, err
 		}

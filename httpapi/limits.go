@@ -87,9 +87,19 @@ func (s *Server) trusted(a netip.Addr) bool {
 
 // refuse answers 429 for a limit (reason names it in the metric), with Retry-After.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason, detail string) {
+	s.refusal(w, r, reason, http.StatusTooManyRequests, "1", "rate-limited", "Rate limited", detail)
+}
+
+// refusal answers a request a limit refused: counted by reason, its log line sampled,
+// and its connection closed (a refused client does not keep a connection idle for
+// its next try; a reconnect costs it more than us).
+func (s *Server) refusal(w http.ResponseWriter, r *http.Request, reason string, status int, retryAfter, typ, title, detail string) {
 	s.refused.WithLabelValues(reason).Inc()
-	w.Header().Set("Retry-After", "1")
-	writeProblem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", detail)
+	sampleLog(r, logRefused)
+	h := w.Header()
+	h.Set("Retry-After", retryAfter)
+	h.Set("Connection", "close")
+	writeProblem(w, status, typ, title, detail)
 }
 
 // limit is a table of buckets and how a refusal by it is named.
@@ -261,36 +271,82 @@ func (a *addrHolds) update(show, addr string, gen int64, until time.Time) {
 	}
 }
 
-// streamSlots counts open event streams, in all and per client address.
+// streamSlots counts open event streams, in all and per client address. A full server
+// makes room for a newcomer when an address holds two streams more than the newcomer
+// would: that address's oldest stream is evicted. Streams that never read hold their
+// slots on a quiet show (nothing written, no buffer fills), so from any number of
+// addresses they can hold only their fair share.
 type streamSlots struct {
 	mu      sync.Mutex
 	total   int
-	perAddr map[string]int
+	perAddr map[string][]*streamSlot // oldest first
 }
 
-// take claims a stream slot for addr, or says which limit refused it.
-func (c *streamSlots) take(addr string, max, maxPerAddr int) (release func(), refusal string) {
+type streamSlot struct {
+	evict func() // ends the stream
+}
+
+// take claims a stream slot for addr, or says which limit refused it; evict ends the
+// stream if a newcomer needs its slot. evicted reports that another stream made room.
+func (c *streamSlots) take(addr string, max, maxPerAddr int, evict func()) (release func(), refusal string, evicted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.total >= max:
-		return nil, "server"
-	case c.perAddr[addr] >= maxPerAddr:
-		return nil, "address"
+	if c.perAddr[addr] != nil && len(c.perAddr[addr]) >= maxPerAddr {
+		return nil, "address", false
+	}
+	if c.total >= max {
+		if !c.evictFor(len(c.perAddr[addr])) {
+			return nil, "server", false
+		}
+		evicted = true
 	}
 	if c.perAddr == nil {
-		c.perAddr = map[string]int{}
+		c.perAddr = map[string][]*streamSlot{}
 	}
+	slot := &streamSlot{evict: evict}
 	c.total++
-	c.perAddr[addr]++
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.total--
-		if c.perAddr[addr]--; c.perAddr[addr] == 0 {
-			delete(c.perAddr, addr)
+	c.perAddr[addr] = append(c.perAddr[addr], slot)
+	return func() { c.drop(addr, slot) }, "", evicted
+}
+
+// evictFor ends the oldest stream of the address holding the most, if it holds at
+// least two more than a newcomer holding has; it reports whether it did.
+func (c *streamSlots) evictFor(has int) bool {
+	var top string
+	for a, slots := range c.perAddr {
+		if len(slots) > len(c.perAddr[top]) {
+			top = a
 		}
-	}, ""
+	}
+	if len(c.perAddr[top]) < has+2 {
+		return false
+	}
+	victim := c.perAddr[top][0]
+	c.remove(top, victim)
+	victim.evict()
+	return true
+}
+
+// drop gives a slot back (once: an evicted one was given back already).
+func (c *streamSlots) drop(addr string, slot *streamSlot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.remove(addr, slot)
+}
+
+func (c *streamSlots) remove(addr string, slot *streamSlot) {
+	slots := c.perAddr[addr]
+	for i, x := range slots {
+		if x == slot {
+			c.total--
+			if slots = append(slots[:i:i], slots[i+1:]...); len(slots) == 0 {
+				delete(c.perAddr, addr)
+			} else {
+				c.perAddr[addr] = slots
+			}
+			return
+		}
+	}
 }
 
 func (c *streamSlots) open() int {

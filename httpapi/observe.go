@@ -9,10 +9,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 )
 
 // RequestIDHeader carries each response's request id: the same id is on every log
@@ -45,9 +48,51 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 
 // requestInfo is what every log line of a request carries, kept in its context.
 type requestInfo struct {
-	id   string // random, per request
-	addr string // the client address (limits key on it)
-	peer string // what logs show of the address: a keyed hash
+	id     string // random, per request
+	addr   string // the client address (limits key on it)
+	sample logClass
+	// peer is what logs show of the address, a keyed hash: computed for the first line
+	// logged, so that a request that logs nothing (a sampled refusal) costs no hash.
+	peer func() string
+}
+
+// logClass names the requests whose line is sampled: floods of them (refusals, unknown
+// paths, probes) are counted in full in the metrics and logged a few a second.
+type logClass int
+
+const (
+	logAlways    logClass = iota
+	logRefused            // refused by a limit (429, the stream caps' 503)
+	logUnmatched          // no route (404) or not its method (405)
+	logProbe              // /livez, /readyz
+	logClasses
+)
+
+// logSampler lets through a class's lines at its rate and counts those it skips.
+type logSampler struct {
+	lim     *rate.Limiter
+	skipped atomic.Int64
+}
+
+// sampleLog marks r's log line as one of class, to be sampled.
+func sampleLog(r *http.Request, class logClass) {
+	if ri, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+		ri.sample = class
+	}
+}
+
+// logged reports whether a line of class goes out, and how many of its class were
+// skipped since the last that did.
+func (s *Server) logged(class logClass) (ok bool, skipped int64) {
+	if class == logAlways {
+		return true, 0
+	}
+	ls := &s.logSamples[class]
+	if !ls.lim.Allow() {
+		ls.skipped.Add(1)
+		return false, 0
+	}
+	return true, ls.skipped.Swap(0)
 }
 
 type requestInfoKey struct{}
@@ -69,7 +114,7 @@ type requestLogHandler struct{ slog.Handler }
 
 func (h requestLogHandler) Handle(ctx context.Context, r slog.Record) error {
 	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		r.AddAttrs(slog.String("request_id", ri.id), slog.String("peer", ri.peer))
+		r.AddAttrs(slog.String("request_id", ri.id), slog.String("peer", ri.peer()))
 	}
 	return h.Handler.Handle(ctx, r)
 }
@@ -84,7 +129,8 @@ func (h requestLogHandler) WithGroup(name string) slog.Handler {
 
 // observe gives each request its id and client address, sets the headers every
 // response carries, logs one line per request (route, status, duration, peer and
-// holder hashed; never a token, key or body; refusals sampled) and counts it by route
+// holder hashed; never a token, key or body; refusals, unknown paths and probes
+// sampled) and counts it by route
 // and status.
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +138,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		id := make([]byte, 8)
 		_, _ = rand.Read(id)
 		addr := s.clientAddr(r)
-		ri := &requestInfo{id: hex.EncodeToString(id), addr: addr, peer: s.hashHolder("addr " + addr)}
+		ri := &requestInfo{id: hex.EncodeToString(id), addr: addr, peer: sync.OnceValue(func() string { return s.hashHolder("addr " + addr) })}
 		ctx := context.WithValue(r.Context(), requestInfoKey{}, ri)
 		var span trace.Span
 		if s.tracer != nil {
@@ -128,10 +174,17 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		}
 		s.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
 		s.latency.WithLabelValues(route).Observe(d.Seconds())
-		if rec.status == http.StatusTooManyRequests && !s.refusalLogs.Allow() {
-			return // a flood of refusals is counted (holdfast_http_refused_total), logged sampled
+		if rec.status == http.StatusTooManyRequests {
+			ri.sample = logRefused
+		}
+		ok, skipped := s.logged(ri.sample)
+		if !ok {
+			return // a flood of refusals or probes is counted (the metrics above), logged sampled
 		}
 		attrs := []any{"route", route, "status", rec.status, "duration_ms", float64(d.Microseconds()) / 1000}
+		if skipped > 0 {
+			attrs = append(attrs, "skipped", skipped) // lines of its kind not logged since the last
+		}
 		if h := r.Header.Get(HolderHeader); h != "" {
 			attrs = append(attrs, "holder", s.hashHolder(h))
 		}

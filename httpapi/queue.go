@@ -146,7 +146,7 @@ func (s *Server) getQueueEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	release, ok := s.openStream(w, r)
+	ctx, release, ok := s.openStream(w, r)
 	if !ok {
 		return
 	}
@@ -172,7 +172,7 @@ func (s *Server) getQueueEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		for {
 			select {
-			case <-r.Context().Done():
+			case <-ctx.Done():
 				return
 			case <-beat.C:
 				buf.WriteString(": heartbeat\n\n")
@@ -184,7 +184,7 @@ func (s *Server) getQueueEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			break
 		}
-		if q, err = s.e.Queue(r.Context(), show); err != nil {
+		if q, err = s.e.Queue(ctx, show); err != nil {
 			if errors.Is(err, engine.ErrNotFound) {
 				return // the room was turned off: the page reloads the rules
 			}

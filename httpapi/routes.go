@@ -86,12 +86,14 @@ func (s *Server) routes() (public, admin http.Handler) {
 			}
 			allow := strings.Join(methods, ", ")
 			mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+				sampleLog(r, logUnmatched)
 				w.Header().Set("Allow", allow)
 				writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
 					r.Method+" is not allowed here; use "+allow)
 			})
 		}
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			sampleLog(r, logUnmatched)
 			writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
 		})
 		return s.observe(mux)
@@ -445,13 +447,15 @@ func (s *Server) deleteBooking(w http.ResponseWriter, r *http.Request, holder st
 	writeJSON(w, http.StatusOK, toBookingJSON(b))
 }
 
-func (s *Server) livez(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
+	sampleLog(r, logProbe)
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // readyz tells anyone only whether this server is ready, from a check at most a second
 // old: a flood of probes costs one check a second.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	sampleLog(r, logProbe)
 	if s.draining.Load() {
 		writeProblem(w, http.StatusServiceUnavailable, "draining", "Draining", "the server is shutting down")
 		return

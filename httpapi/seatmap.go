@@ -328,13 +328,11 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 			after, position = n, 0
 		}
 	}
-	release, ok := s.openStream(w, r)
+	ctx, release, ok := s.openStream(w, r)
 	if !ok {
 		return
 	}
 	defer release()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
 	var events <-chan engine.SeatMapEvent
 	var err error
 	if position != 0 {
@@ -395,26 +393,37 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 
 // openStream admits an event stream under the stream limits (connects per second,
 // streams per server and per address) and shrinks its send buffer; release gives its
-// slot back. When it refuses, it has answered.
-func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+// slot back. The stream runs until ctx ends: it ends early when a newcomer evicts it
+// (see streamSlots), and its connection is then closed. When it refuses, it has
+// answered.
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (ctx context.Context, release func(), ok bool) {
 	if !s.streamConnects.Allow() {
-		s.refused.WithLabelValues("stream-connects").Inc()
-		w.Header().Set("Retry-After", "2")
-		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
+		s.refusal(w, r, "stream-connects", http.StatusServiceUnavailable, "2", "too-many-streams", "Too many event streams",
 			"too many event streams opened this second; retry")
-		return
+		return nil, nil, false
 	}
-	release, refusal := s.streams.take(clientAddrOf(r), s.opts.MaxStreams, s.opts.MaxStreamsPerAddress)
+	ctx, cancel := context.WithCancel(r.Context())
+	rc := http.NewResponseController(w)
+	var evicted atomic.Bool
+	evict := func() {
+		evicted.Store(true)
+		cancel()
+		_ = rc.SetWriteDeadline(time.Now()) // a write waiting on a reader that does not read ends now
+	}
+	give, refusal, made := s.streams.take(clientAddrOf(r), s.opts.MaxStreams, s.opts.MaxStreamsPerAddress, evict)
 	switch refusal {
 	case "server":
-		s.refused.WithLabelValues("streams").Inc()
-		w.Header().Set("Retry-After", "5")
-		writeProblem(w, http.StatusServiceUnavailable, "too-many-streams", "Too many event streams",
+		cancel()
+		s.refusal(w, r, "streams", http.StatusServiceUnavailable, "5", "too-many-streams", "Too many event streams",
 			fmt.Sprintf("this server has %d event streams open, its limit", s.opts.MaxStreams))
-		return
+		return nil, nil, false
 	case "address":
+		cancel()
 		s.refuse(w, r, "address-streams", fmt.Sprintf("this address has %d event streams open, its limit", s.opts.MaxStreamsPerAddress))
-		return
+		return nil, nil, false
+	}
+	if made {
+		s.refused.WithLabelValues("stream-evicted").Inc()
 	}
 	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
 		// A small send buffer: a client that stops reading fills it fast, the next
@@ -424,7 +433,13 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (release fun
 			_ = tc.SetWriteBuffer(s.opts.StreamSendBuffer)
 		}
 	}
-	return release, true
+	return ctx, func() {
+		give()
+		cancel()
+		if evicted.Load() {
+			_ = rc.SetWriteDeadline(time.Now()) // the end of the response fails: the connection closes
+		}
+	}, true
 }
 
 // startStream writes an event stream's headers and returns the function that writes

@@ -26,7 +26,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("holdfast abuse", flag.ContinueOnError)
 	var backends backendFlags
 	seats := fs.Int("seats", 100_000, "seats of the show attacked (and sold by honest buyers meanwhile)")
-	only := fs.String("attacks", "", "run only the attacks whose name contains this (default all)")
+	only := fs.String("attacks", "", "comma-separated words: run only the attacks whose name contains one (for example \"reconnect,keep-alive\")")
 	backends.register(fs, true)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
@@ -117,7 +117,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 		return strings.Replace(public, "[::]", "127.0.0.1", 1), err // an address on every interface: reached on loopback
 	}
 	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: sign("hoarder"), Show: show,
-		LogLines: logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Only: *only})
+		LogLines: logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Only: onlyList(*only)})
 	fmt.Fprintln(stdout, "\n| attack | measured |\n|---|---|")
 	for _, r := range rows {
 		fmt.Fprintf(stdout, "| %s | %s |\n", r.Attack, r.Result)
@@ -148,4 +148,15 @@ func adminPut(ctx context.Context, url, token, body string) error {
 		return fmt.Errorf("PUT %s: %d", url, resp.StatusCode)
 	}
 	return nil
+}
+
+// onlyList splits --only into its words.
+func onlyList(s string) []string {
+	var out []string
+	for _, w := range strings.Split(s, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			out = append(out, w)
+		}
+	}
+	return out
 }

@@ -23,7 +23,6 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"golang.org/x/net/netutil"
 
 	"github.com/holdfast/holdfast/engine"
 	"github.com/holdfast/holdfast/httpapi"
@@ -39,15 +38,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		addr      = fs.String("addr", "127.0.0.1:8080", "listen address host:port")
 		adminAddr = fs.String("admin-addr", "127.0.0.1:9090",
 			"listen address of the admin listener: /metrics, show creation, resync, the detailed /readyz; keep it off the public network")
-		rateLimit  = fs.Float64("rate-limit", 20, "holds and confirmations per second per holder")
-		rateBurst  = fs.Int("rate-burst", 40, "burst of holds and confirmations per holder")
-		addrLimit  = fs.Float64("addr-rate-limit", 100, "holds and confirmations per second per client address (all its holders)")
-		addrBurst  = fs.Int("addr-rate-burst", 200, "burst of holds and confirmations per client address")
-		readLimit  = fs.Float64("read-rate-limit", 50, "reads per second per client address, and per holder when one is named")
-		readBurst  = fs.Int("read-rate-burst", 100, "burst of reads per client address or holder")
-		addrSeats  = fs.Int("max-seats-per-addr", 100, "seats one client address may hold at once in one show, whatever holder ids it uses")
-		proxies    = fs.String("trusted-proxy", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
-		maxConns   = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted")
+		rateLimit = fs.Float64("rate-limit", 20, "holds and confirmations per second per holder")
+		rateBurst = fs.Int("rate-burst", 40, "burst of holds and confirmations per holder")
+		addrLimit = fs.Float64("addr-rate-limit", 100, "holds and confirmations per second per client address (all its holders)")
+		addrBurst = fs.Int("addr-rate-burst", 200, "burst of holds and confirmations per client address")
+		readLimit = fs.Float64("read-rate-limit", 50, "reads per second per client address, and per holder when one is named")
+		readBurst = fs.Int("read-rate-burst", 100, "burst of reads per client address or holder")
+		addrSeats = fs.Int("max-seats-per-addr", 100, "seats one client address may hold at once in one show, whatever holder ids it uses")
+		proxies   = fs.String("trusted-proxy", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+		maxConns  = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted, and from 7/8 of it on idle keep-alive ones are closed")
+		addrConns = fs.Int("max-conns-per-addr", 64,
+			"most open connections from one client address (an IPv6 /64; not a --trusted-proxy); more are closed as they are accepted")
 		maxStreams = fs.Int("max-streams", 1024, "most seat-map event streams open at once (at most half of --max-conns)")
 		addrStream = fs.Int("max-streams-per-addr", 16, "most event streams open at once from one client address")
 		jwtSecret  = fs.String("holder-jwt-secret-file", "",
@@ -83,6 +84,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if *maxConns < 1 {
 		return usageErr("--max-conns must be at least 1")
+	}
+	if *addrConns <= *addrStream {
+		return usageErr("--max-conns-per-addr (%d) must be more than --max-streams-per-addr (%d): an address's streams and its other requests", *addrConns, *addrStream)
 	}
 	streamsSet := false
 	fs.Visit(func(f *flag.Flag) { streamsSet = streamsSet || f.Name == "max-streams" })
@@ -126,7 +130,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
 	opts := httpapi.Options{RateLimit: *rateLimit, RateBurst: *rateBurst, AddrRateLimit: *addrLimit, AddrRateBurst: *addrBurst,
 		ReadRateLimit: *readLimit, ReadRateBurst: *readBurst, MaxSeatsPerAddress: *addrSeats, TrustedProxies: trusted,
-		MaxStreams: *maxStreams, MaxStreamsPerAddress: *addrStream,
+		MaxStreams: *maxStreams, MaxStreamsPerAddress: *addrStream, MaxConns: *maxConns, MaxConnsPerAddress: *addrConns,
 		OperatorToken: *opToken, OperatorTokenFile: *opTokenFile, LogKey: []byte(*logKey),
 		RequestLogLevel: requestLevel, TLS: *tlsCert != ""}
 	reloadFailed := func(what string) func(error) {
@@ -164,7 +168,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	ln = netutil.LimitListener(ln, *maxConns)
+	ln = api.Listener(ln) // --max-conns, --max-conns-per-addr
 	newServer := func(h http.Handler) *http.Server {
 		return &http.Server{
 			Handler:           h,
@@ -174,6 +178,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			IdleTimeout:       60 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 			ConnContext:       api.ConnContext,
+			ConnState:         api.ConnState, // the public listener's idle connections, closed near --max-conns
 		}
 	}
 	srv := newServer(api)

@@ -46,8 +46,8 @@ type Options struct {
 	OperatorToken  string
 	Sign           func(holder string) string
 	Serve          func(ctx context.Context, extra ...string) (string, error)
-	// Only, when set, runs only the attacks whose name contains it.
-	Only string
+	// Only, when set, runs only the attacks whose name contains one of these.
+	Only []string
 }
 
 // Row is one attack's outcome.
@@ -92,11 +92,14 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		{"clickjacking: the page's headers", r.framing},
 		{"logs under a flood of 429s", r.logFlood},
 		{"error details: generation 2^53, a wrong JSON type", r.errorDetails},
+		{"4,096 keep-alive connections from one address (idle /livez, refused streams)", r.idleConns},
+		{"64 addresses x 16 never-reading streams on a quiet show", r.quietNeverReading},
+		{"logs under a flood of unknown paths and /readyz", r.logFloodPaths},
 	}, r.authAttacks()...) {
 		if ctx.Err() != nil {
 			break
 		}
-		if !strings.Contains(a.name, o.Only) {
+		if len(o.Only) > 0 && !slices.ContainsFunc(o.Only, func(s string) bool { return strings.Contains(a.name, s) }) {
 			continue
 		}
 		fmt.Fprintf(o.Out, "abuse: %s ...\n", a.name)
