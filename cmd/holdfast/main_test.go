@@ -297,7 +297,7 @@ func TestMigrateDownRefusesToDestroyData(t *testing.T) {
 		before--
 		code, text, err = step("down")
 	}
-	if code != exitFailure || !strings.Contains(err.Error(), "--force") || !strings.Contains(text, "drops column shows.holder_limit (of 1 rows)") {
+	if code != exitFailure || !strings.Contains(err.Error(), "--force") || !strings.Contains(text, "drops column shows.epoch (of 1 rows)") {
 		t.Fatalf("down with data: exit %d, %v, output %q; want a refusal listing what it drops", code, err, text)
 	}
 	var after int64
