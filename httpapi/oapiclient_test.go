@@ -13,8 +13,10 @@ import (
 
 // TestGeneratedClient drives a sale with the Go client oapi-codegen generates from the
 // document (internal/oapiclient, `make generate`; `make verify` fails when it drifts),
-// used as generated: create a show, hold by seat ids, confirm, read the booking, hold
-// the best available seat and release that hold.
+// used as generated: create a show, hold by seat ids, confirm, read the booking, be
+// refused a booked seat (the declared 409, decoded), hold the best available seat,
+// extend and release that hold (a confirmed one cannot be released), then hold the
+// released seat again.
 func TestGeneratedClient(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
@@ -57,12 +59,23 @@ func TestGeneratedClient(t *testing.T) {
 		t.Fatalf("get booking: %v %s", err, oapiReply(got))
 	}
 
+	taken, err := c.PostHoldWithResponse(ctx, show, &oapiclient.PostHoldParams{HolderId: &holder}, seatsHold(t, oapiclient.SeatIDs{"A1"}))
+	if err != nil || taken.ApplicationproblemJSON409 == nil || taken.ApplicationproblemJSON409.Type != oapiclient.UrnHoldfastProblemSeatsUnavailable {
+		t.Fatalf("hold a booked seat: want the declared 409 problem, got %v %s", err, oapiReply(taken))
+	}
+
 	best := bestHold(t, 1)
 	other, err := c.PostHoldWithResponse(ctx, show, &oapiclient.PostHoldParams{HolderId: &holder}, best)
 	if err != nil || other.JSON201 == nil || len(other.JSON201.Seats) != 1 || other.JSON201.Seats[0] != "A3" {
 		t.Fatalf("hold the best available: %v %s", err, oapiReply(other))
 	}
-	released, err := c.ReleaseHoldWithResponse(ctx, &oapiclient.ReleaseHoldParams{HolderId: &holder}, *other.JSON201)
+	h := *other.JSON201
+	extended, err := c.ExtendHoldWithResponse(ctx, &oapiclient.ExtendHoldParams{HolderId: &holder}, oapiclient.HoldExtend{
+		Show: h.Show, Seats: h.Seats, Token: h.Token, Generation: h.Generation, TtlMs: 60_000})
+	if err != nil || extended.JSON200 == nil || extended.JSON200.Token != h.Token {
+		t.Fatalf("extend: %v %s", err, oapiReply(extended))
+	}
+	released, err := c.ReleaseHoldWithResponse(ctx, &oapiclient.ReleaseHoldParams{HolderId: &holder}, *extended.JSON200)
 	if err != nil || released.StatusCode() != http.StatusNoContent {
 		t.Fatalf("release: %v %s", err, oapiReply(released))
 	}
