@@ -23,7 +23,8 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: static deb image check-deploy screenshots readme reset help services services-down generate verify lint-openapi test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
+.PHONY: lint-openapi
+.PHONY: static deb image check-deploy screenshots readme reset help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,7 +42,10 @@ generate: ## Regenerate db/ from queries/ and migrations/ with sqlc $(SQLC_VERSI
 	$(SQLC) generate
 	$(OAPI_CODEGEN) -o $(OAPI_CLIENT) httpapi/openapi.yaml
 
-verify: ## Fail on drift: sqlc diff and vet, the generated OpenAPI client, go mod tidy, gofmt, go vet
+lint-openapi: ## Lint httpapi/openapi.yaml with Redocly CLI $(REDOCLY_VERSION) (npx; needs Node.js 20+): 0 errors, 0 warnings (waivers in .redocly.lint-ignore.yaml)
+	npx --yes @redocly/cli@$(REDOCLY_VERSION) lint --format=stylish httpapi/openapi.yaml
+
+verify: ## Fail on drift: sqlc diff and vet, go mod tidy, gofmt, go vet
 	$(SQLC) diff
 	$(SQLC) vet
 	@tmp="$$(mktemp)"; trap 'rm -f "$$tmp"' EXIT; $(OAPI_CODEGEN) -o "$$tmp" httpapi/openapi.yaml && \
@@ -49,9 +53,6 @@ verify: ## Fail on drift: sqlc diff and vet, the generated OpenAPI client, go mo
 	go mod tidy -diff
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
-
-lint-openapi: ## Lint httpapi/openapi.yaml with Redocly CLI $(REDOCLY_VERSION) (npx; needs Node.js 20+): 0 errors, 0 warnings (waivers in .redocly.lint-ignore.yaml)
-	npx --yes @redocly/cli@$(REDOCLY_VERSION) lint --format=stylish httpapi/openapi.yaml
 
 test: ## Start the services (and install Chromium for the page test when root), then run every test with the race detector
 	@$(with-services) eval "$$($(SERVICES) browser)"; export HOLDFAST_CHROMIUM; \
