@@ -23,7 +23,6 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: lint-openapi
 .PHONY: static deb image check-deploy screenshots readme reset help services services-down generate verify test test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
@@ -42,6 +41,7 @@ generate: ## Regenerate db/ from queries/ and migrations/ with sqlc $(SQLC_VERSI
 	$(SQLC) generate
 	$(OAPI_CODEGEN) -o $(OAPI_CLIENT) httpapi/openapi.yaml
 
+.PHONY: lint-openapi
 lint-openapi: ## Lint httpapi/openapi.yaml with Redocly CLI $(REDOCLY_VERSION) (npx; needs Node.js 20+): 0 errors, 0 warnings (waivers in .redocly.lint-ignore.yaml)
 	npx --yes @redocly/cli@$(REDOCLY_VERSION) lint --format=stylish httpapi/openapi.yaml
 
