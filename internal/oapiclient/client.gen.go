@@ -44,6 +44,7 @@ const (
 	UrnHoldfastProblemBackendUnavailable   ProblemType = "urn:holdfast:problem:backend-unavailable"
 	UrnHoldfastProblemDraining             ProblemType = "urn:holdfast:problem:draining"
 	UrnHoldfastProblemExtendLimit          ProblemType = "urn:holdfast:problem:extend-limit"
+	UrnHoldfastProblemHeadersTooLarge      ProblemType = "urn:holdfast:problem:headers-too-large"
 	UrnHoldfastProblemHoldLost             ProblemType = "urn:holdfast:problem:hold-lost"
 	UrnHoldfastProblemHolderLimit          ProblemType = "urn:holdfast:problem:holder-limit"
 	UrnHoldfastProblemHolderMismatch       ProblemType = "urn:holdfast:problem:holder-mismatch"
@@ -56,6 +57,7 @@ const (
 	UrnHoldfastProblemNoSuchRoute          ProblemType = "urn:holdfast:problem:no-such-route"
 	UrnHoldfastProblemNotAdmitted          ProblemType = "urn:holdfast:problem:not-admitted"
 	UrnHoldfastProblemNotFound             ProblemType = "urn:holdfast:problem:not-found"
+	UrnHoldfastProblemNotImplemented       ProblemType = "urn:holdfast:problem:not-implemented"
 	UrnHoldfastProblemOperatorRoutesOff    ProblemType = "urn:holdfast:problem:operator-routes-off"
 	UrnHoldfastProblemOverloaded           ProblemType = "urn:holdfast:problem:overloaded"
 	UrnHoldfastProblemRateLimited          ProblemType = "urn:holdfast:problem:rate-limited"
@@ -65,6 +67,7 @@ const (
 	UrnHoldfastProblemStaleGeneration      ProblemType = "urn:holdfast:problem:stale-generation"
 	UrnHoldfastProblemTooManyStreams       ProblemType = "urn:holdfast:problem:too-many-streams"
 	UrnHoldfastProblemUnauthorized         ProblemType = "urn:holdfast:problem:unauthorized"
+	UrnHoldfastProblemUnsupportedVersion   ProblemType = "urn:holdfast:problem:unsupported-version"
 )
 
 // Valid indicates whether the value is a known member of the ProblemType enum.
@@ -77,6 +80,8 @@ func (e ProblemType) Valid() bool {
 	case UrnHoldfastProblemDraining:
 		return true
 	case UrnHoldfastProblemExtendLimit:
+		return true
+	case UrnHoldfastProblemHeadersTooLarge:
 		return true
 	case UrnHoldfastProblemHoldLost:
 		return true
@@ -102,6 +107,8 @@ func (e ProblemType) Valid() bool {
 		return true
 	case UrnHoldfastProblemNotFound:
 		return true
+	case UrnHoldfastProblemNotImplemented:
+		return true
 	case UrnHoldfastProblemOperatorRoutesOff:
 		return true
 	case UrnHoldfastProblemOverloaded:
@@ -119,6 +126,8 @@ func (e ProblemType) Valid() bool {
 	case UrnHoldfastProblemTooManyStreams:
 		return true
 	case UrnHoldfastProblemUnauthorized:
+		return true
+	case UrnHoldfastProblemUnsupportedVersion:
 		return true
 	default:
 		return false
