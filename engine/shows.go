@@ -44,9 +44,14 @@ func (sh *show) holdSlots(n int) chan struct{} {
 	return sh.slots
 }
 
+// inventoryReadMin is the least bound of a show's inventory read: a large show's read
+// (100,000 seats) must not fail under a short Config.StatementTimeout, which is meant
+// for a confirmation's statements.
+const inventoryReadMin = 10 * time.Second
+
 // show returns a show's inventory, loading it from PostgreSQL on first use: one read
-// for every caller at the time, bounded by Config.StatementTimeout, that each caller
-// waits for until its ctx ends (shared). An unknown show id is remembered for
+// for every caller at the time, bounded by Config.StatementTimeout (inventoryReadMin at
+// least), that each caller waits for until its ctx ends (shared). An unknown show id is remembered for
 // Config.UnknownShowTTL. A cached show's identity is read again in the background once
 // its rules are older than rulesRefresh (refreshRules).
 func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
@@ -56,7 +61,8 @@ func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 	} else if !known {
 		return nil, notFound("show %q", showID)
 	}
-	sh, _, err := shared(ctx, &e.loads, showID, "postgres", e.cfg.StatementTimeout, func(ctx context.Context) (*show, error) {
+	bound := max(e.cfg.StatementTimeout, inventoryReadMin)
+	sh, _, err := shared(ctx, &e.loads, showID, "postgres", bound, func(ctx context.Context) (*show, error) {
 		if sh, _ := e.shows.get(showID); sh != nil {
 			return sh, nil
 		}

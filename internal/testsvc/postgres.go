@@ -198,9 +198,19 @@ func StartPostgresPair(t testing.TB, synchronous bool) *PostgresPair {
 	link := StartProxy(t, fmt.Sprintf("127.0.0.1:%d", primary.Port))
 	standby := newPostgres(t, fmt.Sprintf("-c hot_standby=on -c wal_retrieve_retry_interval=100ms -c wal_receiver_timeout=5s "+
 		"-c primary_conninfo='host=127.0.0.1 port=%d user=holdfast application_name=standby'", link.Port()))
-	if out, err := standby.asOwner("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "holdfast",
-		"-D", standby.data(), "-R", "-X", "stream", "-c", "fast").CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	// The base backup's WAL stream is cut by wal_sender_timeout (5 s) when the machine is
+	// too busy for pg_basebackup to answer in time; pg_basebackup then removes what it
+	// wrote, and is tried again.
+	for try := 1; ; try++ {
+		out, err := standby.asOwner("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "holdfast",
+			"-D", standby.data(), "-R", "-X", "stream", "-c", "fast").CombinedOutput()
+		if err == nil {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("pg_basebackup, %d tries: %v\n%s", try, err, out)
+		}
+		t.Logf("pg_basebackup, try %d: %v\n%s", try, err, out)
 	}
 	standby.Start()
 	pair := &PostgresPair{Primary: primary, Standby: standby, Link: link}
