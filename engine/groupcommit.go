@@ -79,8 +79,10 @@ type confirmReq struct {
 	err      error
 	marked   bool // its sold markers are in Redis
 	reserved bool // its hold is reserved for its batch in Redis (reserve.lua)
-	// its reservation's reply was lost: its hold may be reserved for its batch
+	// its reservation's reply was lost: its hold may be reserved for its batch, by a
+	// check Redis ran before checkBy (reserve.lua refuses a later one)
 	unanswered bool
+	checkBy    time.Time
 
 	// Set while a seat's fence is locked elsewhere (deferFenceBusy).
 	busySince  time.Time
@@ -933,7 +935,7 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 			// run the check and reserved the hold: given back once Redis answers
 			// (unreserveBatch), it lapses by itself otherwise.
 			var answered redis.Error
-			r.err, r.unanswered = err, !errors.As(err, &answered)
+			r.err, r.unanswered, r.checkBy = err, !errors.As(err, &answered), by
 		case cur == holdLate:
 			r.err = unavailable("redis", errors.New("Redis ran the hold's check after its batch stopped waiting for it"))
 		case cur == holdCommitting:
@@ -1041,7 +1043,7 @@ func (e *Engine) unreserve(owners []*confirmReq) []*confirmReq {
 	}
 	calls := make([]scriptCall, len(owners))
 	for i, r := range owners {
-		calls[i] = scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id)}, r.c.seats)}
+		calls[i] = scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id), e.reservationOf(r)}, r.c.seats)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), markSoldTimeout)
 	defer cancel()
@@ -1055,6 +1057,17 @@ func (e *Engine) unreserve(owners []*confirmReq) []*confirmReq {
 		failed = append(failed, owners[i])
 	}
 	return failed
+}
+
+// reservationOf names the reservation a give-back of r's hold means (unreserve.lua):
+// one made by the check whose reply was lost — the settler may have reserved the hold
+// again since under the same commit id, and that one ends later — or, once r's batch
+// has decided, any of r's.
+func (e *Engine) reservationOf(r *confirmReq) int64 {
+	if r.unanswered {
+		return r.checkBy.Add(e.reserveLife()).UnixMilli()
+	}
+	return 0
 }
 
 // giveBackLater gives back, in the background, the holds of owners that Redis did not

@@ -249,7 +249,9 @@ func (e *Engine) giveBackLapsed(ctx context.Context, sh *show, token string, ks 
 	if err := e.holdBooked(ctx, sh, token); err != nil {
 		return err
 	}
-	res, err := lua.Unreserve.Run(ctx, e.scripts, ks, scriptArgs(tag, []any{id}, seats)...).Slice()
+	// Only a reservation still lapsed: the settler may have renewed it meanwhile, to
+	// commit the same confirmation again.
+	res, err := lua.Unreserve.Run(ctx, e.scripts, ks, scriptArgs(tag, []any{id, -1}, seats)...).Slice()
 	if err == nil && len(res) == 2 {
 		e.wrote(sh, res[1])
 	}

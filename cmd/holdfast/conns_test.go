@@ -177,6 +177,7 @@ func TestPlainHTTPErrorsAreProblems(t *testing.T) {
 		{"malformed header", "GET /livez HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400, "malformed-request"},
 		{"headers too large", "GET /livez HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 1<<20+8192) + "\r\n\r\n", 431, "headers-too-large"},
 		{"unknown transfer coding", "POST /v1/bookings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: rot13\r\n\r\n", 501, "not-implemented"},
+		{"unsupported HTTP version", "GET /livez HTTP/3.0\r\nHost: x\r\n\r\n", 505, "unsupported-version"},
 	} {
 		conn, err := dialFrom(t, "127.0.6.1", addr)
 		if err != nil {

@@ -134,9 +134,12 @@
       st.classList.remove('stale');
       return;
     }
+    // A buyer is told what they need: live or not, and the counts. The map's version
+    // is for whoever debugs the page, on the element, not in its text.
     st.textContent = connected
-      ? `live · version ${version} · ${f} free, ${hd} held, ${s} sold`
+      ? `live · ${f} free, ${hd} held, ${s} sold`
       : 'reconnecting… (the map may be out of date)';
+    st.dataset.version = version;
     st.classList.toggle('stale', !connected);
   }
 
