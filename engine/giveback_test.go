@@ -131,3 +131,112 @@ func TestPolledSeatMapOfAShowCreatedAgain(t *testing.T) {
 		t.Fatalf("engine A's seat map of the show created again is the deleted show's (first seat %q, want N1)", m.Layout[0].ID)
 	}
 }
+
+// TestLostReplyGiveBackRacesRecommit: a batch's check of commit id x ran in Redis (the
+// hold is reserved for x) and its reply was lost; the batch, whose connection was cut at
+// once, answered well before its wait for the reply was over, and the give-back of that
+// check waits for Redis in the background (giveBackLater). Meanwhile the settler commits
+// x again (commitAgain: the same hold, generation and commit id), and its batch reserves
+// the hold anew. The lost reply's give-back, running then, must leave that reservation
+// alone: a Release while the re-commit books is refused (ErrUnavailable: the hold is
+// being committed), never a success. Driven step by step: the lost check, then the
+// re-commit, whose batch's afterReserve hook runs the give-back and the Release.
+func TestLostReplyGiveBackRacesRecommit(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	v.show("lx", "A1")
+	h := v.hold("lx", 10*time.Minute, "", "A1")
+	sh, err := v.e.show(ctx, "lx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := sh.scriptKeys("", h.SeatIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &confirmation{sh: sh, seats: h.SeatIDs, ks: ks, h: h,
+		fp: fingerprint(sh.id, h.SeatIDs, h.Token, h.Generation), hold: holdHash(sh.id, h.Token)}
+	x := uuid.New()
+	// The lost check: Redis ran it; its batch would have waited for the reply until by.
+	by := time.Now().Add(5 * time.Second)
+	lost := &confirmReq{ctx: ctx, c: c, gen: h.Generation, id: x, nonce: newNonce()}
+	for _, cmd := range v.e.runScripts(ctx, v.e.reserveCalls([]*confirmReq{lost}, by)) {
+		if res, err := cmd.Int64Slice(); err != nil || res[0] != h.Generation {
+			t.Fatalf("setup: the lost check: %v %v", res, err)
+		}
+	}
+	var releaseErr, giveBackErr error
+	v.e.hooks.afterReserve = func(context.Context) {
+		if failed := v.e.unreserve([]giveBack{{lost, lost.nonce}}); len(failed) > 0 {
+			giveBackErr = errors.New("the give-back got no answer")
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		releaseErr = v.e.Release(rctx, h)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := v.e.commit(cctx, c, h.Generation, x, time.Now().Add(v.e.reserveLife()))
+	if err == nil {
+		err = r.err
+	}
+	v.e.hooks.afterReserve = nil
+	t.Logf("re-commit of x: %v; Release during its batch: %v; bookings %d", err, releaseErr, v.bookings("lx"))
+	if giveBackErr != nil {
+		t.Fatal(giveBackErr)
+	}
+	if err != nil {
+		t.Fatalf("the re-commit of x: %v, want booked", err)
+	}
+	if !errors.Is(releaseErr, ErrUnavailable) {
+		t.Fatalf("Release while the re-commit of x booked: %v, want ErrUnavailable (booking %s)", releaseErr, x)
+	}
+	if n := v.bookings("lx"); n != 1 {
+		t.Fatalf("%d bookings, want 1", n)
+	}
+}
+
+// TestGiveBackNamesItsCheck: two checks of one commit id, the later one (larger nonce)
+// run by Redis first, as a frozen Redis may run two connections' calls. The reservation
+// keeps the later check's nonce; the earlier check's give-back leaves it alone, and the
+// later one's gives the hold back as it was.
+func TestGiveBackNamesItsCheck(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	v.show("gn", "A1")
+	h := v.hold("gn", 10*time.Minute, "", "A1")
+	before := v.holdValue("gn", "A1")
+	sh, err := v.e.show(ctx, "gn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := sh.scriptKeys("", h.SeatIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := commitID(uuid.New())
+	early, late := newNonce(), newNonce()
+	by := time.Now().Add(5 * time.Second).UnixMilli()
+	for _, nonce := range []string{late, early} {
+		args := scriptArgs("", []any{h.Token, h.Generation, x, nonce, v.e.reserveLife().Milliseconds(), by}, h.SeatIDs)
+		if res, err := lua.Reserve.Run(ctx, v.rdb, ks, args...).Int64Slice(); err != nil || res[0] != h.Generation {
+			t.Fatalf("reserve under nonce %s: %v %v", nonce, res, err)
+		}
+	}
+	giveBack := func(nonce string) int64 {
+		res, err := lua.Unreserve.Run(ctx, v.rdb, ks, scriptArgs("", []any{x, nonce}, h.SeatIDs)...).Slice()
+		if err != nil {
+			t.Fatalf("unreserve under nonce %s: %v", nonce, err)
+		}
+		return res[0].(int64)
+	}
+	if n := giveBack(early); n != 0 {
+		t.Fatalf("the earlier check's give-back freed %d seats of the later check's reservation (%q)", n, v.holdValue("gn", "A1"))
+	}
+	if n := giveBack(late); n != 1 || v.holdValue("gn", "A1") != before {
+		t.Fatalf("the later check's give-back: %d seats, hold %q, want 1 and %q", n, v.holdValue("gn", "A1"), before)
+	}
+}

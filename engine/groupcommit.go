@@ -80,9 +80,9 @@ type confirmReq struct {
 	marked   bool // its sold markers are in Redis
 	reserved bool // its hold is reserved for its batch in Redis (reserve.lua)
 	// its reservation's reply was lost: its hold may be reserved for its batch, by a
-	// check Redis ran before checkBy (reserve.lua refuses a later one)
+	// check Redis ran before the batch stopped waiting (reserve.lua refuses a later one)
 	unanswered bool
-	checkBy    time.Time
+	nonce      string // its last check's (nonce.go): a give-back names it
 
 	// Set while a seat's fence is locked elsewhere (deferFenceBusy).
 	busySince  time.Time
@@ -926,6 +926,9 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	ctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
 	spans := e.steps(batch, "holdfast.confirm.verify")
+	for _, r := range batch {
+		r.nonce = newNonce()
+	}
 	for i, cmd := range e.runScripts(ctx, e.reserveCalls(batch, by)) {
 		r := batch[i]
 		cur, _, err := e.verifyReply(cmd)
@@ -935,7 +938,7 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 			// run the check and reserved the hold: given back once Redis answers
 			// (unreserveBatch), it lapses by itself otherwise.
 			var answered redis.Error
-			r.err, r.unanswered, r.checkBy = err, !errors.As(err, &answered), by
+			r.err, r.unanswered = err, !errors.As(err, &answered)
 		case cur == holdLate:
 			r.err = unavailable("redis", errors.New("Redis ran the hold's check after its batch stopped waiting for it"))
 		case cur == holdCommitting:
@@ -956,14 +959,15 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	}
 }
 
-// reserveCalls are the reserve.lua calls of batch's holds: a first reservation, or, for
-// a hold reserved by the same confirmation already, one that renews it. by is when the
-// caller stops waiting for the replies: a call Redis runs later reserves nothing.
+// reserveCalls are the reserve.lua calls of batch's holds, each under its confirmation's
+// nonce: a first reservation, or, for a hold reserved by the same confirmation already,
+// one that renews it. by is when the caller stops waiting for the replies: a call Redis
+// runs later reserves nothing.
 func (e *Engine) reserveCalls(batch []*confirmReq, by time.Time) []scriptCall {
 	life := e.reserveLife().Milliseconds()
 	calls := make([]scriptCall, len(batch))
 	for i, r := range batch {
-		calls[i] = scriptCall{lua.Reserve, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen, commitID(r.id), life, by.UnixMilli()}, r.c.seats)}
+		calls[i] = scriptCall{lua.Reserve, r.c.ks, scriptArgs(r.c.tag, []any{r.c.h.Token, r.gen, commitID(r.id), r.nonce, life, by.UnixMilli()}, r.c.seats)}
 	}
 	return calls
 }
@@ -1018,14 +1022,14 @@ func commitID(id uuid.UUID) string { return hex.EncodeToString(id[:]) }
 // may exist; their reservations lapse after reserveLife, and the marker repair writes
 // the sold markers of a booking that does.
 func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
-	var now, later []*confirmReq
+	var now, later []giveBack
 	for _, r := range batch {
 		switch {
 		case !r.reserved && !r.unanswered, errors.Is(r.err, errCommitUnknown), committedOK && r.err == nil:
 		case r.unanswered:
-			later = append(later, r)
+			later = append(later, giveBack{r, r.nonce})
 		default:
-			now = append(now, r)
+			now = append(now, giveBack{r, r.nonce})
 		}
 	}
 	failed := e.unreserve(now)
@@ -1035,23 +1039,26 @@ func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
 	e.giveBackLater(append(later, failed...))
 }
 
-// unreserve gives back the holds of owners, reserved by their confirmations, in one
-// pipeline, and returns those Redis did not answer for.
-func (e *Engine) unreserve(owners []*confirmReq) []*confirmReq {
+// unreserve gives back the reservations owners name, in one pipeline, and returns those
+// Redis did not answer for. Each frees only a reservation its check (or an earlier one
+// of its confirmation) made: the settler may have reserved the hold again since under
+// the same commit id, with a later nonce (nonce.go).
+func (e *Engine) unreserve(owners []giveBack) []giveBack {
 	if len(owners) == 0 {
 		return nil
 	}
 	calls := make([]scriptCall, len(owners))
-	for i, r := range owners {
-		calls[i] = scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id), e.reservationOf(r)}, r.c.seats)}
+	for i, o := range owners {
+		r := o.r
+		calls[i] = scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id), o.nonce}, r.c.seats)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), markSoldTimeout)
 	defer cancel()
-	var failed []*confirmReq
+	var failed []giveBack
 	for i, cmd := range e.runScripts(ctx, calls) {
 		res, err := cmd.Slice()
 		if err == nil && len(res) == 2 {
-			e.wrote(owners[i].c.sh, res[1])
+			e.wrote(owners[i].r.c.sh, res[1])
 			continue
 		}
 		failed = append(failed, owners[i])
@@ -1059,23 +1066,12 @@ func (e *Engine) unreserve(owners []*confirmReq) []*confirmReq {
 	return failed
 }
 
-// reservationOf names the reservation a give-back of r's hold means (unreserve.lua):
-// one made by the check whose reply was lost — the settler may have reserved the hold
-// again since under the same commit id, and that one ends later — or, once r's batch
-// has decided, any of r's.
-func (e *Engine) reservationOf(r *confirmReq) int64 {
-	if r.unanswered {
-		return r.checkBy.Add(e.reserveLife()).UnixMilli()
-	}
-	return 0
-}
-
 // giveBackLater gives back, in the background, the holds of owners that Redis did not
 // answer for: again every Config.MarkerRepairInterval until it does, until their
 // reservations have lapsed by themselves (reserveLife), or until the engine closes.
 // Meanwhile Release and Extend of them wait (ErrUnavailable when their context ends
 // first).
-func (e *Engine) giveBackLater(owners []*confirmReq) {
+func (e *Engine) giveBackLater(owners []giveBack) {
 	if len(owners) == 0 {
 		return
 	}

@@ -62,7 +62,7 @@ func (v *env) reserveCheck(h Hold, id uuid.UUID, by time.Time) []int64 {
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	args := scriptArgs("", []any{h.Token, h.Generation, commitID(id), v.e.reserveLife().Milliseconds(), by.UnixMilli()}, h.SeatIDs)
+	args := scriptArgs("", []any{h.Token, h.Generation, commitID(id), newNonce(), v.e.reserveLife().Milliseconds(), by.UnixMilli()}, h.SeatIDs)
 	res, err := lua.Reserve.Run(v.t.Context(), v.rdb, ks, args...).Int64Slice()
 	if err != nil {
 		v.t.Fatalf("reserve: %v", err)

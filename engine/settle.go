@@ -175,6 +175,12 @@ func (e *Engine) settleBatch(u *unsettled) {
 	settled := false
 	defer func() { e.settling.finished(u, settled) }()
 	if time.Since(u.lengthened) >= e.reserveLife()/3 {
+		// The settler's own checks, each under a nonce later than any check of u's so
+		// far: a give-back still owed for one of those (its reply was lost) leaves the
+		// reservation alone.
+		for _, r := range u.members {
+			r.nonce = newNonce()
+		}
 		by := time.Now().Add(markSoldTimeout)
 		lctx, cancel := context.WithDeadline(e.viewCtx, by)
 		e.runScripts(lctx, e.reserveCalls(u.members, by))

@@ -85,15 +85,20 @@ local function int(x) return string.format("%d", x) end
 
 -- parse_hold splits a hold value "<token>:<gen>:<created_ms>:<tag>[:<original gen>]"
 -- (the original generation is there once regen.lua re-issued the hold's generation),
--- followed, while a batch commits the hold, by "|<commit id>:<expiry ms>:<end ms>" (see
--- reserve.lua): token, gen, created, tag, original gen, commit id ("" when none), expiry
--- before the commit reserved it, and the reservation's own end (Redis ms; "" in a value
--- an older holdfast wrote, whose reservation ends with its keys).
+-- followed, while a batch commits the hold, by "|<commit id><nonce>:<expiry ms>:<end ms>"
+-- (see reserve.lua): token, gen, created, tag, original gen, commit id ("" when none),
+-- expiry before the commit reserved it, the reservation's own end (Redis ms; "" in a
+-- value an older holdfast wrote, whose reservation ends with its keys), and the nonce of
+-- the check that made the reservation (16 hex digits, right after the commit id's 32;
+-- "" in a value an older holdfast wrote, which reads commit id and nonce as one other
+-- batch's id).
 local function parse_hold(v)
     local base, cid, cexp, cend = string.match(v, "^([^|]+)|(%x+):(%d+):?(%d*)$")
     if not base then base, cid, cexp, cend = v, "", "", "" end
+    local nonce = string.sub(cid, 33)
+    cid = string.sub(cid, 1, 32)
     local t, g, c, h, o = string.match(base, "^([0-9a-f]+):(%d+):(%d+):([0-9a-f]*):?(%d*)$")
-    return t, g, c, h, o, cid, cexp, cend
+    return t, g, c, h, o, cid, cexp, cend, nonce
 end
 
 -- hold_base is a hold value without its commit reservation.

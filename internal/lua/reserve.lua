@@ -10,36 +10,46 @@
 -- and whatever reply was lost (a batch that stopped waiting, a process that died). A
 -- batch deciding longer (a COMMIT left pending) calls again with the same commit id,
 -- which moves the end on. A call that runs after its batch stopped waiting for the
--- reply (ARGV[6]: Redis was frozen or slow) reserves nothing.
+-- reply (ARGV[7]: Redis was frozen or slow) reserves nothing.
+--
+-- Each check carries a nonce, kept with the reservation: a give-back (unreserve.lua)
+-- names the nonce of the check it gives back, and leaves alone a reservation that a later
+-- check of the same commit id made (the settler commits a confirmation again under its
+-- own booking id). An engine draws its nonces in increasing order, so a reservation keeps
+-- the larger of its nonce and the check's: a check Redis runs late, after a later one of
+-- the same id, does not take the later one's name.
 --
 -- KEYS       the common layout (common.lua)
 -- ARGV[1]    holder tag
 -- ARGV[2]    token
 -- ARGV[3]    generation: the hold's, or the one it had before regen.lua re-issued it
 -- ARGV[4]    commit id: 32 lowercase hex digits, the confirmation's booking id
--- ARGV[5]    reservation life in ms: the reservation ends, and the hold lives at least,
+-- ARGV[5]    the check's nonce: 16 lowercase hex digits, larger than any earlier check's
+--            of the commit id
+-- ARGV[6]    reservation life in ms: the reservation ends, and the hold lives at least,
 --            this long from now: long enough for the batch to decide and, should its
 --            process die after COMMIT, for the marker repair to write the sold markers
--- ARGV[6]    the time (Unix ms) after which the batch no longer reads the reply
--- ARGV[7..]  seat ids
+-- ARGV[7]    the time (Unix ms) after which the batch no longer reads the reply
+-- ARGV[8..]  seat ids
 --
 -- Returns, like verify.lua, {the hold's current generation, its remaining life in ms}
 -- once it is reserved for this commit id (again: a retried batch, or one whose COMMIT is
 -- pending, moves the end to life from now and lengthens the hold to that when shorter),
 -- {-1, 0} when every seat is sold by a booking of this very generation, {-2, 0} when
--- another batch has it reserved, {-4, 0} when it ran past ARGV[6] (nothing changed),
+-- another batch has it reserved, {-4, 0} when it ran past ARGV[7] (nothing changed),
 -- else {0, 0}. Writes a feed entry only when it lengthened the hold.
 
-local F = 6
+local F = 7
 local n, err = hold_layout(F)
 if not n then return err end
-local tag, token, gen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local tag, token, gen, id, nonce = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if not is_hex(id, 32) then return bad("commit id") end
-if not is_uint(ARGV[5], 1, 86400000) then return bad("reservation life") end
-if not is_uint(ARGV[6], 0, 9007199254740991) then return bad("reply deadline") end
-local life = tonumber(ARGV[5])
+if not is_hex(nonce, 16) then return bad("nonce") end
+if not is_uint(ARGV[6], 1, 86400000) then return bad("reservation life") end
+if not is_uint(ARGV[7], 0, 9007199254740991) then return bad("reply deadline") end
+local life = tonumber(ARGV[6])
 local now = now_ms()
-if now > tonumber(ARGV[6]) then return {-4, 0} end
+if now > tonumber(ARGV[7]) then return {-4, 0} end
 
 local created, cur, commit = owned(n, token, gen, tag)
 if not created then
@@ -66,13 +76,15 @@ local function lengthen(now)
 end
 
 local ttl = redis.call("PTTL", hk(1))
--- Each key gets the reservation: this commit id, the hold's own expiry (kept from the
--- reservation it renews), and the end.
+-- Each key gets the reservation: this commit id and nonce (a later check's, kept), the
+-- hold's own expiry (kept from the reservation it renews), and the end.
 for i = 1, n do
     local v = redis.call("GET", hk(i))
-    local _, _, _, _, _, _, cexp = parse_hold(v)
+    local _, _, _, _, _, cid, cexp, _, cnonce = parse_hold(v)
     if commit ~= id or cexp == "" then cexp = int(now + ttl) end
-    redis.call("SET", hk(i), hold_base(v) .. "|" .. id .. ":" .. cexp .. ":" .. int(now + life), "KEEPTTL")
+    local keep = nonce
+    if cid == id and #cnonce == 16 and cnonce > nonce then keep = cnonce end
+    redis.call("SET", hk(i), hold_base(v) .. "|" .. id .. keep .. ":" .. cexp .. ":" .. int(now + life), "KEEPTTL")
 end
 if ttl < life then
     lengthen(now)

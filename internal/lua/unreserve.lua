@@ -6,15 +6,15 @@
 -- A commit id can be reserved again after a give-back was sent for it (the settler
 -- commits a confirmation again under its own booking id), so a give-back names which
 -- reservation it means (ARGV[3]), and leaves a later one alone:
---   0   any of this commit id: its batch's own, once the batch has decided
---   T   only one whose end is at most T: a check whose reply was lost, T its batch's
---       wait plus the reservation's life (a later check of the id ends later)
---   -1  only one that has lapsed (its end has passed): Release's and Extend's give-back
+--   a nonce  only one made by the check of that nonce, or an earlier check of the id
+--            (reserve.lua keeps the larger nonce): a batch's own once it has decided,
+--            a check's whose reply was lost; never one a later check made
+--   -1       only one that has lapsed (its end has passed): Release's and Extend's
 --
 -- KEYS       the common layout (common.lua)
 -- ARGV[1]    holder tag
 -- ARGV[2]    commit id: 32 lowercase hex digits
--- ARGV[3]    which reservation: 0, T (ms) or -1, as above
+-- ARGV[3]    which reservation: a nonce (16 lowercase hex digits) or -1, as above
 -- ARGV[4..]  seat ids
 --
 -- Returns {seats given back, feed entry id or ""}.
@@ -22,25 +22,26 @@
 local F = 3
 local n, err = layout(F, 1, 1)
 if not n then return err end
-local tag, id, which = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local tag, id, which = ARGV[1], ARGV[2], ARGV[3]
 if not is_hex(id, 32) then return bad("commit id") end
-if not which or which ~= math.floor(which) or which < -1 then return bad("which reservation") end
+if which ~= "-1" and not is_hex(which, 16) then return bad("which reservation") end
 
 local now = now_ms()
--- meant: the reservation (its end, "" in a value without one) is the one this give-back names.
-local function meant(cend)
-    if which == 0 then return true end
-    local e = tonumber(cend)
-    if not e then return false end
-    if which == -1 then return e <= now end
-    return e <= which
+-- meant: the reservation (its end and nonce, "" in a value an older holdfast wrote) is
+-- the one this give-back names.
+local function meant(cend, cnonce)
+    if which == "-1" then
+        local e = tonumber(cend)
+        return e ~= nil and e <= now
+    end
+    return #cnonce == 16 and cnonce <= which
 end
 local back, held, gone, exp_at = 0, {}, {}, nil
 for i = 1, n do
     local v = redis.call("GET", hk(i))
     if v then
-        local _, _, _, _, _, cid, cexp, cend = parse_hold(v)
-        if cid == id and meant(cend) then
+        local _, _, _, _, _, cid, cexp, cend, cnonce = parse_hold(v)
+        if cid == id and meant(cend, cnonce) then
             back = back + 1
             local exp = tonumber(cexp)
             if exp > now then
