@@ -2,14 +2,11 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/internal/lua"
 )
@@ -149,9 +146,12 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 const maxReapRounds = 100
 
 // buildIndex indexes every seat of the show for best-available holds, a page of whole
-// rows at a time, and then marks the index complete. Pages indexed already are left
-// alone, so it is safe to run again, and while the show is on sale: the scripts keep
-// the index of every seat that has one.
+// rows at a time, the last page marking the index complete. Pages indexed already are
+// left alone, so it is safe to run again, and while the show is on sale: the scripts
+// keep the index of every seat that has one. Each page is written only while Redis's
+// rules are of the copy's show (index.lua): a copy of a show deleted and created again
+// since writes nothing (*showChanged), and neither does one Redis lost the rules of
+// meanwhile (ErrUnavailable; the next call rebuilds the show).
 func (e *Engine) buildIndex(ctx context.Context, sh *show) error {
 	n, err := e.rdb.Exists(ctx, sh.k.index()).Result()
 	if err != nil {
@@ -160,32 +160,34 @@ func (e *Engine) buildIndex(ctx context.Context, sh *show) error {
 	if n == 1 {
 		return nil
 	}
-	var args []any
-	flush := func() error {
-		if len(args) == 0 {
-			return nil
+	page := []any{sh.epoch, "-"}
+	flush := func(last bool) error {
+		if last {
+			page[1] = len(sh.layout)
 		}
-		err := lua.Index.Run(ctx, e.rdb, []string{sh.k.gen()}, args...).Err()
-		args = args[:0]
-		if err != nil && !errors.Is(err, redis.Nil) {
+		res, err := lua.Index.Run(ctx, e.rdb, []string{sh.k.gen()}, page...).Slice()
+		page = page[:2]
+		if err != nil {
 			return e.redisErr(err)
 		}
-		return nil
+		switch status, _ := res[0].(string); status {
+		case "OK":
+			return nil
+		case "STALE", "CLOSED":
+			return e.metChange(ctx, sh, status)
+		case "NORULES":
+			return fmt.Errorf("%w: redis lost the rules of show %s while its index was built", ErrUnavailable, sh.id)
+		}
+		return fmt.Errorf("%w: unexpected index script reply %v", ErrUnavailable, res)
 	}
 	for i, s := range sh.layout {
 		// A page ends where no run can continue (a row's or a segment's end).
-		if i > 0 && !sh.joinedRight(i-1) && len(args)/3 >= indexPage {
-			if err := flush(); err != nil {
+		if i > 0 && !sh.joinedRight(i-1) && (len(page)-2)/3 >= indexPage {
+			if err := flush(false); err != nil {
 				return err
 			}
 		}
-		args = append(args, s.ID, sh.bucket[i], sh.meta[i])
+		page = append(page, s.ID, sh.bucket[i], sh.meta[i])
 	}
-	if err := flush(); err != nil {
-		return err
-	}
-	if err := e.rdb.Set(ctx, sh.k.index(), len(sh.layout), 0).Err(); err != nil {
-		return e.redisErr(err)
-	}
-	return nil
+	return flush(true)
 }

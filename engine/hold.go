@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -158,13 +159,16 @@ func (e *Engine) holderLimit(sh *show, held any, n int) error {
 
 // rebuildShow runs rebuild (Resync, or the best-available index) once per show at a
 // time, after a script found Redis without the show's state: bounded by rebuildTimeout,
-// waited for by each caller until its ctx ends (shared). A second loss in one call
-// (attempt > 0) is ErrUnavailable.
+// waited for by each caller until its ctx ends (shared). The show is one show of its id
+// (its epoch): a caller with the copy of a show created again under the id does not
+// wait for a rebuild from an older copy, nor take its outcome for its own. A second
+// loss in one call (attempt > 0) is ErrUnavailable.
 func (e *Engine) rebuildShow(ctx context.Context, sh *show, attempt int, rebuild func(context.Context, *show) error) error {
 	if attempt > 0 {
 		return fmt.Errorf("%w: redis keeps losing the state of show %s", ErrUnavailable, sh.id)
 	}
-	_, wasShared, err := shared(ctx, &e.resyncs, sh.id, "redis", rebuildTimeout,
+	key := sh.id + "\x00" + strconv.FormatInt(sh.epoch, 10)
+	_, wasShared, err := shared(ctx, &e.resyncs, key, "redis", rebuildTimeout,
 		func(ctx context.Context) (struct{}, error) { return struct{}{}, rebuild(ctx, sh) })
 	if err == nil && !wasShared {
 		e.log.WarnContext(ctx, "redis had no state for the show; rebuilt it from the database", "show_id", sh.id)

@@ -318,3 +318,68 @@ func TestStaleCopyMeetsTheNewSeats(t *testing.T) {
 		t.Fatalf("engine A, a seat of the deleted show: %v, want ErrNotFound", err)
 	}
 }
+
+// TestStaleResyncIndexesTheOldLayout: engine A has a copy of show s; s is deleted and
+// created again with other seats through engine B, and Redis loses the show (every key
+// of it) before A has met the new one. A, meeting NOSTATE, rebuilds the show from its
+// copy: the rebuild must write nothing of the old show that the new one keeps — above
+// all not the old layout's best-available index marked complete — and find the copy
+// replaced. While it runs, a caller with the new show's copy needs a rebuild too: it
+// runs its own (the rebuild is shared per show and epoch), not waiting for the stale
+// one and taking its outcome for its own. A best-available hold on the new show, through
+// B, then holds a seat of the new show, never one of the deleted show's.
+func TestStaleResyncIndexesTheOldLayout(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	a, b := v.e, v.twin()
+	if err := b.CreateShow(ctx, "s", []string{"O1", "O2", "O3"}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := a.show(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteShow(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateShow(ctx, "s", []string{"N1", "N2", "N3"}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := b.show(ctx, "s")
+	if err != nil || fresh.epoch <= old.epoch {
+		t.Fatalf("setup: the new show's copy: %v (epochs %d, %d)", err, old.epoch, fresh.epoch)
+	}
+	keys, err := v.rdb.Keys(ctx, newKeys(v.cfg.KeyPrefix, "s").base+"*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("setup: the show's keys: %v %v", keys, err)
+	}
+	if err := v.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A's rebuild from its copy, as its HoldBest meeting NOSTATE runs it; before it
+	// ends, A's rebuild of the new show's copy (a call that already read the new show).
+	var freshErr error
+	staleErr := a.rebuildShow(ctx, old, 0, func(ctx context.Context, sh *show) error {
+		err := a.resync(ctx, sh)
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		freshErr = a.rebuildShow(fctx, fresh, 0, a.resync)
+		return err
+	})
+	var c *showChanged
+	if !errors.As(staleErr, &c) {
+		t.Errorf("the rebuild from the deleted show's copy: %v, want the copy found replaced", staleErr)
+	}
+	if freshErr != nil {
+		t.Errorf("the rebuild of the new show's copy during the stale one: %v, want done", freshErr)
+	}
+	h, err := b.HoldBest(ctx, BestRequest{ShowID: "s", Count: 1, TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("best available on the new show: %v", err)
+	}
+	t.Logf("the stale rebuild: %v; the new copy's: %v; best available on the new show holds %v", staleErr, freshErr, h.SeatIDs)
+	if h.SeatIDs[0] != "N1" {
+		t.Fatalf("best available on the new show held %v, want N1 (the deleted show's seats were O1..O3)", h.SeatIDs)
+	}
+}

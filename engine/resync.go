@@ -35,11 +35,21 @@ func (e *Engine) Resync(ctx context.Context, showID string) error {
 	return err
 }
 
-// resync writes every page of markers, then the best-available index if Redis has none,
-// then raises the counter: while a Redis that lost the show has no counter, the hold
-// scripts refuse to grant (they answer NOSTATE), so no hold is granted on a sold seat
-// whose marker is not back yet.
+// resync gives Redis the sale rules, writes every page of markers, then the
+// best-available index if Redis has none, then raises the counter: while a Redis that
+// lost the show has no counter, the hold scripts refuse to grant (they answer NOSTATE),
+// so no hold is granted on a sold seat whose marker is not back yet. The rules come
+// first: reading them finds a copy of a show deleted and created again since
+// (*showChanged) before anything of it is written, and the index is written only while
+// Redis has the copy's show's rules (buildIndex).
 func (e *Engine) resync(ctx context.Context, sh *show) error {
+	st, err := e.loadRules(ctx, sh)
+	if err != nil {
+		return err
+	}
+	if err := e.pushRules(ctx, sh, st); err != nil {
+		return err
+	}
 	floor, err := e.q.SeatFenceMaxByShow(ctx, sh.id)
 	if err != nil {
 		return e.pgErr(err)
@@ -73,15 +83,8 @@ func (e *Engine) resync(ctx context.Context, sh *show) error {
 			if err := e.buildIndex(ctx, sh); err != nil {
 				return err
 			}
-			// The sale rules and the seats booked per holder, before the counter: the
+			// The seats booked per holder, before the counter (as the rules are): the
 			// first hold after it is checked against them.
-			st, err := e.loadRules(ctx, sh)
-			if err != nil {
-				return err
-			}
-			if err := e.pushRules(ctx, sh, st); err != nil {
-				return err
-			}
 			if err := e.syncCounts(ctx, sh); err != nil {
 				return err
 			}

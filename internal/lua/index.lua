@@ -1,21 +1,35 @@
 -- index.lua: index a page of a show's seats for best-available holds (see common.lua).
 -- A page holds whole rows, in layout order; each seat is written with its meta and
 -- its current state (sold marker, hold key), and the runs of free adjacent seats are
--- built. A page that is indexed already is left alone (the call is idempotent).
+-- built. A page that is indexed already is left alone (the call is idempotent). The
+-- last page's call marks the index complete (<base>ixs).
+--
+-- The layout is one show's: the page is written only while Redis's rules are that
+-- show's (see sale_rules in common.lua; the engine gives them to Redis before it
+-- indexes). An engine whose copy is of a show deleted since, and created again with
+-- other seats, writes nothing of the old layout into the new show's index.
 --
 -- KEYS[1]    <base>gen (names the show's base)
--- ARGV       triples: seat id, its bucket, its meta "<score> <section> <segment> <place>";
+-- ARGV[1]    the show's epoch
+-- ARGV[2]    after this page, mark the index complete with this seat count; "-": not yet
+-- ARGV[3..]  triples: seat id, its bucket, its meta "<score> <section> <segment> <place>";
 --            a page holds whole segments, their seats in place order
 --
--- Returns the number of seats indexed (0 when the page was indexed already).
+-- Returns {"OK", the number of seats indexed (0 when the page was indexed already)},
+-- {"STALE"} (Redis's rules are of a later show of the id), {"CLOSED"} (the show is
+-- being deleted) or {"NORULES"} (Redis has no rules of the show: it lost them since
+-- the engine gave them); but for "OK" nothing is written.
 
+local F = 2
 if #KEYS ~= 1 or string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
 BASE = string.sub(KEYS[1], 1, -4)
-if #ARGV == 0 or #ARGV % 3 ~= 0 then return bad("argument count") end
-local n = #ARGV / 3
+if not is_uint(ARGV[1], 1, 9007199254740991) then return bad("epoch") end
+if ARGV[2] ~= "-" and not is_uint(ARGV[2], 1, 9007199254740991) then return bad("seat count") end
+if #ARGV == F or (#ARGV - F) % 3 ~= 0 then return bad("argument count") end
+local n = (#ARGV - F) / 3
 local metas = {}
 for i = 1, n do
-    local seat_id, b, m = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+    local seat_id, b, m = ARGV[F + 3 * i - 2], ARGV[F + 3 * i - 1], ARGV[F + 3 * i]
     if #seat_id < 1 or #seat_id > 64 or not string.match(seat_id, "^[%w][%w._-]*$") then return bad("seat " .. i) end
     if not string.match(b, "^%d+$") then return bad("bucket " .. i) end
     if not string.match(m, "^%d+ %d+ %d+ %d+$") or #m > 64 then return bad("meta " .. i) end
@@ -26,14 +40,24 @@ for i = 1, n do
         return bad("meta " .. i)
     end
 end
-if redis.call("HEXISTS", BASE .. "mt:" .. ARGV[2], ARGV[1]) == 1 then return 0 end
+local e, closed = rules_epoch(redis.call("GET", BASE .. "rules"))
+local epoch = tonumber(ARGV[1])
+if e > epoch then return {"STALE"} end
+if e < epoch then return {"NORULES"} end
+if closed then return {"CLOSED"} end
+-- done: the page is indexed; the last one marks the index complete.
+local function done(indexed)
+    if ARGV[2] ~= "-" then redis.call("SET", BASE .. "ixs", ARGV[2]) end
+    return {"OK", indexed}
+end
+if redis.call("HEXISTS", BASE .. "mt:" .. ARGV[F + 2], ARGV[F + 1]) == 1 then return done(0) end
 
 local now = now_ms()
 -- Batched by bucket and by section: one HSET and one HMGET per bucket of the page, one
 -- ZADD per section, an HSET per segment, a PTTL per seat.
 local by_bucket, order = {}, {}
 for i = 1, n do
-    local seat_id, b, raw = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+    local seat_id, b, raw = ARGV[F + 3 * i - 2], ARGV[F + 3 * i - 1], ARGV[F + 3 * i]
     local g = by_bucket[b]
     if not g then
         g = {set = {}, seats = {}, idx = {}}
@@ -105,4 +129,4 @@ for i = 1, n do
     end
 end
 for _, sec in ipairs(zorder) do redis.call("ZADD", free_key(sec), unpack(zadds[sec])) end
-return n
+return done(n)
