@@ -128,6 +128,10 @@ type Querier interface {
 	// ShowRulesSet replaces the sale rules of the show of that identity and moves their
 	// version forward; no row when the show is gone or another show has its id now.
 	ShowRulesSet(ctx context.Context, arg ShowRulesSetParams) (int64, error)
+	// ShowRulesVersionPass moves the version of the sale rules of the show of that identity
+	// past above (Redis's copy's: a change a failover lost), the rules as they are; no row
+	// when the show is gone or another show has its id now.
+	ShowRulesVersionPass(ctx context.Context, arg ShowRulesVersionPassParams) (int64, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -274,3 +274,25 @@ func (q *Queries) ShowRulesSet(ctx context.Context, arg ShowRulesSetParams) (int
 	err := row.Scan(&rules_version)
 	return rules_version, err
 }
+
+const showRulesVersionPass = `-- name: ShowRulesVersionPass :one
+UPDATE shows SET rules_version = greatest(rules_version, $1::bigint) + 1
+WHERE show_id = $2 AND epoch = $3
+RETURNING rules_version
+`
+
+type ShowRulesVersionPassParams struct {
+	Above  int64
+	ShowID string
+	Epoch  int64
+}
+
+// ShowRulesVersionPass moves the version of the sale rules of the show of that identity
+// past above (Redis's copy's: a change a failover lost), the rules as they are; no row
+// when the show is gone or another show has its id now.
+func (q *Queries) ShowRulesVersionPass(ctx context.Context, arg ShowRulesVersionPassParams) (int64, error) {
+	row := q.db.QueryRow(ctx, showRulesVersionPass, arg.Above, arg.ShowID, arg.Epoch)
+	var rules_version int64
+	err := row.Scan(&rules_version)
+	return rules_version, err
+}

@@ -182,6 +182,7 @@ func (k keys) feed() string              { return k.base + "feed" }
 func (k keys) feedN() string             { return k.base + "feed:n" }
 func (k keys) index() string             { return k.base + "ixs" }
 func (k keys) booked() string            { return k.base + "booked" }
+func (k keys) rules() string             { return k.base + "rules" }
 
 // holdHash identifies a hold in the database without its secret: SHA-256 over the show
 // and the token. A hold makes at most one booking (bookings_hold_unique).

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/db"
@@ -44,6 +46,10 @@ type ReconcileReport struct {
 	// Recounted counts the holders whose booked seats in Redis (the count the holder
 	// limit reads) were set to the database's: a lost booking's seats count no more.
 	Recounted int
+	// RulesRestored is true when Redis's sale rules said what the database's do not, at
+	// a version the database's did not pass (a change the failover lost): the database's
+	// rules are in force again, their version moved past that one.
+	RulesRestored bool
 }
 
 // Reconcile makes a show's sold markers in Redis say what PostgreSQL says, in both
@@ -53,7 +59,9 @@ type ReconcileReport struct {
 // is reported (a log line, holdfast_lost_bookings_total, and the report); every booked
 // count per holder that Redis keeps (what the holder limit reads) is set to the
 // database's, whatever its version, so a lost booking's seats count against no one's
-// limit; then Resync moves every marker and count that is behind forward. Resync alone
+// limit; the sale rules, when Redis's say what the database's do not at a version the
+// database's does not pass (a lost change), are the database's again (reconcileRules);
+// then Resync moves every marker and count that is behind forward. Resync alone
 // never lowers a marker or a count.
 //
 // It is safe while the show is on sale: it reads Redis before the database, so a marker
@@ -104,6 +112,10 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 	counts, err := e.readCounts(ctx, sh)
 	if err != nil {
 		return rep, err
+	}
+	rules, err := e.rdb.Get(ctx, sh.k.rules()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return rep, e.redisErr(err)
 	}
 	if e.hooks.afterRead != nil {
 		e.hooks.afterRead(ctx, "reconcile")
@@ -164,6 +176,9 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 	}
 	e.m.reconciled.Add(float64(rep.Lowered))
 	if rep.Recounted, err = e.recount(ctx, sh, counts); err != nil {
+		return rep, err
+	}
+	if rep.RulesRestored, err = e.reconcileRules(ctx, sh, rules); err != nil {
 		return rep, err
 	}
 	gens := slices.Sorted(maps.Keys(lost))
@@ -262,6 +277,47 @@ func (e *Engine) recount(ctx context.Context, sh *show, read map[string]string) 
 		e.log.InfoContext(ctx, "booked seats per holder set to the database's", "show_id", sh.id, "holders", n)
 	}
 	return n, nil
+}
+
+// reconcileRules restores the database's sale rules where Redis's copy, read before the
+// database was, is of this show and says anything else at a version the database's
+// does not pass: a change that a failover to an asynchronous standby lost (or one the
+// new primary made since at the lost one's version). Every copy of the rules — Redis's,
+// each engine's — only ever moves forward by version, so lowering Redis's would not
+// last (an engine's copy of the lost change gives it back). Instead the database's
+// rules, as they are, get a version past the copy's (one statement, past whatever
+// version the database has by then: a change made meanwhile stays), and go forward
+// from there as any change does:
+// to Redis now, to this engine's copy at once, to every other engine's at its next
+// read (within rulesRefresh). It reports whether it did so.
+func (e *Engine) reconcileRules(ctx context.Context, sh *show, read string) (bool, error) {
+	var epoch, version int64
+	if _, err := fmt.Sscanf(read, "%d %d ", &epoch, &version); err != nil || epoch != sh.epoch || version == 0 {
+		return false, nil // none, another show's, closed, or never set (unreadRules)
+	}
+	inDB, err := e.readRules(ctx, sh)
+	if err != nil {
+		return false, err
+	}
+	if version < inDB.version || read == inDB.arg {
+		return false, nil // behind (Resync moves it forward), or the database's
+	}
+	p := db.ShowRulesVersionPassParams{Above: version, ShowID: sh.id, Epoch: sh.epoch}
+	if _, err := e.q.ShowRulesVersionPass(ctx, p); errors.Is(err, pgx.ErrNoRows) {
+		return false, e.replaced(sh)
+	} else if err != nil {
+		return false, e.pgErr(err)
+	}
+	st, err := e.loadRules(ctx, sh)
+	if err == nil {
+		err = e.pushRules(ctx, sh, st)
+	}
+	if err != nil {
+		return true, fmt.Errorf("the database's sale rules are in force again; Redis gets them within %v: %w", rulesRefresh, err)
+	}
+	e.log.ErrorContext(ctx, "sale rules in Redis said a change the database does not have (a failover lost it); the database's are in force again",
+		"show_id", sh.id, "lost_version", version, "database_version", inDB.version, "version", st.version)
+	return true, nil
 }
 
 // markerAhead reports whether Redis's marker r is ahead of the database's d ("" for

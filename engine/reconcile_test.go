@@ -70,6 +70,88 @@ func TestFailoverAsynchronousFreesTheHolderLimit(t *testing.T) {
 	}
 }
 
+// TestFailoverAsynchronousLosesARulesChange: a show's holder limit is 2 (replayed to the
+// asynchronous standby); while the standby is partitioned the limit is lowered to 1 —
+// Redis and both engines' copies have it, at a version the standby never received — and
+// a booking is made. The standby is promoted: the database's limit is 2 again, at a lower
+// version than Redis's and the copies'. Once the engines have reconciled (the lost
+// booking reported), the rules in force are the database's, through either engine: a
+// holder with one booking holds a second seat, and not a third; Redis's copy and each
+// engine's say the database's limit, and a Reconcile by hand finds nothing left to do.
+func TestFailoverAsynchronousLosesARulesChange(t *testing.T) {
+	pair := testsvc.StartPostgresPair(t, false)
+	v := pairEnv(t, pair)
+	other := v.twin()
+	ctx := t.Context()
+	seats := seatNames(10)
+	v.show("rl", seats...)
+	v.setRules("rl", SaleRules{HolderLimit: 2})
+	if _, err := v.e.Confirm(ctx, v.hold("rl", time.Minute, "ann", seats[0]), ConfirmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pair.WaitReplayed()
+	pair.Link.Partition(true)
+	v.setRules("rl", SaleRules{HolderLimit: 1})
+	if r, err := other.SaleRules(ctx, "rl"); err != nil || r.HolderLimit != 1 { // its copy too
+		t.Fatalf("setup: the other engine's rules %+v %v", r, err)
+	}
+	if _, err := v.e.Confirm(ctx, v.hold("rl", time.Minute, "bob", seats[1]), ConfirmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pair.Primary.Kill()
+	pair.Promote()
+	waitFor(t, "the lost booking reported", 60*time.Second, func() bool {
+		return testutil.ToFloat64(v.e.m.lostBookings)+testutil.ToFloat64(other.m.lostBookings) >= 1
+	})
+	// Both engines reconcile by themselves; let the second finish too.
+	waitFor(t, "both engines' reconciliation", 30*time.Second, func() bool {
+		return !v.e.reconciling.Load() && !other.reconciling.Load()
+	})
+	for i, e := range []*Engine{v.e, other} {
+		h, err := e.Hold(ctx, HoldRequest{ShowID: "rl", SeatIDs: seats[2+i : 3+i], TTL: time.Minute, HolderID: "ann"})
+		if err != nil {
+			t.Fatalf("engine %d: ann, one seat booked, holds one more under the database's limit of 2: %v", i, err)
+		}
+		if _, err := e.Hold(ctx, HoldRequest{ShowID: "rl", SeatIDs: seats[8:9], TTL: time.Minute, HolderID: "ann"}); !errors.Is(err, ErrHolderLimit) {
+			t.Errorf("engine %d: ann holds a third seat: %v, want ErrHolderLimit", i, err)
+		}
+		if err := e.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := v.rdb.Get(ctx, newKeys(v.cfg.KeyPrefix, "rl").base+"rules").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range []*Engine{v.e, other} {
+		sh, err := e.show(ctx, "rl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.rulesOf(ctx, sh)
+		if err != nil || st.r.HolderLimit != 2 {
+			t.Errorf("engine %d's copy of the rules: %+v (version %d) %v, want the holder limit 2", i, st.r, st.version, err)
+		}
+	}
+	if r := rulesOfRaw(t, raw); r.limit != 2 {
+		t.Errorf("Redis's rules %q, want the holder limit 2", raw)
+	}
+	if rep, err := v.e.Reconcile(ctx, "rl"); err != nil || rep.RulesRestored {
+		t.Errorf("Reconcile by hand: %+v %v, want the rules left as they are", rep, err)
+	}
+	t.Logf("Redis's rules after the failover: %q", raw)
+}
+
+// rulesOfRaw reads the holder limit of the scripts' form of a show's rules (sale_rules
+// in internal/lua/common.lua).
+func rulesOfRaw(t *testing.T, raw string) (r struct{ epoch, version, limit int64 }) {
+	t.Helper()
+	if _, err := fmt.Sscanf(raw, "%d %d %d", &r.epoch, &r.version, &r.limit); err != nil {
+		t.Fatalf("rules %q: %v", raw, err)
+	}
+	return r
+}
+
 // TestReconcileSetsCountsToTheDatabase: booked counts in Redis ahead of the database —
 // at higher versions, as a failover to an asynchronous standby leaves them — for holders
 // the database counts and for one it has no booking of, are set to the database's while

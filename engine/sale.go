@@ -236,9 +236,28 @@ func (e *Engine) seedHeld(ctx context.Context, sh *show) error {
 	return nil
 }
 
-// loadRules reads a show's rules from PostgreSQL into the show's cache. A show that
-// another show of its id has replaced is dropped (*showChanged).
+// loadRules reads a show's rules from PostgreSQL into the show's cache (unless the cache
+// has a later version: a read that raced a change). A show that another show of its id
+// has replaced is dropped (*showChanged).
 func (e *Engine) loadRules(ctx context.Context, sh *show) (*rulesState, error) {
+	st, err := e.readRules(ctx, sh)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		old := sh.rules.cur.Load()
+		if old != nil && old.version > st.version {
+			return old, nil
+		}
+		if sh.rules.cur.CompareAndSwap(old, st) {
+			return st, nil
+		}
+	}
+}
+
+// readRules reads a show's rules from PostgreSQL. A show that another show of its id
+// has replaced is dropped (*showChanged).
+func (e *Engine) readRules(ctx context.Context, sh *show) (*rulesState, error) {
 	row, err := e.q.ShowRulesGet(ctx, sh.id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("show %q", sh.id)
@@ -265,15 +284,7 @@ func (e *Engine) loadRules(ctx context.Context, sh *show) (*rulesState, error) {
 	}
 	st.arg = fmt.Sprintf("%d %d %d %d %s %d %d", sh.epoch, st.version, st.r.HolderLimit, opens,
 		strconv.FormatFloat(rate, 'f', -1, 64), ttl, row.SeatCount)
-	for {
-		old := sh.rules.cur.Load()
-		if old != nil && old.version > st.version {
-			return old, nil
-		}
-		if sh.rules.cur.CompareAndSwap(old, st) {
-			return st, nil
-		}
-	}
+	return st, nil
 }
 
 // rulesOf returns the engine's copy of a show's rules, reading them the first time and

@@ -25,6 +25,14 @@ UPDATE shows SET holder_limit = @holder_limit, queue_opens_at = sqlc.narg(queue_
 WHERE show_id = @show_id AND epoch = @epoch
 RETURNING rules_version;
 
+-- name: ShowRulesVersionPass :one
+-- ShowRulesVersionPass moves the version of the sale rules of the show of that identity
+-- past above (Redis's copy's: a change a failover lost), the rules as they are; no row
+-- when the show is gone or another show has its id now.
+UPDATE shows SET rules_version = greatest(rules_version, @above::bigint) + 1
+WHERE show_id = @show_id AND epoch = @epoch
+RETURNING rules_version;
+
 -- name: HolderSeatsFind :many
 -- HolderSeatsFind reads the booked-seat counts of (show, holder) pairs.
 SELECT h.show_id, h.holder_id, h.seats, h.version

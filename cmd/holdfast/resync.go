@@ -69,8 +69,12 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 		for _, b := range rep.Lost {
 			fmt.Fprintf(stdout, "lost booking: %s show %s generation %d seats %s\n", b.BookingID, b.ShowID, b.Generation, strings.Join(b.SeatIDs, " "))
 		}
-		fmt.Fprintf(stdout, "resynced %s from the database in %v: %d markers set back, %d lost bookings, %d lost cancellations, %d booked counts set\n",
-			show, time.Since(start).Round(time.Millisecond), rep.Lowered, len(rep.Lost), rep.LostCancellations, rep.Recounted)
+		rules := ""
+		if rep.RulesRestored {
+			rules = ", sale rules restored (a change the database does not have)"
+		}
+		fmt.Fprintf(stdout, "resynced %s from the database in %v: %d markers set back, %d lost bookings, %d lost cancellations, %d booked counts set%s\n",
+			show, time.Since(start).Round(time.Millisecond), rep.Lowered, len(rep.Lost), rep.LostCancellations, rep.Recounted, rules)
 	}
 	return nil
 }
