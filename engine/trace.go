@@ -78,3 +78,13 @@ func endStep(span trace.Span, err error) {
 	}
 	span.End()
 }
+
+// steps starts a span named name in the trace of each confirmation of batch (a batch
+// serves several traces).
+func (e *Engine) steps(batch []*confirmReq, name string) []trace.Span {
+	spans := make([]trace.Span, len(batch))
+	for i, r := range batch {
+		_, spans[i] = e.step(r.ctx, name)
+	}
+	return spans
+}

@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/lua"
+)
+
+// After the batch: the holds it reserved and did not commit, given back as they were
+// (unreserve.lua), now or in the background when Redis does not answer.
+
+// unreserveBatch gives back, as they were, the holds the batch reserved and did not
+// commit (refused, rolled back), in one pipeline, so that their owners may release,
+// extend or confirm them again. Those whose reservation's reply was lost are given back
+// in the background (giveBackLater: Redis was not answering), as are those whose give-back
+// got no answer. Holds whose COMMIT's outcome is unknown stay reserved: their bookings
+// may exist; their reservations lapse after reserveLife, and the marker repair writes
+// the sold markers of a booking that does.
+func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
+	var now, later []giveBack
+	for _, r := range batch {
+		switch {
+		case !r.reserved && !r.unanswered, errors.Is(r.err, errCommitUnknown), committedOK && r.err == nil:
+		case r.unanswered:
+			later = append(later, giveBack{r, r.nonce})
+		default:
+			now = append(now, giveBack{r, r.nonce})
+		}
+	}
+	failed := e.unreserve(now)
+	if len(failed) > 0 {
+		e.log.Warn("give back holds their batch did not commit: Redis did not answer; trying again in the background", "holds", len(failed))
+	}
+	e.giveBackLater(append(later, failed...))
+}
+
+// unreserve gives back the reservations owners name, in one pipeline, and returns those
+// Redis did not answer for. Each frees only a reservation its check (or an earlier one
+// of its confirmation) made: the settler may have reserved the hold again since under
+// the same commit id, with a later nonce (nonce.go).
+func (e *Engine) unreserve(owners []giveBack) []giveBack {
+	if len(owners) == 0 {
+		return nil
+	}
+	calls := make([]scriptCall, len(owners))
+	for i, o := range owners {
+		r := o.r
+		calls[i] = scriptCall{lua.Unreserve, r.c.ks, scriptArgs(r.c.tag, []any{commitID(r.id), o.nonce}, r.c.seats)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markSoldTimeout)
+	defer cancel()
+	var failed []giveBack
+	for i, cmd := range e.runScripts(ctx, calls) {
+		res, err := cmd.Slice()
+		if err == nil && len(res) == 2 {
+			e.wrote(owners[i].r.c.sh, res[1])
+			continue
+		}
+		failed = append(failed, owners[i])
+	}
+	return failed
+}
+
+// giveBackLater gives back, in the background, the holds of owners that Redis did not
+// answer for: again every Config.MarkerRepairInterval until it does, until their
+// reservations have lapsed by themselves (reserveLife), or until the engine closes.
+// Meanwhile Release and Extend of them wait (ErrUnavailable when their context ends
+// first).
+func (e *Engine) giveBackLater(owners []giveBack) {
+	if len(owners) == 0 {
+		return
+	}
+	lapsed := time.Now().Add(e.reserveLife())
+	go func() {
+		for len(owners) > 0 {
+			t := time.NewTimer(e.cfg.MarkerRepairInterval)
+			select {
+			case <-e.viewCtx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if time.Now().After(lapsed) {
+				e.log.Warn("holds their batch did not commit were not given back; their reservations lapsed", "holds", len(owners))
+				return
+			}
+			owners = e.unreserve(owners)
+		}
+	}()
+}
