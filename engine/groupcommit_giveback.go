@@ -11,6 +11,14 @@ import (
 // After the batch: the holds it reserved and did not commit, given back as they were
 // (unreserve.lua), now or in the background when Redis does not answer.
 
+// A giveBack is a reservation to give back: r's hold's, made by the check of nonce (or
+// an earlier one of r's), fixed when the give-back is decided: r may be checked again
+// meanwhile (a confirmation deferred to a later batch), under a later nonce.
+type giveBack struct {
+	r     *confirmReq
+	nonce string
+}
+
 // unreserveBatch gives back, as they were, the holds the batch reserved and did not
 // commit (refused, rolled back), in one pipeline, so that their owners may release,
 // extend or confirm them again. Those whose reservation's reply was lost are given back

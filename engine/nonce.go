@@ -19,10 +19,3 @@ var reserveNonces atomic.Uint64
 // newNonce draws a check's nonce: 16 lowercase hex digits, larger than any drawn before
 // in this process.
 func newNonce() string { return fmt.Sprintf("%016x", reserveNonces.Add(1)) }
-
-// A giveBack is a reservation to give back: r's hold's, made by the check of nonce (or
-// an earlier one of r's).
-type giveBack struct {
-	r     *confirmReq
-	nonce string
-}
