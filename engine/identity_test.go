@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
@@ -350,13 +352,7 @@ func TestStaleResyncIndexesTheOldLayout(t *testing.T) {
 	if err != nil || fresh.epoch <= old.epoch {
 		t.Fatalf("setup: the new show's copy: %v (epochs %d, %d)", err, old.epoch, fresh.epoch)
 	}
-	keys, err := v.rdb.Keys(ctx, newKeys(v.cfg.KeyPrefix, "s").base+"*").Result()
-	if err != nil || len(keys) == 0 {
-		t.Fatalf("setup: the show's keys: %v %v", keys, err)
-	}
-	if err := v.rdb.Del(ctx, keys...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	v.loseShow("s")
 	// A's rebuild from its copy, as its HoldBest meeting NOSTATE runs it; before it
 	// ends, A's rebuild of the new show's copy (a call that already read the new show).
 	var freshErr error
@@ -381,5 +377,34 @@ func TestStaleResyncIndexesTheOldLayout(t *testing.T) {
 	t.Logf("the stale rebuild: %v; the new copy's: %v; best available on the new show holds %v", staleErr, freshErr, h.SeatIDs)
 	if h.SeatIDs[0] != "N1" {
 		t.Fatalf("best available on the new show held %v, want N1 (the deleted show's seats were O1..O3)", h.SeatIDs)
+	}
+}
+
+// loseShow deletes every Redis key of show, as a Redis that lost it (a restart without
+// persistence) has none; on a Cluster, on the master that has the show's slot.
+func (v *env) loseShow(show string) {
+	v.t.Helper()
+	ctx := v.t.Context()
+	lose := func(ctx context.Context, c redis.UniversalClient) error {
+		keys, err := c.Keys(ctx, newKeys(v.cfg.KeyPrefix, show).base+"*").Result()
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		return c.Del(ctx, keys...).Err()
+	}
+	var err error
+	if cc, ok := v.rdb.(*redis.ClusterClient); ok {
+		var node *redis.Client
+		if node, err = cc.MasterForKey(ctx, newKeys(v.cfg.KeyPrefix, show).gen()); err == nil {
+			err = lose(ctx, node)
+		}
+	} else {
+		err = lose(ctx, v.rdb)
+	}
+	if err != nil {
+		v.t.Fatalf("lose show %s: %v", show, err)
+	}
+	if n, err := v.rdb.Exists(ctx, newKeys(v.cfg.KeyPrefix, show).gen()).Result(); err != nil || n != 0 {
+		v.t.Fatalf("lose show %s: its counter is still there (%d, %v)", show, n, err)
 	}
 }
