@@ -172,6 +172,7 @@ type Server struct {
 	demoIDs                  *buckets // demo identities given, per address
 	logSamples               [logClasses]logSampler
 	streamConnects           *rate.Limiter // event streams opened, all clients
+	connect                  *connectRefusal
 	addrHolds                *addrHolds
 	opToken                  *fileValue[string] // nil without OperatorTokenFile
 
@@ -306,12 +307,18 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 		}
 	}
 	s.handler, s.admin = s.routes()
+	s.connect = s.newConnectRefusal()
 	return s, nil
 }
 
 // ServeHTTP serves the API's public routes (paths under /v1/, the seat-map page,
 // /livez and a minimal /readyz).
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.refusedConnect(w, r) {
+		return
+	}
+	s.handler.ServeHTTP(w, r)
+}
 
 // Admin is the handler of the admin listener: /metrics, the operator routes (show
 // creation, resync; the operator token still required) and /readyz with the cause of

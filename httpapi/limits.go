@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/netip"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
 
@@ -100,6 +102,73 @@ func (s *Server) refusal(w http.ResponseWriter, r *http.Request, reason string, 
 	h.Set("Retry-After", retryAfter)
 	h.Set("Connection", "close")
 	writeProblem(w, status, typ, title, detail)
+}
+
+// connectRefusal is the answer to an event stream connect past StreamConnectRate,
+// made once: a reconnect storm's refusals are answered before the routes (see
+// refusedConnect).
+type connectRefusal struct {
+	header   http.Header // every response's headers and the refusal's, shared read-only
+	body     []byte
+	refused  prometheus.Counter // holdfast_http_refused_total{reason="stream-connects"}
+	requests prometheus.Counter // holdfast_http_requests_total of the route, 503
+	latency  prometheus.Observer
+}
+
+const (
+	eventsRoute   = "GET /v1/shows/{show}/events"
+	connectDetail = "too many event streams opened this second; retry"
+)
+
+func (s *Server) newConnectRefusal() *connectRefusal {
+	h := http.Header{}
+	s.setCommonHeaders(h)
+	h.Set("Retry-After", "2")
+	h.Set("Connection", "close")
+	h.Set("Content-Type", "application/problem+json")
+	body, _ := json.Marshal(problemJSON{Type: problemPrefix + "too-many-streams", Title: "Too many event streams",
+		Status: http.StatusServiceUnavailable, Detail: connectDetail})
+	body = append(body, '\n')
+	return &connectRefusal{header: h, body: body, refused: s.refused.WithLabelValues("stream-connects"),
+		requests: s.requests.WithLabelValues(eventsRoute, "503"), latency: s.latency.WithLabelValues(eventsRoute)}
+}
+
+// refusedConnect answers an event stream connect that StreamConnectRate refuses
+// before anything else runs (no request id context, route, limiter table, JSON
+// encoding or log line; the answer's bytes are made once): in a reconnect storm
+// refusals are most requests, and each must cost the honest ones little. It reports
+// whether it answered. Only while refusals' log lines are being skipped: the one
+// that is sampled takes the routes (and is refused there, logged).
+func (s *Server) refusedConnect(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodGet || !isEventsPath(r.URL.Path) || s.streamConnects.Tokens() >= 1 ||
+		s.logSamples[logRefused].lim.Tokens() >= 1 {
+		return false
+	}
+	start := time.Now()
+	c := s.connect
+	h := w.Header()
+	for k, v := range c.header {
+		h[k] = v
+	}
+	h[RequestIDHeader] = []string{newRequestID()}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(c.body)
+	s.logSamples[logRefused].skipped.Add(1)
+	c.refused.Inc()
+	c.requests.Inc()
+	c.latency.Observe(time.Since(start).Seconds())
+	return true
+}
+
+// isEventsPath reports whether p is a show's seat-map event stream,
+// /v1/shows/{show}/events.
+func isEventsPath(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/v1/shows/")
+	if !ok {
+		return false
+	}
+	show, ok := strings.CutSuffix(rest, "/events")
+	return ok && show != "" && !strings.Contains(show, "/")
 }
 
 // limit is a table of buckets and how a refusal by it is named.

@@ -399,7 +399,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (ctx context.Context, release func(), ok bool) {
 	if !s.streamConnects.Allow() {
 		s.refusal(w, r, "stream-connects", http.StatusServiceUnavailable, "2", "too-many-streams", "Too many event streams",
-			"too many event streams opened this second; retry")
+			connectDetail)
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithCancel(r.Context())
