@@ -9,7 +9,10 @@ OAPI_CLIENT  := internal/oapiclient/client.gen.go
 REDOCLY_VERSION ?= 2.77.0
 SERVICES     := ./internal/services/services.sh
 HA           := ./internal/services/ha.sh
-GOTEST_FLAGS ?= -race -count=1
+# -timeout 30m as CI's (.ci/run): the engine package's tests, run one after another, take
+# more than go test's default 10 minutes on a busy machine (make test-busy); a hang is
+# the watchdog's to find (internal/testsvc/watchdog.go), not the package timeout's.
+GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 BIN          := bin/holdfast
 
 # with-services runs a command with DATABASE_URL and REDIS_URL exported: the caller's,
@@ -97,7 +100,7 @@ CHAOS_TESTS := TestChaos|TestFailover|TestRedisSentinelFailover|TestReconcile|Te
 chaos: ## The fault suite and the linearizability check, CHAOS_SCALE times longer than in make test
 	@$(with-services) \
 	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}" HOLDFAST_CHAOS_SCALE=$(CHAOS_SCALE); \
-	go test -race -count=1 -v -run '$(CHAOS_TESTS)' ./engine
+	go test -race -count=1 -v -timeout 60m -run '$(CHAOS_TESTS)' ./engine
 
 FUZZTIME ?= 300000x
 FUZZ_TARGETS := engine:FuzzKeys engine:FuzzFingerprint engine:FuzzValidation httpapi:FuzzDecode

@@ -90,11 +90,30 @@ func newChaosWorkload(v *env, show string, seats int) *chaosWorkload {
 	return w
 }
 
+// firstConfirmWait is how long past its duration a workload that has confirmed
+// nothing yet goes on, for its first confirmation: a machine busy enough (make
+// test-busy, other tests beside it) can spend a short scenario's whole duration on
+// holds that lapse before their confirmation is scheduled.
+const firstConfirmWait = 30 * time.Second
+
 // run drives workers holders for d against the engines (several engines share the
-// database and Redis, as several processes would).
+// database and Redis, as several processes would), and past d until the first
+// confirmation, for up to firstConfirmWait: a scenario whose engines never confirm
+// again after its fault then fails (check: "confirmed nothing").
 func (w *chaosWorkload) run(engines []*Engine, workers int, d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(context.Background(), d+firstConfirmWait)
 	defer cancel()
+	go func() {
+		defer cancel()
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+		for w.stats.confirms.Load() == 0 && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	w.runCtx(ctx, engines, workers)
 }
 
