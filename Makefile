@@ -48,8 +48,9 @@ generate: ## Regenerate db/ from queries/ and migrations/ with sqlc $(SQLC_VERSI
 lint-openapi: ## Lint httpapi/openapi.yaml with Redocly CLI $(REDOCLY_VERSION) (npx; needs Node.js 20+): 0 errors, 0 warnings (waivers in .redocly.lint-ignore.yaml)
 	npx --yes @redocly/cli@$(REDOCLY_VERSION) lint --format=stylish httpapi/openapi.yaml
 
-verify: ## Fail on drift (sqlc diff and vet, go mod tidy, gofmt, go vet) and on a tracked file over 1 MB or a committed binary
+verify: ## Fail on drift (sqlc diff and vet, go mod tidy, gofmt, go vet), on a tracked file over 1 MB or a committed binary, and on a function over 80 lines
 	./internal/checks/tree.sh
+	go run ./internal/checks/funclen -allow internal/checks/funclen/allow.txt engine httpapi cmd internal/bench
 	$(SQLC) diff
 	$(SQLC) vet
 	@tmp="$$(mktemp)"; trap 'rm -f "$$tmp"' EXIT; $(OAPI_CODEGEN) -o "$$tmp" httpapi/openapi.yaml && \

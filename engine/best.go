@@ -60,23 +60,9 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 		return Hold{}, err
 	}
 	defer done()
-	var sections []string
-	if req.Section != "" {
-		n, ok := sh.sections[req.Section]
-		if !ok {
-			names := make([]string, 0, len(sh.sections))
-			for name := range sh.sections {
-				names = append(names, fmt.Sprintf("%q", name))
-			}
-			slices.Sort(names)
-			return Hold{}, e.unknownSeat(ctx, sh, notFound("section %q in show %q; its sections are %s", req.Section, sh.id, strings.Join(names, ", ")))
-		}
-		sections = []string{strconv.Itoa(n)}
-	} else {
-		for _, n := range sh.sections {
-			sections = append(sections, strconv.Itoa(n))
-		}
-		slices.Sort(sections)
+	sections, err := e.bestSections(ctx, sh, req.Section)
+	if err != nil {
+		return Hold{}, err
 	}
 	if err := e.checkRedis(ctx); err != nil {
 		return Hold{}, err
@@ -139,6 +125,31 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 			return Hold{}, fmt.Errorf("%w: unexpected best script reply %v", ErrUnavailable, res)
 		}
 	}
+}
+
+// bestSections are the sections a best-available hold may choose from, as best.lua
+// numbers them: section, or every section of the show when it is "". An unknown one is
+// ErrNotFound, naming the show's sections.
+func (e *Engine) bestSections(ctx context.Context, sh *show, section string) ([]string, error) {
+	var sections []string
+	if section != "" {
+		n, ok := sh.sections[section]
+		if !ok {
+			names := make([]string, 0, len(sh.sections))
+			for name := range sh.sections {
+				names = append(names, fmt.Sprintf("%q", name))
+			}
+			slices.Sort(names)
+			return nil, e.unknownSeat(ctx, sh, notFound("section %q in show %q; its sections are %s", section, sh.id, strings.Join(names, ", ")))
+		}
+		sections = []string{strconv.Itoa(n)}
+	} else {
+		for _, n := range sh.sections {
+			sections = append(sections, strconv.Itoa(n))
+		}
+		slices.Sort(sections)
+	}
+	return sections, nil
 }
 
 // maxReapRounds bounds the calls of one HoldBest that each give back best.lua's share

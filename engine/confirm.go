@@ -71,7 +71,8 @@ func (e *Engine) Confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	return b, err
 }
 
-// confirmation is one Confirm call's validated request.
+// confirmation is one Confirm call's validated request, and the hold as its next batch
+// is to confirm it.
 type confirmation struct {
 	sh    *show
 	seats []string
@@ -83,101 +84,27 @@ type confirmation struct {
 	hold  []byte // the hold's hash: one booking per hold
 	// limited: the show's rules have a holder limit (as the engine knew when it queued)
 	limited bool
+
+	// gen is the hold's generation as the next batch is to confirm it, and expires when
+	// the hold expires: its caller's copy (optimistic) or Redis's word (verified).
+	gen     int64
+	expires time.Time
 }
 
+// confirm checks the request, sends the hold to a batch (confirmTx) — unasked when its
+// caller's copy has time enough left (optimistic), else once Redis has it as current
+// (verified) — and answers what the batch decided: the booking, or a refusal, after
+// which a retry of a request that committed gets its booking (replay). A batch that
+// found the hold other than presented sends it again, once Redis has been asked.
 func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Booking, error) {
-	sh, seats, ks, tag, err := e.ownedHold(ctx, h)
+	c, err := e.newConfirmation(ctx, h, opts)
 	if err != nil {
 		return Booking{}, err
-	}
-	if err := validateIdempotencyKey(opts.IdempotencyKey); err != nil {
-		return Booking{}, err
-	}
-	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
-		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token),
-		// Read here, outside the batch's transaction: whether the batch reads the
-		// holder's booked seats for Redis (batchCounts).
-		limited: e.limited(ctx, sh)}
-
-	// notCurrent refuses a hold Redis no longer has; sold is Redis's word that its seats
-	// are sold by a booking of its generation. Only then is the database asked which
-	// booking: an ordinary lost hold costs it nothing.
-	notCurrent := func(sold bool) (Booking, error) {
-		// A retry whose first call succeeded finds the hold replaced by the sold marker.
-		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
-			return b, err
-		}
-		if sold {
-			if err := e.spent(ctx, c, ErrHoldLost); err != nil {
-				return Booking{}, err
-			}
-		}
-		return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
-	}
-	// spentHold answers for a hold that made a booking already.
-	spentHold := func() (Booking, error) {
-		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
-			return b, err
-		}
-		if err := e.spent(ctx, c, ErrStaleGeneration); err != nil {
-			return Booking{}, err
-		}
-		return Booking{}, fmt.Errorf("%w: the hold made a booking already", ErrStaleGeneration)
-	}
-	// admission answers a refusal by admission (ErrOverloaded, ErrHoldLost too late):
-	// a retry of a request that committed gets its booking instead.
-	admission := func(refusal error) (Booking, error) {
-		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
-			return b, err
-		}
-		return Booking{}, refusal
 	}
 	// With the queue full it would be shed after its check: shed it before, so that
 	// under overload a refusal costs Redis nothing either.
 	if e.queueFull() {
-		return admission(e.shed())
-	}
-	// lostBeforeCommit answers for a hold its batch found lost before it could commit.
-	lostBeforeCommit := func(gen int64) (Booking, error) {
-		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
-			return b, err
-		}
-		e.event(ctx, e.q, sh.id, "refused_lost", gen, seats, h.HolderID)
-		return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
-	}
-	// The hold's generation now, and when it expires. verified asks Redis (verify.lua):
-	// the generation is the one presented, or the one Redis re-issued it when an earlier
-	// confirmation of it found the counter behind the database; a hold that a batch is
-	// committing (a concurrent or retried confirmation of it) is asked about again once
-	// that batch has decided. answered is true when that settles the confirmation.
-	// refused is what a batch said of the hold as presented, if anything: a hold Redis no
-	// longer has is then refused as the batch said — lost before commit (once the expiry
-	// its caller gave has passed; before, it was never current as presented), or taken
-	// too late.
-	var gen int64
-	var expires time.Time
-	verified := func(refused error) (answered bool, b Booking, err error) {
-		g, ttl, err := e.verifyDecided(ctx, c, h.Generation)
-		switch {
-		case err != nil:
-			return true, Booking{}, err
-		case g == holdBooked:
-			b, err = spentHold()
-			return true, b, err
-		case g == 0 && errors.Is(refused, errLostBeforeCommit) && !time.Now().Before(h.ExpiresAt):
-			// Its expiry passed while it waited: a hold its caller presented in time.
-			b, err = lostBeforeCommit(h.Generation)
-			return true, b, err
-		case g == 0 && errors.Is(refused, errTooLate):
-			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
-			b, err = admission(refused)
-			return true, b, err
-		case g <= 0:
-			b, err = notCurrent(g < 0)
-			return true, b, err
-		}
-		gen, expires = g, time.Now().Add(ttl)
-		return false, Booking{}, nil
+		return e.admission(ctx, c, e.shed())
 	}
 	// A hold whose caller's copy has longer than a batch's time left goes to the queue
 	// unasked (optimistic): the batch's own check (reserve.lua) is the one that counts
@@ -187,11 +114,11 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	// usual confirmation costs Redis one script call before its batch writes, not two.
 	optimistic := e.optimistic(h)
 	if optimistic {
-		gen, expires = h.Generation, h.ExpiresAt
-		if latest := time.Now().Add(e.cfg.MaxHoldTTL); expires.After(latest) {
-			expires = latest // no hold lives longer
+		c.gen, c.expires = h.Generation, h.ExpiresAt
+		if latest := time.Now().Add(e.cfg.MaxHoldTTL); c.expires.After(latest) {
+			c.expires = latest // no hold lives longer
 		}
-	} else if answered, b, err := verified(nil); answered {
+	} else if answered, b, err := e.verified(ctx, c, nil); answered {
 		return b, err
 	}
 	// The transaction is a batch's (groupcommit.go): queued until a committer takes it,
@@ -203,98 +130,218 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	regenerated := false
 	for {
 		id := uuid.New()
-		r, marked, err := e.confirmTx(ctx, c, gen, id, expires)
+		r, marked, err := e.confirmTx(ctx, c, c.gen, id, c.expires)
 		if optimistic && (errors.Is(err, errLostBeforeCommit) || errors.Is(err, errCommitting) || errors.Is(err, errTooLate)) {
 			optimistic = false
-			if answered, b, err := verified(err); answered {
+			if answered, b, err := e.verified(ctx, c, err); answered {
 				return b, err
 			}
 			continue
 		}
 		switch {
-		case errors.Is(err, ErrOverloaded):
-			return admission(err)
-
-		case errors.Is(err, errTooLate):
-			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
-			return admission(err)
-
 		case errors.Is(err, errCommitting):
 			// Another confirmation of this hold is in a batch: once it has decided, this
 			// one starts again from the Redis check (and finds the booking, or the hold).
-			if answered, b, err := verified(nil); answered {
+			if answered, b, err := e.verified(ctx, c, nil); answered {
 				return b, err
 			}
 			continue
 
-		case err == nil:
-			if !marked { // the batch could not write its sold markers: try again, then leave them to the repair
-				if len(r.counts) > 0 {
-					_ = e.writeCounts(ctx, sh, r.counts)
-				}
-				_ = e.afterCommit(ctx, sh, c.seats, gen, true, r.seq, markSoldTimeout)
-			}
-			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
-			return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: h.HolderID,
-				Status: BookingConfirmed, ConfirmedAt: r.at}, nil
-
 		case errors.Is(err, errStale):
-			e.m.fenceRefusals.Inc()
-			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
-				return b, err
+			again, b, err := e.refusedStale(ctx, c, !regenerated)
+			if again {
+				regenerated = true
+				continue
 			}
-			// A hold that made a booking is spent, whatever generation it presents now
-			// (its keys can outlive the booking until its sold markers are written).
-			if err := e.spent(ctx, c, ErrStaleGeneration); err != nil {
-				return Booking{}, err
-			}
-			if !regenerated {
-				// The hold may still be current while the database has seen its
-				// generation: Redis lost data and its counter went backwards. Raise the
-				// counter above the database's high-water mark, re-issue, try again.
-				newGen, ok, err := e.regenerate(ctx, c, gen)
-				if err != nil {
-					return Booking{}, err
-				}
-				if ok {
-					gen, regenerated = newGen, true
-					continue
-				}
-			}
-			e.event(ctx, e.q, sh.id, "refused_stale", gen, seats, h.HolderID)
-			return Booking{}, fmt.Errorf("%w: confirm: a seat's fence has seen generation %d", ErrStaleGeneration, gen)
+			return b, err
+		}
+		return e.decided(ctx, c, id, r, marked, err)
+	}
+}
 
-		case errors.Is(err, errSeatClaimed):
-			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
-				return b, err
-			}
-			taken := e.repairMarkers(ctx, c)
-			e.event(ctx, e.q, sh.id, "refused_taken", gen, seats, h.HolderID)
-			return Booking{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
+// newConfirmation checks a Confirm call's request and returns it as a confirmation.
+func (e *Engine) newConfirmation(ctx context.Context, h Hold, opts ConfirmOptions) (*confirmation, error) {
+	sh, seats, ks, tag, err := e.ownedHold(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateIdempotencyKey(opts.IdempotencyKey); err != nil {
+		return nil, err
+	}
+	return &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
+		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token),
+		// Read here, outside the batch's transaction: whether the batch reads the
+		// holder's booked seats for Redis (batchCounts).
+		limited: e.limited(ctx, sh)}, nil
+}
 
-		case errors.Is(err, errSpent):
-			return spentHold()
+// verified asks Redis (verify.lua) for the hold's generation now, and when it expires,
+// and sets them on c: the generation is the one presented, or the one Redis re-issued it
+// when an earlier confirmation of it found the counter behind the database; a hold that a
+// batch is committing (a concurrent or retried confirmation of it) is asked about again
+// once that batch has decided. answered is true when that settles the confirmation.
+// refused is what a batch said of the hold as presented, if anything: a hold Redis no
+// longer has is then refused as the batch said — lost before commit (once the expiry its
+// caller gave has passed; before, it was never current as presented), or taken too late.
+func (e *Engine) verified(ctx context.Context, c *confirmation, refused error) (answered bool, b Booking, err error) {
+	g, ttl, err := e.verifyDecided(ctx, c, c.h.Generation)
+	switch {
+	case err != nil:
+		return true, Booking{}, err
+	case g == holdBooked:
+		b, err = e.spentHold(ctx, c)
+		return true, b, err
+	case g == 0 && errors.Is(refused, errLostBeforeCommit) && !time.Now().Before(c.h.ExpiresAt):
+		// Its expiry passed while it waited: a hold its caller presented in time.
+		b, err = e.lostBeforeCommit(ctx, c, c.h.Generation)
+		return true, b, err
+	case g == 0 && errors.Is(refused, errTooLate):
+		e.m.admissionRefusals.WithLabelValues("too_late").Inc()
+		b, err = e.admission(ctx, c, refused)
+		return true, b, err
+	case g <= 0:
+		b, err = e.notCurrent(ctx, c, g < 0)
+		return true, b, err
+	}
+	c.gen, c.expires = g, time.Now().Add(ttl)
+	return false, Booking{}, nil
+}
 
-		case errors.Is(err, errOverLimit):
-			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
-				return b, err
-			}
-			return Booking{}, fmt.Errorf("%w: confirm: the holder's booked seats of show %s would pass its holder limit (the database counts them)",
-				ErrHolderLimit, sh.id)
+// decided answers what c's batch decided (confirmTx's outcome, other than a hold
+// re-issued or reserved elsewhere, and a stale generation): the booking, or the
+// refusal a caller may act on.
+func (e *Engine) decided(ctx context.Context, c *confirmation, id uuid.UUID, r committed, marked bool, err error) (Booking, error) {
+	sh := c.sh
+	switch {
+	case errors.Is(err, ErrOverloaded):
+		return e.admission(ctx, c, err)
 
-		case errors.Is(err, errKeyConflict):
-			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
-				return b, err
-			}
-			return Booking{}, fmt.Errorf("%w: idempotency key conflict but no booking found", ErrUnavailable)
+	case errors.Is(err, errTooLate):
+		e.m.admissionRefusals.WithLabelValues("too_late").Inc()
+		return e.admission(ctx, c, err)
 
-		case errors.Is(err, errLostBeforeCommit):
-			return lostBeforeCommit(gen)
+	case err == nil:
+		return e.booked(ctx, c, id, r, marked), nil
 
-		default:
+	case errors.Is(err, errSeatClaimed):
+		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+			return b, err
+		}
+		taken := e.repairMarkers(ctx, c)
+		e.event(ctx, e.q, sh.id, "refused_taken", c.gen, c.seats, c.h.HolderID)
+		return Booking{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
+
+	case errors.Is(err, errSpent):
+		return e.spentHold(ctx, c)
+
+	case errors.Is(err, errOverLimit):
+		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+			return b, err
+		}
+		return Booking{}, fmt.Errorf("%w: confirm: the holder's booked seats of show %s would pass its holder limit (the database counts them)",
+			ErrHolderLimit, sh.id)
+
+	case errors.Is(err, errKeyConflict):
+		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+			return b, err
+		}
+		return Booking{}, fmt.Errorf("%w: idempotency key conflict but no booking found", ErrUnavailable)
+
+	case errors.Is(err, errLostBeforeCommit):
+		return e.lostBeforeCommit(ctx, c, c.gen)
+
+	default:
+		return Booking{}, err
+	}
+}
+
+// booked is the booking c's batch committed as id.
+func (e *Engine) booked(ctx context.Context, c *confirmation, id uuid.UUID, r committed, marked bool) Booking {
+	sh, seats, gen := c.sh, c.seats, c.gen
+	if !marked { // the batch could not write its sold markers: try again, then leave them to the repair
+		if len(r.counts) > 0 {
+			_ = e.writeCounts(ctx, sh, r.counts)
+		}
+		_ = e.afterCommit(ctx, sh, seats, gen, true, r.seq, markSoldTimeout)
+	}
+	e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
+	return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: c.h.HolderID,
+		Status: BookingConfirmed, ConfirmedAt: r.at}
+}
+
+// refusedStale answers a batch's stale refusal of c: a fence has seen its generation.
+// A retry of a request that committed gets its booking; a hold that made a booking is
+// spent. Otherwise, with mayRegenerate, the hold may still be current while the
+// database has seen its generation — Redis lost data and its counter went backwards:
+// the counter is raised above the database's high-water mark and the hold re-issued
+// (c.gen), and again reports that the confirmation should go to a batch again.
+func (e *Engine) refusedStale(ctx context.Context, c *confirmation, mayRegenerate bool) (again bool, b Booking, err error) {
+	e.m.fenceRefusals.Inc()
+	if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+		return false, b, err
+	}
+	// A hold that made a booking is spent, whatever generation it presents now
+	// (its keys can outlive the booking until its sold markers are written).
+	if err := e.spent(ctx, c, ErrStaleGeneration); err != nil {
+		return false, Booking{}, err
+	}
+	if mayRegenerate {
+		newGen, ok, err := e.regenerate(ctx, c, c.gen)
+		if err != nil {
+			return false, Booking{}, err
+		}
+		if ok {
+			c.gen = newGen
+			return true, Booking{}, nil
+		}
+	}
+	e.event(ctx, e.q, c.sh.id, "refused_stale", c.gen, c.seats, c.h.HolderID)
+	return false, Booking{}, fmt.Errorf("%w: confirm: a seat's fence has seen generation %d", ErrStaleGeneration, c.gen)
+}
+
+// notCurrent refuses a hold Redis no longer has; sold is Redis's word that its seats
+// are sold by a booking of its generation. Only then is the database asked which
+// booking: an ordinary lost hold costs it nothing.
+func (e *Engine) notCurrent(ctx context.Context, c *confirmation, sold bool) (Booking, error) {
+	// A retry whose first call succeeded finds the hold replaced by the sold marker.
+	if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
+		return b, err
+	}
+	if sold {
+		if err := e.spent(ctx, c, ErrHoldLost); err != nil {
 			return Booking{}, err
 		}
 	}
+	return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
+}
+
+// spentHold answers for a hold that made a booking already.
+func (e *Engine) spentHold(ctx context.Context, c *confirmation) (Booking, error) {
+	if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+		return b, err
+	}
+	if err := e.spent(ctx, c, ErrStaleGeneration); err != nil {
+		return Booking{}, err
+	}
+	return Booking{}, fmt.Errorf("%w: the hold made a booking already", ErrStaleGeneration)
+}
+
+// admission answers a refusal by admission (ErrOverloaded, ErrHoldLost too late):
+// a retry of a request that committed gets its booking instead.
+func (e *Engine) admission(ctx context.Context, c *confirmation, refusal error) (Booking, error) {
+	if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
+		return b, err
+	}
+	return Booking{}, refusal
+}
+
+// lostBeforeCommit answers for a hold its batch found lost before it could commit.
+func (e *Engine) lostBeforeCommit(ctx context.Context, c *confirmation, gen int64) (Booking, error) {
+	if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
+		return b, err
+	}
+	e.event(ctx, e.q, c.sh.id, "refused_lost", gen, c.seats, c.h.HolderID)
+	return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
 }
 
 // committed is what a confirmation transaction wrote: when, and its marker_outbox row.

@@ -90,23 +90,7 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	q := db.New(tx)
 
 	// 1. Lock every fence of the batch in one order, then read the claims.
-	var keys []seatKey
-	for _, r := range batch {
-		for _, s := range r.c.seats {
-			keys = append(keys, seatKey{r.c.sh.id, s})
-		}
-	}
-	slices.SortFunc(keys, func(a, b seatKey) int {
-		if c := strings.Compare(a.show, b.show); c != 0 {
-			return c
-		}
-		return strings.Compare(a.seat, b.seat)
-	})
-	keys = slices.Compact(keys)
-	shows, seats := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		shows[i], seats[i] = k.show, k.seat
-	}
+	shows, seats := batchSeats(batch)
 	// Deciding in Go needs the fences the lock read and the claims; savepoints let the
 	// statements decide.
 	guard.step()
@@ -116,10 +100,7 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	}
 	var fence map[seatKey]int64
 	if !e.cfg.ConfirmSavepoints {
-		fence = make(map[seatKey]int64, len(locked))
-		for _, f := range locked {
-			fence[seatKey{f.ShowID, f.SeatID}] = f.Generation
-		}
+		fence = fences(locked)
 	}
 	if e.hooks.beforeCommit != nil {
 		e.hooks.beforeCommit(ctx)
@@ -159,35 +140,42 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 		if pgCode(err) != "" {
 			return false, e.txErr(err) // the server answered: nothing committed
 		}
-		// A COMMIT still running keeps its holds reserved while it is settled, from now:
-		// the settlement below may take longer than what is left of the reservations.
-		stopKeeping := func() {}
-		if still != nil {
-			stop, exited := make(chan struct{}), make(chan struct{})
-			owners := slices.Clone(accepted)
-			go func() {
-				defer close(exited)
-				e.keepReserved(owners, stop)
-			}()
-			stopKeeping = func() { close(stop); <-exited }
-		}
-		// The reply is lost: settle the outcome, once for the whole batch. One that stays
-		// unknown is the settler's (settle.go), which keeps the holds reserved from here.
-		at, err := e.resolveCommit(ctx, ran, accepted[0].id, err)
-		stopKeeping()
-		if errors.Is(err, errCommitUnknown) {
-			e.unsettle(accepted, ran, still, sent)
-		}
-		for _, r := range accepted {
-			if err != nil {
-				r.err = err
-			} else {
-				r.res.at = at
-			}
-		}
-		return err == nil, nil
+		// The reply is lost: settle the outcome, once for the whole batch (settle.go).
+		return e.settleLostCommit(ctx, ran, accepted, err, still, sent), nil
 	}
 	return true, nil
+}
+
+// batchSeats are the (show, seat) pairs of batch, sorted and distinct, as two columns:
+// the order every batch locks fences in.
+func batchSeats(batch []*confirmReq) (shows, seats []string) {
+	var keys []seatKey
+	for _, r := range batch {
+		for _, s := range r.c.seats {
+			keys = append(keys, seatKey{r.c.sh.id, s})
+		}
+	}
+	slices.SortFunc(keys, func(a, b seatKey) int {
+		if c := strings.Compare(a.show, b.show); c != 0 {
+			return c
+		}
+		return strings.Compare(a.seat, b.seat)
+	})
+	keys = slices.Compact(keys)
+	shows, seats = make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		shows[i], seats[i] = k.show, k.seat
+	}
+	return shows, seats
+}
+
+// fences are the generations of the fences the batch locked, by seat.
+func fences(locked []db.SeatFencesLockSkipRow) map[seatKey]int64 {
+	fence := make(map[seatKey]int64, len(locked))
+	for _, f := range locked {
+		fence[seatKey{f.ShowID, f.SeatID}] = f.Generation
+	}
+	return fence
 }
 
 // batchCounts sets, for each accepted confirmation of a show with a holder limit, its
@@ -270,8 +258,30 @@ func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq,
 // it returns: each table in one statement (BookingCreateMany), or, with perBooking, a
 // statement per booking (pipelined), which tells whose write a violation was.
 func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Queries, batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool, perBooking bool) ([]*confirmReq, error) {
+	accepted := decide(batch, fence, claimed)
+	if len(accepted) == 0 {
+		return nil, nil
+	}
+	guard.step()
+	var err error
+	if perBooking {
+		err = e.writePerBooking(ctx, guard, q, accepted)
+	} else {
+		err = e.writeMany(ctx, q, accepted)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return accepted, nil
+}
 
-	// 3. Decide, in queue order.
+// decide is step 3: it decides each confirmation of batch in queue order, as lone
+// transactions would have one after the other, and returns the accepted ones. A
+// confirmation is refused by a fence that has seen its generation, by a seat claimed
+// (before, or by an earlier confirmation of the batch), or by an idempotency key an
+// earlier confirmation of the batch used. fence and claimed are left as the accepted
+// ones leave them.
+func decide(batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool) []*confirmReq {
 	type idemKey struct{ show, holder, key string }
 	usedKeys := map[idemKey]bool{}
 	var accepted []*confirmReq
@@ -306,62 +316,81 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 		}
 		accepted = append(accepted, r)
 	}
-	if len(accepted) == 0 {
-		return nil, nil
-	}
+	return accepted
+}
 
-	// 4. Write what was decided: the fences in one statement, the bookings pipelined.
-	var fShows, fSeats []string
-	var fGens []int64
+// advanceParams are step 4's fence write of accepted: each seat's fence to its
+// confirmation's generation, in one statement.
+func advanceParams(accepted []*confirmReq) db.SeatFencesAdvanceManyParams {
+	var p db.SeatFencesAdvanceManyParams
+	for _, r := range accepted {
+		for _, s := range r.c.seats {
+			p.ShowIds, p.SeatIds, p.Generations = append(p.ShowIds, r.c.sh.id), append(p.SeatIds, s), append(p.Generations, r.gen)
+		}
+	}
+	return p
+}
+
+// allAdvanced checks that the fence write p advanced every fence (n of them did).
+func allAdvanced(n int64, p db.SeatFencesAdvanceManyParams) error {
+	if n != int64(len(p.SeatIds)) {
+		// Cannot happen under the locks; if it does, nothing of the batch commits.
+		return fmt.Errorf("%w: %d of %d fences advanced under their locks", ErrUnavailable, n, len(p.SeatIds))
+	}
+	return nil
+}
+
+// bookings are the rows accepted's confirmations write.
+func bookings(accepted []*confirmReq) []db.BookingCreateParams {
 	params := make([]db.BookingCreateParams, len(accepted))
 	for i, r := range accepted {
-		for _, s := range r.c.seats {
-			fShows, fSeats, fGens = append(fShows, r.c.sh.id), append(fSeats, s), append(fGens, r.gen)
-		}
 		params[i] = r.booking()
 	}
-	guard.step()
+	return params
+}
+
+// writeMany is step 4 in one round trip: the fences in one statement, the bookings in
+// another (BookingCreateMany); a refused fence rolls both back. A violation that belongs
+// to one confirmation is errWhoseWrite: the batch runs again with writePerBooking.
+func (e *Engine) writeMany(ctx context.Context, q *db.Queries, accepted []*confirmReq) error {
+	p, m := advanceParams(accepted), createManyParams(bookings(accepted))
 	var n int64
-	advance := func(q *db.Queries) (err error) {
-		n, err = q.SeatFencesAdvanceMany(ctx, db.SeatFencesAdvanceManyParams{ShowIds: fShows, SeatIds: fSeats, Generations: fGens})
+	var rows []db.BookingCreateManyRow
+	err := q.Pipelined(ctx, func(q *db.Queries) (err error) {
+		n, err = q.SeatFencesAdvanceMany(ctx, p)
+		return err
+	}, func(q *db.Queries) (err error) {
+		rows, err = q.BookingCreateMany(ctx, m)
+		return err
+	})
+	switch {
+	case err != nil && claimErr(err) != nil:
+		return fmt.Errorf("%w: %w", errWhoseWrite, err)
+	case err != nil:
+		return e.txErr(err)
+	}
+	if err := allAdvanced(n, p); err != nil {
 		return err
 	}
-	advanced := func() error {
-		if n != int64(len(fSeats)) {
-			// Cannot happen under the locks; if it does, nothing of the batch commits.
-			return fmt.Errorf("%w: %d of %d fences advanced under their locks", ErrUnavailable, n, len(fSeats))
-		}
-		return nil
+	return created(accepted, rows)
+}
+
+// writePerBooking is step 4 with a statement per booking (pipelined), after the fences'
+// one: a violation names its confirmation (a *memberErr), which the batch then runs
+// again without.
+func (e *Engine) writePerBooking(ctx context.Context, guard *stallGuard, q *db.Queries, accepted []*confirmReq) error {
+	p := advanceParams(accepted)
+	n, err := q.SeatFencesAdvanceMany(ctx, p)
+	if err != nil {
+		return e.txErr(err)
 	}
-	if !perBooking {
-		// The fences and the bookings in one round trip; a refused fence rolls both back.
-		var rows []db.BookingCreateManyRow
-		m := createManyParams(params)
-		err := q.Pipelined(ctx, advance, func(q *db.Queries) (err error) {
-			rows, err = q.BookingCreateMany(ctx, m)
-			return err
-		})
-		switch {
-		case err != nil && claimErr(err) != nil:
-			return nil, fmt.Errorf("%w: %w", errWhoseWrite, err)
-		case err != nil:
-			return nil, e.txErr(err)
-		}
-		if err := advanced(); err != nil {
-			return nil, err
-		}
-		return accepted, created(accepted, rows)
-	}
-	if err := advance(q); err != nil {
-		return nil, e.txErr(err)
-	}
-	if err := advanced(); err != nil {
-		return nil, err
+	if err := allAdvanced(n, p); err != nil {
+		return err
 	}
 	guard.step()
 	var failed *memberErr
 	var firstErr error
-	q.BookingCreate(ctx, params).QueryRow(func(i int, row db.BookingCreateRow, err error) {
+	q.BookingCreate(ctx, bookings(accepted)).QueryRow(func(i int, row db.BookingCreateRow, err error) {
 		switch {
 		case err == nil:
 			accepted[i].res = committed{at: row.ConfirmedAt, seq: row.MarkerSeq}
@@ -373,12 +402,12 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 		}
 	})
 	if failed != nil {
-		return nil, failed
+		return failed
 	}
 	if firstErr != nil {
-		return nil, e.txErr(firstErr)
+		return e.txErr(firstErr)
 	}
-	return accepted, nil
+	return nil
 }
 
 // errWhoseWrite: a write of the batch's one statement failed in a way that belongs to

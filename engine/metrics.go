@@ -36,6 +36,7 @@ type metrics struct {
 	children          sync.Map // opResult -> *opMetrics
 }
 
+// newMetrics makes the engine's collectors and registers them with reg (nil: none).
 func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metrics, error) {
 	m := &metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -47,73 +48,43 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 			Help:    "Latency of engine operations by operation.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
 		}, []string{"op"}),
-		fenceRefusals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_fence_refusals_total",
-			Help: "Confirmations the PostgreSQL fence refused because it had seen the generation or a larger one.",
-		}),
-		counterRepairs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_counter_repairs_total",
-			Help: "Times a show's Redis generation counter was found below the database's high-water mark and raised.",
-		}),
-		markerRepairs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_marker_repairs_total",
-			Help: "Sold-marker writes repaired: claims Redis did not know about, and outbox rows written by the background loop.",
-		}),
-		markerDeferred: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_marker_writes_deferred_total",
-			Help: "Sold-marker writes that failed after COMMIT and were left to the background repair.",
-		}),
-		seatMapRebuilds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_seatmap_rebuilds_total",
-			Help: "Seat-map rebuilds from PostgreSQL and Redis: a show first read, a gap in its change feed, a Resync.",
-		}),
-		seatMapMerges: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_seatmap_watch_merges_total",
-			Help: "Times a seat-map watcher that fell behind had its unread events merged into one (or replaced by a snapshot).",
-		}),
+		fenceRefusals: counter("holdfast_fence_refusals_total",
+			"Confirmations the PostgreSQL fence refused because it had seen the generation or a larger one."),
+		counterRepairs: counter("holdfast_counter_repairs_total",
+			"Times a show's Redis generation counter was found below the database's high-water mark and raised."),
+		markerRepairs: counter("holdfast_marker_repairs_total",
+			"Sold-marker writes repaired: claims Redis did not know about, and outbox rows written by the background loop."),
+		markerDeferred: counter("holdfast_marker_writes_deferred_total",
+			"Sold-marker writes that failed after COMMIT and were left to the background repair."),
+		seatMapRebuilds: counter("holdfast_seatmap_rebuilds_total",
+			"Seat-map rebuilds from PostgreSQL and Redis: a show first read, a gap in its change feed, a Resync."),
+		seatMapMerges: counter("holdfast_seatmap_watch_merges_total",
+			"Times a seat-map watcher that fell behind had its unread events merged into one (or replaced by a snapshot)."),
 		admissionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_confirm_admission_refusals_total",
 			Help: "Confirmations refused before the database: queue_full, too_late (the hold would expire first), hold_expired.",
 		}, []string{"reason"}),
-		confirmQueueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "holdfast_confirm_queue_wait_seconds",
-			Help:    "How long confirmations waited in the queue for a batch to take them.",
-			Buckets: []float64{.0001, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
-		}),
-		batchRewrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_confirm_batch_rewrites_total",
-			Help: "Batches written again one statement per booking because the database refused the batch's set-based statement (a booking broke an invariant, e.g. the holder limit).",
-		}),
-		confirmBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "holdfast_confirm_batch_size",
-			Help:    "Confirmations per group-committed PostgreSQL transaction.",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
-		}),
-		feedLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "holdfast_seatmap_feed_lag_seconds",
-			Help:    "Time from a change's feed entry in Redis to its application to this engine's seat map.",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
-		}),
-		failovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_postgres_server_changes_total",
-			Help: "Times the engine found PostgreSQL to be another server (another cluster or timeline: a failover); each starts a reconciliation.",
-		}),
-		stalls: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_postgres_stalls_total",
-			Help: "Batches whose server stopped answering within a statement's bound (a hung primary, a partition); each empties the pool.",
-		}),
-		unproven: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_commit_durability_unproven_total",
-			Help: "Bookings not acknowledged because their durability could not be proven (a COMMIT waiting for a synchronous standby, a barrier that did not return).",
-		}),
-		lostBookings: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_lost_bookings_total",
-			Help: "Bookings Redis had sold markers for that the database no longer has (an asynchronous failover lost them); found by reconciliation.",
-		}),
-		reconciled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_markers_lowered_total",
-			Help: "Sold markers reconciliation lowered to what the database says.",
-		}),
+		confirmQueueWait: histogram("holdfast_confirm_queue_wait_seconds",
+			"How long confirmations waited in the queue for a batch to take them.",
+			.0001, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5),
+		batchRewrites: counter("holdfast_confirm_batch_rewrites_total",
+			"Batches written again one statement per booking because the database refused the batch's set-based statement (a booking broke an invariant, e.g. the holder limit)."),
+		confirmBatchSize: histogram("holdfast_confirm_batch_size",
+			"Confirmations per group-committed PostgreSQL transaction.",
+			1, 2, 4, 8, 16, 32, 64, 128, 256),
+		feedLag: histogram("holdfast_seatmap_feed_lag_seconds",
+			"Time from a change's feed entry in Redis to its application to this engine's seat map.",
+			.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5),
+		failovers: counter("holdfast_postgres_server_changes_total",
+			"Times the engine found PostgreSQL to be another server (another cluster or timeline: a failover); each starts a reconciliation."),
+		stalls: counter("holdfast_postgres_stalls_total",
+			"Batches whose server stopped answering within a statement's bound (a hung primary, a partition); each empties the pool."),
+		unproven: counter("holdfast_commit_durability_unproven_total",
+			"Bookings not acknowledged because their durability could not be proven (a COMMIT waiting for a synchronous standby, a barrier that did not return)."),
+		lostBookings: counter("holdfast_lost_bookings_total",
+			"Bookings Redis had sold markers for that the database no longer has (an asynchronous failover lost them); found by reconciliation."),
+		reconciled: counter("holdfast_markers_lowered_total",
+			"Sold markers reconciliation lowered to what the database says."),
 	}
 	m.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdfast_commits_settled_total",
@@ -123,14 +94,10 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 		Name: "holdfast_backend_up",
 		Help: "1 when the backend answered the engine's last health probe (every few seconds), 0 when it did not.",
 	}, []string{"backend"})
-	m.outboxRows = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "holdfast_marker_outbox_rows",
-		Help: "Sold-marker writes owed to Redis and not yet made (marker_outbox rows), as of the last health probe.",
-	})
-	m.outboxOldest = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "holdfast_marker_outbox_oldest_seconds",
-		Help: "Age of the oldest marker_outbox row (0 when none), as of the last health probe: the repair is behind when it grows.",
-	})
+	m.outboxRows = gauge("holdfast_marker_outbox_rows",
+		"Sold-marker writes owed to Redis and not yet made (marker_outbox rows), as of the last health probe.")
+	m.outboxOldest = gauge("holdfast_marker_outbox_oldest_seconds",
+		"Age of the oldest marker_outbox row (0 when none), as of the last health probe: the repair is behind when it grows.")
 	if reg != nil {
 		queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "holdfast_confirm_queue_length",
@@ -144,6 +111,19 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 		}
 	}
 	return m, nil
+}
+
+// counter, histogram and gauge make the collectors of their kind, unregistered.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func histogram(name, help string, buckets ...float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }
 
 // observe records one finished operation. The labelled children are resolved once per

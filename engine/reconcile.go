@@ -90,24 +90,14 @@ func (e *Engine) Reconcile(ctx context.Context, showID string) (ReconcileReport,
 // reconcileBuckets is how many sold-marker hashes one pipeline reads.
 const reconcileBuckets = 100
 
+// reconcile is Reconcile's comparison: it sets back the markers where Redis is ahead of
+// the database, recounts the holders' booked seats, and reports what a failover lost.
 func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, error) {
 	rep := ReconcileReport{ShowID: sh.id}
 	// 1. Redis first: every marker of the show.
-	inRedis := map[string]string{}
-	buckets := sh.buckets
-	for lo := 0; lo < len(buckets); lo += reconcileBuckets {
-		hi := min(lo+reconcileBuckets, len(buckets))
-		pipe := e.rdb.Pipeline()
-		cmds := make([]*redis.MapStringStringCmd, hi-lo)
-		for i, k := range buckets[lo:hi] {
-			cmds[i] = pipe.HGetAll(ctx, k)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return rep, e.redisErr(err)
-		}
-		for _, c := range cmds {
-			maps.Copy(inRedis, c.Val())
-		}
+	inRedis, err := e.redisMarkers(ctx, sh)
+	if err != nil {
+		return rep, err
 	}
 	counts, err := e.readCounts(ctx, sh)
 	if err != nil {
@@ -121,20 +111,9 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 		e.hooks.afterRead(ctx, "reconcile")
 	}
 	// 2. Then the database: what every marker must say.
-	inDB := map[string]string{}
-	after := ""
-	for {
-		rows, err := e.q.SeatMarkListByShow(ctx, db.SeatMarkListByShowParams{ShowID: sh.id, After: after, MaxRows: resyncPage})
-		if err != nil {
-			return rep, e.pgErr(err)
-		}
-		for _, r := range rows {
-			inDB[r.SeatID] = marker(r.Generation, r.Claimed)
-		}
-		if len(rows) < resyncPage {
-			break
-		}
-		after = rows[len(rows)-1].SeatID
+	inDB, err := e.dbMarkers(ctx, sh)
+	if err != nil {
+		return rep, err
 	}
 	// 3. Where Redis is ahead, set it back.
 	var seats, was, to []string
@@ -151,28 +130,8 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 			rep.LostCancellations++
 		}
 	}
-	for lo := 0; lo < len(seats); lo += markChunk {
-		hi := min(lo+markChunk, len(seats))
-		ks, err := sh.scriptKeys("", seats[lo:hi])
-		if err != nil {
-			return rep, err
-		}
-		args := []any{""}
-		for _, part := range [][]string{seats[lo:hi], was[lo:hi], to[lo:hi]} {
-			for _, v := range part {
-				args = append(args, v)
-			}
-		}
-		res, err := lua.Lower.Run(ctx, e.rdb, ks, args...).Slice()
-		if err != nil {
-			return rep, e.redisErr(err)
-		}
-		if len(res) != 2 {
-			return rep, fmt.Errorf("%w: unexpected lower script reply %v", ErrUnavailable, res)
-		}
-		n, _ := res[0].(int64)
-		rep.Lowered += int(n)
-		e.wrote(sh, res[1])
+	if rep.Lowered, err = e.lowerMarkers(ctx, sh, seats, was, to); err != nil {
+		return rep, err
 	}
 	e.m.reconciled.Add(float64(rep.Lowered))
 	if rep.Recounted, err = e.recount(ctx, sh, counts); err != nil {
@@ -182,22 +141,7 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 		return rep, err
 	}
 	gens := slices.Sorted(maps.Keys(lost))
-	ids := make([]uuid.UUID, len(gens))
-	if len(gens) > 0 {
-		fields := make([]string, len(gens))
-		for i, g := range gens {
-			fields[i] = strconv.FormatInt(g, 10)
-		}
-		if vals, err := e.rdb.HMGet(ctx, sh.k.booked(), fields...).Result(); err == nil {
-			for i, v := range vals {
-				if s, ok := v.(string); ok {
-					if b, err := hex.DecodeString(s); err == nil && len(b) == 16 {
-						ids[i] = uuid.UUID(b)
-					}
-				}
-			}
-		}
-	}
+	ids := e.lostBookingIDs(ctx, sh, gens)
 	for i, g := range gens {
 		b := LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g], BookingID: ids[i]}
 		rep.Lost = append(rep.Lost, b)
@@ -210,6 +154,99 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 			"show_id", sh.id, "seats", rep.LostCancellations)
 	}
 	return rep, nil
+}
+
+// redisMarkers are the sold markers Redis has for the show's seats, by seat.
+func (e *Engine) redisMarkers(ctx context.Context, sh *show) (map[string]string, error) {
+	inRedis := map[string]string{}
+	buckets := sh.buckets
+	for lo := 0; lo < len(buckets); lo += reconcileBuckets {
+		hi := min(lo+reconcileBuckets, len(buckets))
+		pipe := e.rdb.Pipeline()
+		cmds := make([]*redis.MapStringStringCmd, hi-lo)
+		for i, k := range buckets[lo:hi] {
+			cmds[i] = pipe.HGetAll(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, e.redisErr(err)
+		}
+		for _, c := range cmds {
+			maps.Copy(inRedis, c.Val())
+		}
+	}
+	return inRedis, nil
+}
+
+// dbMarkers are the markers the database says the show's seats must have, by seat.
+func (e *Engine) dbMarkers(ctx context.Context, sh *show) (map[string]string, error) {
+	inDB := map[string]string{}
+	after := ""
+	for {
+		rows, err := e.q.SeatMarkListByShow(ctx, db.SeatMarkListByShowParams{ShowID: sh.id, After: after, MaxRows: resyncPage})
+		if err != nil {
+			return nil, e.pgErr(err)
+		}
+		for _, r := range rows {
+			inDB[r.SeatID] = marker(r.Generation, r.Claimed)
+		}
+		if len(rows) < resyncPage {
+			return inDB, nil
+		}
+		after = rows[len(rows)-1].SeatID
+	}
+}
+
+// lowerMarkers sets the markers of seats back from was to to (lower.lua), markChunk
+// seats a call, and returns how many Redis lowered.
+func (e *Engine) lowerMarkers(ctx context.Context, sh *show, seats, was, to []string) (int, error) {
+	lowered := 0
+	for lo := 0; lo < len(seats); lo += markChunk {
+		hi := min(lo+markChunk, len(seats))
+		ks, err := sh.scriptKeys("", seats[lo:hi])
+		if err != nil {
+			return lowered, err
+		}
+		args := []any{""}
+		for _, part := range [][]string{seats[lo:hi], was[lo:hi], to[lo:hi]} {
+			for _, v := range part {
+				args = append(args, v)
+			}
+		}
+		res, err := lua.Lower.Run(ctx, e.rdb, ks, args...).Slice()
+		if err != nil {
+			return lowered, e.redisErr(err)
+		}
+		if len(res) != 2 {
+			return lowered, fmt.Errorf("%w: unexpected lower script reply %v", ErrUnavailable, res)
+		}
+		n, _ := res[0].(int64)
+		lowered += int(n)
+		e.wrote(sh, res[1])
+	}
+	return lowered, nil
+}
+
+// lostBookingIDs are the booking ids Redis recorded for the generations gens of the
+// show (its booked hash), the zero UUID where it has none.
+func (e *Engine) lostBookingIDs(ctx context.Context, sh *show, gens []int64) []uuid.UUID {
+	ids := make([]uuid.UUID, len(gens))
+	if len(gens) == 0 {
+		return ids
+	}
+	fields := make([]string, len(gens))
+	for i, g := range gens {
+		fields[i] = strconv.FormatInt(g, 10)
+	}
+	if vals, err := e.rdb.HMGet(ctx, sh.k.booked(), fields...).Result(); err == nil {
+		for i, v := range vals {
+			if s, ok := v.(string); ok {
+				if b, err := hex.DecodeString(s); err == nil && len(b) == 16 {
+					ids[i] = uuid.UUID(b)
+				}
+			}
+		}
+	}
+	return ids
 }
 
 // reconcileCounts is how many booked counts one HSCAN step asks Redis for.

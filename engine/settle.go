@@ -31,6 +31,39 @@ import (
 // running and that stays unknown for longer than Config.MaxHoldTTL is given up: its
 // reservations run out, as a hold's would.
 
+// settleLostCommit settles, once for the whole batch (resolveCommit), a COMMIT of
+// accepted whose reply was lost (commitErr, sent at sent, on the server ran): it sets
+// each confirmation's outcome and reports whether the batch committed. still, when not
+// nil, ends when the COMMIT left running on the server (commitUncancelled) does.
+func (e *Engine) settleLostCommit(ctx context.Context, ran serverIdentity, accepted []*confirmReq, commitErr error, still <-chan struct{}, sent time.Time) bool {
+	// A COMMIT still running keeps its holds reserved while it is settled, from now:
+	// the settlement below may take longer than what is left of the reservations.
+	stopKeeping := func() {}
+	if still != nil {
+		stop, exited := make(chan struct{}), make(chan struct{})
+		owners := slices.Clone(accepted)
+		go func() {
+			defer close(exited)
+			e.keepReserved(owners, stop)
+		}()
+		stopKeeping = func() { close(stop); <-exited }
+	}
+	// One that stays unknown is the settler's, which keeps the holds reserved from here.
+	at, err := e.resolveCommit(ctx, ran, accepted[0].id, commitErr)
+	stopKeeping()
+	if errors.Is(err, errCommitUnknown) {
+		e.unsettle(accepted, ran, still, sent)
+	}
+	for _, r := range accepted {
+		if err != nil {
+			r.err = err
+		} else {
+			r.res.at = at
+		}
+	}
+	return err == nil
+}
+
 // settleEvery is how often the settler tries what it holds.
 const settleEvery = 100 * time.Millisecond
 

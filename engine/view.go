@@ -221,7 +221,6 @@ func (v *view) expireDue(now int64) {
 // follow reads the feed until ctx ends: it rebuilds when asked to or when the feed
 // has a gap, and applies entries as they come.
 func (v *view) follow(ctx context.Context) {
-	rdb, feed := v.e.rdb, v.sh.k.feed()
 	backoff := 50 * time.Millisecond
 	rebuild := true
 	var lastRead time.Time // a read returns at once when entries wait: pace those
@@ -256,32 +255,11 @@ func (v *view) follow(ctx context.Context) {
 		}
 		sent := time.Now()
 		lastRead = sent
-		v.mu.Lock()
-		last := v.lastID
-		v.mu.Unlock()
-		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: feedBlock}).Result()
-		if errors.Is(err, redis.Nil) {
-			// Nothing new. Check that the feed is still the one this view follows: read
-			// the entry counter, then the feed again. Entries the counter had numbered
-			// but the feed no longer has were trimmed, and a counter below the view's
-			// means Redis lost the feed (FLUSHALL, restart); both would stay silent.
-			pipe := rdb.Pipeline()
-			nc := pipe.Get(ctx, v.sh.k.feedN())
-			xc := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: -1})
-			_, err = pipe.Exec(ctx)
-			res, _ = xc.Result()
-			if err == nil || errors.Is(err, redis.Nil) {
-				n, _ := nc.Int64()
-				v.mu.Lock()
-				gap := n < v.lastN || (n > v.lastN && len(res) == 0)
-				v.mu.Unlock()
-				if gap {
-					rebuild = true
-					v.e.log.WarnContext(ctx, "seat map feed lost entries; rebuilding the map", "show_id", v.sh.id)
-					continue
-				}
-				err = nil
-			}
+		res, gap, err := v.readFeed(ctx)
+		if gap {
+			rebuild = true
+			v.e.log.WarnContext(ctx, "seat map feed lost entries; rebuilding the map", "show_id", v.sh.id)
+			continue
 		}
 		switch {
 		case err != nil:
@@ -305,6 +283,36 @@ func (v *view) follow(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// readFeed reads the entries after the view's last, waiting up to feedBlock for one.
+// When there is none it checks that the feed is still the one this view follows: it
+// reads the entry counter, then the feed again. Entries the counter had numbered but the
+// feed no longer has were trimmed, and a counter below the view's means Redis lost the
+// feed (FLUSHALL, restart); both would stay silent, and are a gap.
+func (v *view) readFeed(ctx context.Context) (res []redis.XStream, gap bool, err error) {
+	rdb, feed := v.e.rdb, v.sh.k.feed()
+	v.mu.Lock()
+	last := v.lastID
+	v.mu.Unlock()
+	res, err = rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: feedBlock}).Result()
+	if !errors.Is(err, redis.Nil) {
+		return res, false, err
+	}
+	// Nothing new: the entry counter, then the feed again.
+	pipe := rdb.Pipeline()
+	nc := pipe.Get(ctx, v.sh.k.feedN())
+	xc := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: -1})
+	_, err = pipe.Exec(ctx)
+	res, _ = xc.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return res, false, err
+	}
+	n, _ := nc.Int64()
+	v.mu.Lock()
+	gap = n < v.lastN || (n > v.lastN && len(res) == 0)
+	v.mu.Unlock()
+	return res, gap, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -677,8 +685,14 @@ func (v *view) rebuild(ctx context.Context) error {
 	// (catchUp): what came between the last entry before and this one, it never saw.
 	v.entries, v.entriesFrom, v.knownFrom = v.entries[:0], v.feedPos(), known
 	v.mu.Unlock()
+	return v.caughtUp(ctx, before)
+}
 
-	// Catch up with what was written since the position was read.
+// caughtUp reads, after a rebuild, what was written to the feed since its position was
+// read, and then publishes the rebuilt map: its position (no earlier than before, the
+// entries the rebuild saw anyway), its readiness, and a snapshot to every watcher.
+func (v *view) caughtUp(ctx context.Context, before streamPos) error {
+	rdb, sh := v.e.rdb, v.sh
 	for {
 		v.mu.Lock()
 		after := v.lastID

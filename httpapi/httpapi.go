@@ -195,60 +195,8 @@ type Server struct {
 
 // New returns a Server over e.
 func New(e *engine.Engine, opts Options) (*Server, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if _, ok := opts.Logger.Handler().(requestLogHandler); !ok {
-		opts.Logger = slog.New(LogHandler(opts.Logger.Handler()))
-	}
-	if opts.Registry == nil {
-		opts.Registry = prometheus.NewRegistry()
-	}
-	for _, d := range []struct {
-		v   *float64
-		def float64
-	}{{&opts.RateLimit, 20}, {&opts.AddrRateLimit, 100}, {&opts.ReadRateLimit, 50}, {&opts.UnknownShowRate, 5}, {&opts.StreamConnectRate, 200}} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-		if *d.v < 0 {
-			return nil, errors.New("httpapi: rate limits must be positive")
-		}
-	}
-	for _, d := range []struct {
-		v   *int
-		def int
-	}{{&opts.RateBurst, 40}, {&opts.AddrRateBurst, 200}, {&opts.ReadRateBurst, 100}, {&opts.MaxSeatsPerAddress, 100},
-		{&opts.LimiterSize, 65_536}, {&opts.OperatorFailures, 5}, {&opts.MaxStreams, 1000}, {&opts.MaxStreamsPerAddress, 16},
-		{&opts.StreamSendBuffer, 32 << 10}, {&opts.MaxConns, 4096}, {&opts.MaxConnsPerAddress, 64}} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-		if *d.v < 0 {
-			return nil, errors.New("httpapi: bursts, caps and sizes must be positive")
-		}
-	}
-	if opts.MaxBodyBytes == 0 {
-		opts.MaxBodyBytes = 16 << 10
-	}
-	if opts.MaxShowBodyBytes == 0 {
-		opts.MaxShowBodyBytes = 4 << 20
-	}
-	if opts.Heartbeat == 0 {
-		opts.Heartbeat = 15 * time.Second
-	}
-	if opts.StreamWriteTimeout == 0 {
-		opts.StreamWriteTimeout = 10 * time.Second
-	}
-	if opts.Heartbeat < 0 || opts.StreamWriteTimeout < 0 {
-		return nil, errors.New("httpapi: Heartbeat and StreamWriteTimeout must be positive")
-	}
-	if opts.DemoIdentity && (opts.HolderAuth == nil || !opts.HolderAuth.CanSign()) {
-		return nil, errors.New("httpapi: DemoIdentity needs HolderAuth with an HS256 secret (a public key cannot sign)")
-	}
-	if len(opts.LogKey) == 0 {
-		opts.LogKey = make([]byte, 32)
-		_, _ = rand.Read(opts.LogKey)
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
 	}
 	epoch := make([]byte, 4)
 	_, _ = rand.Read(epoch)
@@ -281,20 +229,99 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 		s.tracer = opts.TracerProvider.Tracer("github.com/holdfast/holdfast/httpapi")
 	}
 	if opts.OperatorTokenFile != "" {
-		tok, err := newFileValue(func(c [][]byte) (string, error) {
-			t := strings.TrimSpace(string(c[0]))
-			if len(t) < 16 {
-				return "", errors.New("the operator token must be at least 16 characters")
-			}
-			return t, nil
-		}, func(err error) {
-			s.log.Error("operator token file not reloaded; the last good token stays", "error", err)
-		}, opts.OperatorTokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("httpapi: operator token file: %w", err)
+		if err := s.watchOperatorToken(); err != nil {
+			return nil, err
 		}
-		s.opToken = tok
 	}
+	if err := s.register(); err != nil {
+		return nil, err
+	}
+	s.handler, s.admin = s.routes()
+	s.connect = s.newConnectRefusal()
+	return s, nil
+}
+
+// setDefaults gives every unset field of opts its default, and checks the rest.
+func (opts *Options) setDefaults() error {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if _, ok := opts.Logger.Handler().(requestLogHandler); !ok {
+		opts.Logger = slog.New(LogHandler(opts.Logger.Handler()))
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	for _, d := range []struct {
+		v   *float64
+		def float64
+	}{{&opts.RateLimit, 20}, {&opts.AddrRateLimit, 100}, {&opts.ReadRateLimit, 50}, {&opts.UnknownShowRate, 5}, {&opts.StreamConnectRate, 200}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return errors.New("httpapi: rate limits must be positive")
+		}
+	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&opts.RateBurst, 40}, {&opts.AddrRateBurst, 200}, {&opts.ReadRateBurst, 100}, {&opts.MaxSeatsPerAddress, 100},
+		{&opts.LimiterSize, 65_536}, {&opts.OperatorFailures, 5}, {&opts.MaxStreams, 1000}, {&opts.MaxStreamsPerAddress, 16},
+		{&opts.StreamSendBuffer, 32 << 10}, {&opts.MaxConns, 4096}, {&opts.MaxConnsPerAddress, 64}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return errors.New("httpapi: bursts, caps and sizes must be positive")
+		}
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = 16 << 10
+	}
+	if opts.MaxShowBodyBytes == 0 {
+		opts.MaxShowBodyBytes = 4 << 20
+	}
+	if opts.Heartbeat == 0 {
+		opts.Heartbeat = 15 * time.Second
+	}
+	if opts.StreamWriteTimeout == 0 {
+		opts.StreamWriteTimeout = 10 * time.Second
+	}
+	if opts.Heartbeat < 0 || opts.StreamWriteTimeout < 0 {
+		return errors.New("httpapi: Heartbeat and StreamWriteTimeout must be positive")
+	}
+	if opts.DemoIdentity && (opts.HolderAuth == nil || !opts.HolderAuth.CanSign()) {
+		return errors.New("httpapi: DemoIdentity needs HolderAuth with an HS256 secret (a public key cannot sign)")
+	}
+	if len(opts.LogKey) == 0 {
+		opts.LogKey = make([]byte, 32)
+		_, _ = rand.Read(opts.LogKey)
+	}
+	return nil
+}
+
+// watchOperatorToken reads the operator token from Options.OperatorTokenFile, and again
+// whenever the file changes (a bad one keeps the last good token).
+func (s *Server) watchOperatorToken() error {
+	tok, err := newFileValue(func(c [][]byte) (string, error) {
+		t := strings.TrimSpace(string(c[0]))
+		if len(t) < 16 {
+			return "", errors.New("the operator token must be at least 16 characters")
+		}
+		return t, nil
+	}, func(err error) {
+		s.log.Error("operator token file not reloaded; the last good token stays", "error", err)
+	}, s.opts.OperatorTokenFile)
+	if err != nil {
+		return fmt.Errorf("httpapi: operator token file: %w", err)
+	}
+	s.opToken = tok
+	return nil
+}
+
+// register registers the server's collectors with Options.Registry.
+func (s *Server) register() error {
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "holdfast_http_event_streams", Help: "Seat-map event streams open now.",
 	}, func() float64 { return float64(s.streams.open()) })
@@ -303,12 +330,10 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 	}, func() float64 { return float64(s.openConns()) })
 	for _, c := range []prometheus.Collector{s.requests, s.latency, s.refused, streams, conns} {
 		if err := s.reg.Register(c); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	s.handler, s.admin = s.routes()
-	s.connect = s.newConnectRefusal()
-	return s, nil
+	return nil
 }
 
 // ServeHTTP serves the API's public routes (paths under /v1/, the seat-map page,

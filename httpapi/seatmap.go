@@ -303,30 +303,10 @@ type changeJSON struct {
 
 // getEvents streams a show's seat-map changes as Server-Sent Events.
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
-	ids := r.Header.Values("Last-Event-ID")
-	if len(ids) > 1 {
-		s.fail(w, r, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must appear once"})
+	after, position, err := s.lastEventID(r)
+	if err != nil {
+		s.fail(w, r, err)
 		return
-	}
-	// An id is "<epoch>.<version>.<position>": the version resumes on this server (its
-	// epoch), the feed position on any server of the same Redis (another replica, a
-	// restarted one); "<epoch>.<version>" (older servers) resumes here only.
-	var after, position uint64
-	if len(ids) == 1 && ids[0] != "" {
-		epoch, rest, ok := strings.Cut(ids[0], ".")
-		v, p, hasPos := strings.Cut(rest, ".")
-		n, err := strconv.ParseUint(v, 10, 64)
-		var perr error
-		if hasPos {
-			position, perr = strconv.ParseUint(p, 10, 64)
-		}
-		if !ok || err != nil || perr != nil || len(epoch) != len(s.epoch) {
-			s.fail(w, r, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must be an event id this API sent: <epoch>.<version>.<position>"})
-			return
-		}
-		if epoch == s.epoch {
-			after, position = n, 0
-		}
 	}
 	ctx, release, ok := s.openStream(w, r)
 	if !ok {
@@ -334,7 +314,6 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	var events <-chan engine.SeatMapEvent
-	var err error
 	if position != 0 {
 		// Its first event (changes to bring it from that position to this server's map)
 		// is its own: not shared with other streams through the event cache.
@@ -389,6 +368,35 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// lastEventID is where a stream resumes, from its Last-Event-ID: after a version of
+// this server's map, or from a feed position. An id is "<epoch>.<version>.<position>":
+// the version resumes on this server (its epoch), the feed position on any server of
+// the same Redis (another replica, a restarted one); "<epoch>.<version>" (older
+// servers) resumes here only. None is (0, 0).
+func (s *Server) lastEventID(r *http.Request) (after, position uint64, err error) {
+	ids := r.Header.Values("Last-Event-ID")
+	if len(ids) > 1 {
+		return 0, 0, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must appear once"}
+	}
+	if len(ids) == 0 || ids[0] == "" {
+		return 0, 0, nil
+	}
+	epoch, rest, ok := strings.Cut(ids[0], ".")
+	v, p, hasPos := strings.Cut(rest, ".")
+	n, err := strconv.ParseUint(v, 10, 64)
+	var perr error
+	if hasPos {
+		position, perr = strconv.ParseUint(p, 10, 64)
+	}
+	if !ok || err != nil || perr != nil || len(epoch) != len(s.epoch) {
+		return 0, 0, &engine.InvalidArgumentError{Field: "Last-Event-ID", Rule: "must be an event id this API sent: <epoch>.<version>.<position>"}
+	}
+	if epoch == s.epoch {
+		return n, 0, nil
+	}
+	return 0, position, nil
 }
 
 // openStream admits an event stream under the stream limits (connects per second,

@@ -53,48 +53,12 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 		"--demo-show", show, "--demo-seats", fmt.Sprint(*seats), "--operator-token", opToken, "--database-url", backends.databaseURL, "--redis-url", backends.redisURL}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var logLines atomic.Int64
-	start := func(ctx context.Context, extra ...string) (public, admin string, err error) {
-		cmd := exec.CommandContext(ctx, exe, append(common, extra...)...)
-		cmd.Env = append(os.Environ(), "HOLDFAST_KEY_PREFIX="+getenv("HOLDFAST_KEY_PREFIX"))
-		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-		out, _ := cmd.StdoutPipe()
-		logs, _ := cmd.StderrPipe()
-		if err := cmd.Start(); err != nil {
-			return "", "", err
-		}
-		var last string // the last line serve wrote to stderr: its error, if it ended
-		logged := make(chan struct{})
-		go func() {
-			defer close(logged)
-			sc := bufio.NewScanner(logs)
-			sc.Buffer(nil, 1<<20)
-			for sc.Scan() {
-				logLines.Add(1)
-				last = sc.Text()
-			}
-		}()
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			if rest, ok := strings.CutPrefix(line, "holdfast: admin (metrics, show creation) on "); ok {
-				admin = rest
-			}
-			if rest, ok := strings.CutPrefix(line, "holdfast: listening on "); ok {
-				public = rest
-				go io.Copy(io.Discard, out)
-				return public, admin, nil
-			}
-		}
-		<-logged
-		err = cmd.Wait()
-		return "", "", fmt.Errorf("serve %v did not start (%v): %s", extra, err, last)
-	}
-	public, admin, err := start(ctx)
+	sv := &servers{exe: exe, common: common, keyPrefix: getenv("HOLDFAST_KEY_PREFIX")}
+	public, admin, err := sv.start(ctx)
 	if err != nil {
 		return err
 	}
-	signed, signedAdmin, err := start(ctx, "--holder-jwt-secret-file", secretFile)
+	signed, signedAdmin, err := sv.start(ctx, "--holder-jwt-secret-file", secretFile)
 	if err != nil {
 		return err
 	}
@@ -113,16 +77,65 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	// The log line counter counts both servers; the flood row reads its difference,
 	// and the signed server is idle then.
 	serveMore := func(ctx context.Context, extra ...string) (string, error) {
-		public, _, err := start(ctx, extra...)
+		public, _, err := sv.start(ctx, extra...)
 		return strings.Replace(public, "[::]", "127.0.0.1", 1), err // an address on every interface: reached on loopback
 	}
 	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: sign("hoarder"), Show: show,
-		LogLines: logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Only: onlyList(*only)})
+		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Only: onlyList(*only)})
 	fmt.Fprintln(stdout, "\n| attack | measured |\n|---|---|")
 	for _, r := range rows {
 		fmt.Fprintf(stdout, "| %s | %s |\n", r.Attack, r.Result)
 	}
 	return err
+}
+
+// servers starts the holdfast serve processes the attacks run against: this
+// executable, with common's flags and a test's Redis key prefix, counting the lines
+// every one of them logs.
+type servers struct {
+	exe       string
+	common    []string
+	keyPrefix string
+	logLines  atomic.Int64
+}
+
+// start starts one serve with extra flags and returns its public and admin addresses
+// once it listens; it ends with ctx.
+func (sv *servers) start(ctx context.Context, extra ...string) (public, admin string, err error) {
+	cmd := exec.CommandContext(ctx, sv.exe, append(sv.common, extra...)...)
+	cmd.Env = append(os.Environ(), "HOLDFAST_KEY_PREFIX="+sv.keyPrefix)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	out, _ := cmd.StdoutPipe()
+	logs, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		return "", "", err
+	}
+	var last string // the last line serve wrote to stderr: its error, if it ended
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		sc := bufio.NewScanner(logs)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			sv.logLines.Add(1)
+			last = sc.Text()
+		}
+	}()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "holdfast: admin (metrics, show creation) on "); ok {
+			admin = rest
+		}
+		if rest, ok := strings.CutPrefix(line, "holdfast: listening on "); ok {
+			public = rest
+			go io.Copy(io.Discard, out)
+			return public, admin, nil
+		}
+	}
+	<-logged
+	err = cmd.Wait()
+	return "", "", fmt.Errorf("serve %v did not start (%v): %s", extra, err, last)
 }
 
 // createShows creates the small shows pool-0 … pool-(n-1) over the admin listener.

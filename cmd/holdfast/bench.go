@@ -100,9 +100,14 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stdout)
 		bench.PrintSpread(stdout, reps)
 	}
-	rep := reps[len(reps)-1]
-	if *jsonPath != "" {
-		f, err := os.Create(*jsonPath)
+	return writeReport(reps[len(reps)-1], *jsonPath, *svgDir, stdout)
+}
+
+// writeReport writes rep as JSON to jsonPath and its charts as SVG files into svgDir,
+// each unless empty.
+func writeReport(rep *bench.Report, jsonPath, svgDir string, stdout io.Writer) error {
+	if jsonPath != "" {
+		f, err := os.Create(jsonPath)
 		if err != nil {
 			return err
 		}
@@ -111,8 +116,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 	}
-	if *svgDir != "" {
-		files, err := rep.WriteCharts(*svgDir)
+	if svgDir != "" {
+		files, err := rep.WriteCharts(svgDir)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
 	"github.com/holdfast/holdfast/migrations"
@@ -41,62 +42,80 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	defer p.Close()
 	switch action {
 	case "up":
-		res, err := p.Up(ctx)
-		for _, r := range res {
-			fmt.Fprintf(stdout, "applied %s (%s)\n", r.Source.Path, r.Duration.Round(1e6))
-		}
-		if err != nil {
-			return fmt.Errorf("migrate up: %w", err)
-		}
-		v, err := p.GetDBVersion(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "database at version %d\n", v)
+		return migrateUp(ctx, p, stdout)
 	case "down":
-		v, err := p.GetDBVersion(ctx)
-		if err != nil {
-			return fmt.Errorf("migrate down: %w", err)
+		return migrateDown(ctx, p, pool, *force, stdout)
+	default:
+		return migrateStatus(ctx, p, stdout)
+	}
+}
+
+// migrateUp applies every pending migration and says which, and the version reached.
+func migrateUp(ctx context.Context, p *goose.Provider, stdout io.Writer) error {
+	res, err := p.Up(ctx)
+	for _, r := range res {
+		fmt.Fprintf(stdout, "applied %s (%s)\n", r.Source.Path, r.Duration.Round(1e6))
+	}
+	if err != nil {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "database at version %d\n", v)
+	return nil
+}
+
+// migrateDown rolls back the newest migration, unless it would destroy data and force
+// is false: it lists what the rollback drops first.
+func migrateDown(ctx context.Context, p *goose.Provider, pool *pgxpool.Pool, force bool, stdout io.Writer) error {
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate down: %w", err)
+	}
+	if v == 0 {
+		return fmt.Errorf("migrate down: nothing to roll back")
+	}
+	loss, err := migrations.DownLoss(ctx, pool, v)
+	if err != nil {
+		return fmt.Errorf("migrate down: %w", err)
+	}
+	for _, d := range loss.Tables {
+		fmt.Fprintf(stdout, "rolling back %s drops table %s (%d rows)\n", loss.Migration, d.Name, d.Rows)
+	}
+	for _, d := range loss.Columns {
+		fmt.Fprintf(stdout, "rolling back %s drops column %s (of %d rows)\n", loss.Migration, d.Name, d.Rows)
+	}
+	if loss.Data() && !force {
+		return &exitError{code: exitFailure, msg: fmt.Sprintf("not rolling back %s: it would destroy the data listed above, "+
+			"which a later `migrate up` does not bring back; back the database up (pg_dump) and run `holdfast migrate down --force` to do it anyway", loss.Migration)}
+	}
+	r, err := p.Down(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate down: %w", err)
+	}
+	fmt.Fprintf(stdout, "rolled back %s\n", r.Source.Path)
+	return nil
+}
+
+// migrateStatus lists each migration as applied or pending; pending ones are exit code 3.
+func migrateStatus(ctx context.Context, p *goose.Provider, stdout io.Writer) error {
+	st, err := p.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate status: %w", err)
+	}
+	pending := 0
+	for _, s := range st {
+		state := "applied"
+		if s.State == goose.StatePending {
+			state = "pending"
+			pending++
 		}
-		if v == 0 {
-			return fmt.Errorf("migrate down: nothing to roll back")
-		}
-		loss, err := migrations.DownLoss(ctx, pool, v)
-		if err != nil {
-			return fmt.Errorf("migrate down: %w", err)
-		}
-		for _, d := range loss.Tables {
-			fmt.Fprintf(stdout, "rolling back %s drops table %s (%d rows)\n", loss.Migration, d.Name, d.Rows)
-		}
-		for _, d := range loss.Columns {
-			fmt.Fprintf(stdout, "rolling back %s drops column %s (of %d rows)\n", loss.Migration, d.Name, d.Rows)
-		}
-		if loss.Data() && !*force {
-			return &exitError{code: exitFailure, msg: fmt.Sprintf("not rolling back %s: it would destroy the data listed above, "+
-				"which a later `migrate up` does not bring back; back the database up (pg_dump) and run `holdfast migrate down --force` to do it anyway", loss.Migration)}
-		}
-		r, err := p.Down(ctx)
-		if err != nil {
-			return fmt.Errorf("migrate down: %w", err)
-		}
-		fmt.Fprintf(stdout, "rolled back %s\n", r.Source.Path)
-	case "status":
-		st, err := p.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("migrate status: %w", err)
-		}
-		pending := 0
-		for _, s := range st {
-			state := "applied"
-			if s.State == goose.StatePending {
-				state = "pending"
-				pending++
-			}
-			fmt.Fprintf(stdout, "%-8s %s\n", state, s.Source.Path)
-		}
-		if pending > 0 {
-			return &exitError{code: exitPending, msg: fmt.Sprintf("%d migrations pending; run `holdfast migrate up`", pending)}
-		}
+		fmt.Fprintf(stdout, "%-8s %s\n", state, s.Source.Path)
+	}
+	if pending > 0 {
+		return &exitError{code: exitPending, msg: fmt.Sprintf("%d migrations pending; run `holdfast migrate up`", pending)}
 	}
 	return nil
 }
