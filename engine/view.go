@@ -259,7 +259,7 @@ func (v *view) follow(ctx context.Context) {
 		v.mu.Lock()
 		last := v.lastID
 		v.mu.Unlock()
-		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: feedBlock}).Result()
+		res, err := readFeed(ctx, rdb, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: feedBlock})
 		if errors.Is(err, redis.Nil) {
 			// Nothing new. Check that the feed is still the one this view follows: read
 			// the entry counter, then the feed again. Entries the counter had numbered
@@ -304,6 +304,27 @@ func (v *view) follow(ctx context.Context) {
 				v.e.log.WarnContext(ctx, "seat map feed has a gap; rebuilding the map", "show_id", v.sh.id)
 			}
 		}
+	}
+}
+
+// readFeed is a blocking feed read that ends when ctx does (go-redis ends a read only at
+// its deadline, and a view's has none): the read itself is left to end on its own, by
+// feedBlock or the client's read timeout, so that Close need not wait for it.
+func readFeed(ctx context.Context, rdb redis.UniversalClient, args *redis.XReadArgs) ([]redis.XStream, error) {
+	type reply struct {
+		res []redis.XStream
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		res, err := rdb.XRead(ctx, args).Result()
+		ch <- reply{res, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 
