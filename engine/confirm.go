@@ -55,7 +55,8 @@ const resolveTimeout = 5 * time.Second
 // hold makes at most one booking, ever: confirming it again (other seats, another
 // generation, after the booking was cancelled) is refused with a [*HoldSpentError].
 //
-// Refusals: ErrHoldLost (the hold is not current), ErrStaleGeneration (the database has
+// Refusals: ErrHoldLost (the hold is not current; a [*HoldLostError] says why, as far
+// as the caller may know), ErrStaleGeneration (the database has
 // accepted this generation or a larger one for a seat), ErrSeatsUnavailable (a seat is
 // claimed), ErrIdempotencyKeyReused. A backend failure is ErrUnavailable; when the
 // commit's outcome is unknown, Confirm settles it before answering, so success is never
@@ -99,6 +100,9 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		// holder's booked seats for Redis (batchCounts).
 		limited: e.limited(ctx, sh)}
 
+	// The hold's generation and expiry, once known (verified, below).
+	var gen int64
+	var expires time.Time
 	// notCurrent refuses a hold Redis no longer has; sold is Redis's word that its seats
 	// are sold by a booking of its generation. Only then is the database asked which
 	// booking: an ordinary lost hold costs it nothing.
@@ -107,12 +111,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 			return b, err
 		}
-		if sold {
-			if err := e.spent(ctx, c, ErrHoldLost); err != nil {
-				return Booking{}, err
-			}
-		}
-		return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
+		return Booking{}, e.holdLost(ctx, "confirm", sh, h, tag, sold, time.Time{})
 	}
 	// spentHold answers for a hold that made a booking already.
 	spentHold := func() (Booking, error) {
@@ -130,6 +129,9 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
 			return b, err
 		}
+		if errors.Is(refusal, errTooLate) {
+			return Booking{}, &HoldLostError{ShowID: sh.id, Cause: HoldExpired, At: expires, op: "confirm", err: refusal}
+		}
 		return Booking{}, refusal
 	}
 	// With the queue full it would be shed after its check: shed it before, so that
@@ -138,12 +140,12 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 		return admission(e.shed())
 	}
 	// lostBeforeCommit answers for a hold its batch found lost before it could commit.
-	lostBeforeCommit := func(gen int64) (Booking, error) {
+	lostBeforeCommit := func(gen int64, expiredAt time.Time) (Booking, error) {
 		if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 			return b, err
 		}
 		e.event(ctx, e.q, sh.id, "refused_lost", gen, seats, h.HolderID)
-		return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
+		return Booking{}, e.holdLost(ctx, "confirm", sh, h, tag, false, expiredAt)
 	}
 	// The hold's generation now, and when it expires. verified asks Redis (verify.lua):
 	// the generation is the one presented, or the one Redis re-issued it when an earlier
@@ -154,8 +156,6 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	// longer has is then refused as the batch said — lost before commit (once the expiry
 	// its caller gave has passed; before, it was never current as presented), or taken
 	// too late.
-	var gen int64
-	var expires time.Time
 	verified := func(refused error) (answered bool, b Booking, err error) {
 		g, ttl, err := e.verifyDecided(ctx, c, h.Generation)
 		switch {
@@ -166,7 +166,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			return true, b, err
 		case g == 0 && errors.Is(refused, errLostBeforeCommit) && !time.Now().Before(h.ExpiresAt):
 			// Its expiry passed while it waited: a hold its caller presented in time.
-			b, err = lostBeforeCommit(h.Generation)
+			b, err = lostBeforeCommit(h.Generation, h.ExpiresAt)
 			return true, b, err
 		case g == 0 && errors.Is(refused, errTooLate):
 			e.m.admissionRefusals.WithLabelValues("too_late").Inc()
@@ -289,7 +289,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 			return Booking{}, fmt.Errorf("%w: idempotency key conflict but no booking found", ErrUnavailable)
 
 		case errors.Is(err, errLostBeforeCommit):
-			return lostBeforeCommit(gen)
+			return lostBeforeCommit(gen, expires)
 
 		default:
 			return Booking{}, err
@@ -444,15 +444,21 @@ func (e *Engine) verifyReply(cmd *redis.Cmd) (int64, time.Duration, error) {
 // spent returns a [*HoldSpentError] matching sentinel when the hold made a booking
 // already, nil when it did not.
 func (e *Engine) spent(ctx context.Context, c *confirmation, sentinel error) error {
-	row, err := e.q.BookingGetByHold(ctx, db.BookingGetByHoldParams{ShowID: c.sh.id, HoldHash: c.hold})
+	return e.spentBy(ctx, c.sh, c.h.Token, c.h.HolderID, sentinel)
+}
+
+// spentBy is spent for the hold of show sh and token, presented by holderID: the
+// booking is named to its own holder only.
+func (e *Engine) spentBy(ctx context.Context, sh *show, token, holderID string, sentinel error) error {
+	row, err := e.q.BookingGetByHold(ctx, db.BookingGetByHoldParams{ShowID: sh.id, HoldHash: holdHash(sh.id, token)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
 	if err != nil {
 		return e.pgErr(err)
 	}
-	se := &HoldSpentError{ShowID: c.sh.id, err: sentinel}
-	if subtle.ConstantTimeCompare([]byte(row.HolderID), []byte(c.h.HolderID)) == 1 {
+	se := &HoldSpentError{ShowID: sh.id, err: sentinel}
+	if subtle.ConstantTimeCompare([]byte(row.HolderID), []byte(holderID)) == 1 {
 		se.BookingID = row.BookingID
 	}
 	return se
