@@ -170,7 +170,8 @@ bench-quick: build ## A short on-sale (2,000 seats) for CI: it runs, and no seat
 
 demo: build ## Simulate a sale opening against `make run`'s (or `make run-ha`'s) server (200 buyers, 500 seats; DEMO_FLAGS=…)
 	@if ha="$$($(HA) env 2>/dev/null)"; then set -a; eval "$$ha"; set +a; else $(with-services) true; fi; \
-	$(with-operator-token) ./$(BIN) demo --url "$${HOLDFAST_URL:-http://$${LISTEN_ADDR:-127.0.0.1:8080}}" $(DEMO_FLAGS)
+	$(with-operator-token) ./$(BIN) demo --url "$${HOLDFAST_URL:-http://$${HOLDFAST_ADDR:-$${LISTEN_ADDR:-127.0.0.1:8080}}}" \
+		--admin-url "$${HOLDFAST_ADMIN_URL:-http://$${HOLDFAST_ADMIN_ADDR:-127.0.0.1:9090}}" $(DEMO_FLAGS)
 
 run-ha: build ## Highly available on loopback: a pg_auto_failover formation, Redis with Sentinel, two serve replicas behind HAProxy on LISTEN_ADDR
 	@set -a; svc="$$($(HA) start)" || exit 1; eval "$$svc"; set +a; $(with-operator-token) \

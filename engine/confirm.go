@@ -55,7 +55,8 @@ const resolveTimeout = 5 * time.Second
 // hold makes at most one booking, ever: confirming it again (other seats, another
 // generation, after the booking was cancelled) is refused with a [*HoldSpentError].
 //
-// Refusals: ErrHoldLost (the hold is not current), ErrStaleGeneration (the database has
+// Refusals: ErrHoldLost (the hold is not current; a [*HoldLostError] says why, as far
+// as the caller may know), ErrStaleGeneration (the database has
 // accepted this generation or a larger one for a seat), ErrSeatsUnavailable (a seat is
 // claimed), ErrIdempotencyKeyReused. A backend failure is ErrUnavailable; when the
 // commit's outcome is unknown, Confirm settles it before answering, so success is never
@@ -193,7 +194,7 @@ func (e *Engine) verified(ctx context.Context, c *confirmation, refused error) (
 		return true, b, err
 	case g == 0 && errors.Is(refused, errLostBeforeCommit) && !time.Now().Before(c.h.ExpiresAt):
 		// Its expiry passed while it waited: a hold its caller presented in time.
-		b, err = e.lostBeforeCommit(ctx, c, c.h.Generation)
+		b, err = e.lostBeforeCommit(ctx, c, c.h.Generation, c.h.ExpiresAt)
 		return true, b, err
 	case g == 0 && errors.Is(refused, errTooLate):
 		e.m.admissionRefusals.WithLabelValues("too_late").Inc()
@@ -248,7 +249,7 @@ func (e *Engine) decided(ctx context.Context, c *confirmation, id uuid.UUID, r c
 		return Booking{}, fmt.Errorf("%w: idempotency key conflict but no booking found", ErrUnavailable)
 
 	case errors.Is(err, errLostBeforeCommit):
-		return e.lostBeforeCommit(ctx, c, c.gen)
+		return e.lostBeforeCommit(ctx, c, c.gen, c.expires)
 
 	default:
 		return Booking{}, err
@@ -307,12 +308,7 @@ func (e *Engine) notCurrent(ctx context.Context, c *confirmation, sold bool) (Bo
 	if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 		return b, err
 	}
-	if sold {
-		if err := e.spent(ctx, c, ErrHoldLost); err != nil {
-			return Booking{}, err
-		}
-	}
-	return Booking{}, fmt.Errorf("%w: confirm: the hold is not current", ErrHoldLost)
+	return Booking{}, e.holdLost(ctx, "confirm", c.sh, c.h, c.tag, sold, time.Time{})
 }
 
 // spentHold answers for a hold that made a booking already.
@@ -332,16 +328,19 @@ func (e *Engine) admission(ctx context.Context, c *confirmation, refusal error) 
 	if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
 		return b, err
 	}
+	if errors.Is(refusal, errTooLate) {
+		return Booking{}, &HoldLostError{ShowID: c.sh.id, Cause: HoldExpired, At: c.expires, op: "confirm", err: refusal}
+	}
 	return Booking{}, refusal
 }
 
 // lostBeforeCommit answers for a hold its batch found lost before it could commit.
-func (e *Engine) lostBeforeCommit(ctx context.Context, c *confirmation, gen int64) (Booking, error) {
+func (e *Engine) lostBeforeCommit(ctx context.Context, c *confirmation, gen int64, expiredAt time.Time) (Booking, error) {
 	if b, ok, err := e.replay(ctx, c, false); ok || err != nil {
 		return b, err
 	}
 	e.event(ctx, e.q, c.sh.id, "refused_lost", gen, c.seats, c.h.HolderID)
-	return Booking{}, fmt.Errorf("%w: confirm: the hold expired before commit", ErrHoldLost)
+	return Booking{}, e.holdLost(ctx, "confirm", c.sh, c.h, c.tag, false, expiredAt)
 }
 
 // committed is what a confirmation transaction wrote: when, and its marker_outbox row.
@@ -491,15 +490,21 @@ func (e *Engine) verifyReply(cmd *redis.Cmd) (int64, time.Duration, error) {
 // spent returns a [*HoldSpentError] matching sentinel when the hold made a booking
 // already, nil when it did not.
 func (e *Engine) spent(ctx context.Context, c *confirmation, sentinel error) error {
-	row, err := e.q.BookingGetByHold(ctx, db.BookingGetByHoldParams{ShowID: c.sh.id, HoldHash: c.hold})
+	return e.spentBy(ctx, c.sh, c.h.Token, c.h.HolderID, sentinel)
+}
+
+// spentBy is spent for the hold of show sh and token, presented by holderID: the
+// booking is named to its own holder only.
+func (e *Engine) spentBy(ctx context.Context, sh *show, token, holderID string, sentinel error) error {
+	row, err := e.q.BookingGetByHold(ctx, db.BookingGetByHoldParams{ShowID: sh.id, HoldHash: holdHash(sh.id, token)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
 	if err != nil {
 		return e.pgErr(err)
 	}
-	se := &HoldSpentError{ShowID: c.sh.id, err: sentinel}
-	if subtle.ConstantTimeCompare([]byte(row.HolderID), []byte(c.h.HolderID)) == 1 {
+	se := &HoldSpentError{ShowID: sh.id, err: sentinel}
+	if subtle.ConstantTimeCompare([]byte(row.HolderID), []byte(holderID)) == 1 {
 		se.BookingID = row.BookingID
 	}
 	return se

@@ -314,16 +314,34 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 	return true
 }
 
-// Close stops the engine's background work and waits for it to end. It closes neither
-// the pool nor the Redis client. Marker writes still owed stay in PostgreSQL, for
-// another engine (or this one, restarted) to make.
+// Close stops the engine's background work and waits for it to end, for closeTimeout
+// (2 s) at most, whatever the backends do: a batch still in its transaction then (its
+// PostgreSQL or Redis hangs) ends by its own bounds and answers its callers, and then
+// the confirmations still queued are refused with ErrUnavailable. It closes neither the pool
+// nor the Redis client (pgxpool's Close waits for such a batch's connection). Marker
+// writes still owed stay in PostgreSQL, for another engine (or this one, restarted) to
+// make.
 func (e *Engine) Close() {
 	e.stop()
-	e.stopViews()
-	e.stopCommitters()
-	e.settling.wg.Wait()
-	<-e.done
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.stopViews()
+		e.stopCommitters()
+		e.settling.wg.Wait()
+		<-e.done
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		e.log.WarnContext(context.Background(), "engine closed with work still in flight; it ends by its own bounds", "waited", closeTimeout)
+	}
 }
+
+// closeTimeout bounds Close.
+const closeTimeout = 2 * time.Second
 
 // Ready reports whether PostgreSQL and Redis answer and Redis's eviction policy keeps
 // holds. A nil error means ready.

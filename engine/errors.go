@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -20,6 +21,7 @@ var (
 	ErrSeatsUnavailable = errors.New("engine: seats unavailable")
 	// ErrHoldLost reports a hold that is no longer current in Redis: it expired, was
 	// released, was confirmed already, or the token or generation is not the owner's.
+	// [HoldLostError] says which, as far as its caller may know.
 	ErrHoldLost = errors.New("engine: hold lost")
 	// ErrStaleGeneration reports a confirmation whose generation the database has seen
 	// already, or surpassed: a newer hold on one of its seats was confirmed first.
@@ -120,3 +122,72 @@ func (e *HoldSpentError) Error() string {
 
 // Unwrap returns the sentinel it matches.
 func (e *HoldSpentError) Unwrap() error { return e.err }
+
+// HoldLostCause is why a presented hold is not current, as far as its caller may know.
+type HoldLostCause string
+
+// The causes of a [HoldLostError].
+const (
+	// HoldExpired: the hold expired at HoldLostError.At (the expiry the caller
+	// presented, Hold.ExpiresAt, has passed), or would before its confirmation could
+	// commit.
+	HoldExpired HoldLostCause = "expired"
+	// HoldReleased: the hold was released, at HoldLostError.At. A release is remembered
+	// in Redis until releaseMemory (10 minutes) past the hold's expiry, for its own holder and token.
+	HoldReleased HoldLostCause = "released"
+	// HoldConfirmed: the hold made booking HoldLostError.BookingID. Said to its own
+	// holder only; the error then also matches [*HoldSpentError].
+	HoldConfirmed HoldLostCause = "confirmed"
+	// HoldNotCurrent: none of the above is known to the caller. The token, generation,
+	// seats or holder are not the hold's (another holder's hold is never described),
+	// the hold was reclaimed, its expiry was not presented, or Redis lost it.
+	HoldNotCurrent HoldLostCause = "not_current"
+)
+
+// releaseMemory is how long, past the expiry it had, Redis remembers that a hold was
+// released (a small key per release), so that a later call with it hears
+// [HoldReleased] rather than [HoldNotCurrent].
+const releaseMemory = 10 * time.Minute
+
+// HoldLostError says why a hold presented to Confirm, Extend or Release is not current.
+// It matches [ErrHoldLost].
+type HoldLostError struct {
+	ShowID string
+	Cause  HoldLostCause
+	// At is when the hold expired (HoldExpired) or was released (HoldReleased); zero
+	// otherwise.
+	At time.Time
+	// BookingID is the booking the hold made (HoldConfirmed).
+	BookingID uuid.UUID
+	op        string // confirm, extend or release
+	err       error  // what it wraps: the *HoldSpentError, or a refusal's detail
+}
+
+func (e *HoldLostError) Error() string {
+	var what string
+	switch e.Cause {
+	case HoldExpired:
+		what = "the hold expired at " + e.At.UTC().Format(time.RFC3339Nano)
+		if time.Now().Before(e.At) {
+			what = "the hold expires at " + e.At.UTC().Format(time.RFC3339Nano) + ", before its confirmation could commit"
+		}
+	case HoldReleased:
+		what = "the hold was released at " + e.At.UTC().Format(time.RFC3339Nano)
+	case HoldConfirmed:
+		what = fmt.Sprintf("the hold made booking %s already", e.BookingID)
+	default:
+		what = "the hold is not current"
+	}
+	msg := fmt.Sprintf("%v: %s: %s", ErrHoldLost, e.op, what)
+	var spent *HoldSpentError
+	if e.err != nil && !errors.As(e.err, &spent) {
+		msg += " (" + strings.TrimPrefix(e.err.Error(), ErrHoldLost.Error()+": ") + ")"
+	}
+	return msg
+}
+
+// Is reports whether target is [ErrHoldLost].
+func (e *HoldLostError) Is(target error) bool { return target == ErrHoldLost }
+
+// Unwrap returns what it wraps: the [*HoldSpentError] of a confirmed hold, or nil.
+func (e *HoldLostError) Unwrap() error { return e.err }

@@ -45,7 +45,7 @@ func TestLapsedGiveBackRacesRecommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The Release's first steps (runDecided): LAPSED, and no booking in the database.
-	reply, err := lua.Release.Run(t.Context(), v.rdb, ks, scriptArgs("", []any{h.Token, h.Generation}, h.SeatIDs)...).Slice()
+	reply, err := lua.Release.Run(t.Context(), v.rdb, ks, scriptArgs("", []any{h.Token, h.Generation, releaseMemory.Milliseconds()}, h.SeatIDs)...).Slice()
 	if err != nil || len(reply) != 2 || reply[0] != "LAPSED" {
 		t.Fatalf("release.lua: %v %v, want LAPSED", reply, err)
 	}

@@ -216,7 +216,7 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 // runDecided runs a script on a hold (release.lua, extend.lua: args are scriptArgs(tag,
 // fixed, seats)), again while it answers BUSY — a batch is committing the hold — until
 // that batch has decided (awaitDecided). A hold whose booking committed answers as a
-// hold that is gone: {"LOST"}. One whose reservation lapsed (LAPSED: its batch ended
+// hold that is gone: {"LOST", "BOOKED"}. One whose reservation lapsed (LAPSED: its batch ended
 // without giving it back) is given back once the database says it made no booking.
 func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script *redis.Script, ks []string, tag string, fixed []any, seats []string) ([]any, error) {
 	var res []any
@@ -234,7 +234,7 @@ func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script 
 		return false, nil
 	})
 	if errors.Is(err, errHoldBooked) {
-		return []any{"LOST"}, nil
+		return []any{"LOST", "BOOKED"}, nil
 	}
 	return res, err
 }
@@ -264,9 +264,10 @@ func (e *Engine) giveBackLapsed(ctx context.Context, sh *show, token string, ks 
 
 // Extend gives a hold a new TTL from now. Only the owner can: a hold that expired, was
 // released or confirmed, or a token or generation that is not the owner's, is
-// ErrHoldLost and changes nothing. While a confirmation of the hold is being committed,
-// Extend waits for its outcome, as Release does. An expiry past the hold's maximum total age
-// (Config.MaxHoldAge from when it was taken, by Redis's clock) is ErrExtendLimit.
+// ErrHoldLost (a [*HoldLostError] says which) and changes nothing. While a
+// confirmation of the hold is being committed, Extend waits for its outcome, as Release
+// does. An expiry past the hold's maximum total age (Config.MaxHoldAge from when it was
+// taken, by Redis's clock) is ErrExtendLimit.
 func (e *Engine) Extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, error) {
 	ctx, o := e.begin(ctx, "extend", h.ShowID, len(h.SeatIDs))
 	h, err := e.extend(ctx, h, ttl)
@@ -294,7 +295,7 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 		h.ShowID, h.SeatIDs, h.ExpiresAt = sh.id, seats, time.UnixMilli(exp)
 		return h, nil
 	case "LOST":
-		return Hold{}, fmt.Errorf("%w: extend: the hold is not current", ErrHoldLost)
+		return Hold{}, e.lostOwned(ctx, "extend", sh, h, ks, tag, seats, len(res) == 2)
 	case "LIMIT":
 		deadline, _ := res[1].(int64)
 		return Hold{}, fmt.Errorf("%w: the hold may live until %s (max age %v)", ErrExtendLimit,
@@ -304,8 +305,9 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 	}
 }
 
-// Release drops a hold at once. Only the owner can: otherwise ErrHoldLost, and nothing
-// changes. A Release and a Confirm of one hold never both succeed: while a confirmation
+// Release drops a hold at once, and Redis remembers the release for a while (see
+// [HoldReleased]). Only the owner can: otherwise ErrHoldLost (a [*HoldLostError] says
+// why), and nothing changes. A Release and a Confirm of one hold never both succeed: while a confirmation
 // of the hold is being committed, Release waits for its outcome (the hold made a
 // booking: ErrHoldLost; it did not: the hold is released), and answers ErrUnavailable
 // if ctx ends first.
@@ -321,12 +323,15 @@ func (e *Engine) release(ctx context.Context, h Hold) error {
 	if err != nil {
 		return err
 	}
-	res, err := e.runDecided(ctx, sh, h.Token, lua.Release, ks, tag, []any{h.Token, h.Generation}, seats)
+	res, err := e.runDecided(ctx, sh, h.Token, lua.Release, ks, tag, []any{h.Token, h.Generation, releaseMemory.Milliseconds()}, seats)
 	if err != nil {
 		return err
 	}
-	if status, _ := res[0].(string); status != "OK" || len(res) != 2 {
-		return fmt.Errorf("%w: release: the hold is not current", ErrHoldLost)
+	switch status, _ := res[0].(string); {
+	case status == "LOST":
+		return e.lostOwned(ctx, "release", sh, h, ks, tag, seats, len(res) == 2)
+	case status != "OK" || len(res) != 2:
+		return fmt.Errorf("%w: unexpected release script reply %v", ErrUnavailable, res)
 	}
 	e.wrote(sh, res[1])
 	return nil

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"crypto/rand"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -162,6 +163,7 @@ func fingerprint(showID string, sortedSeats []string, token string, generation i
 //	<prefix>:{<show>}:gen             INCR counter, never deleted
 //	<prefix>:{<show>}:sold:<bucket>   hash seat -> booking id, for the seats of one bucket
 //	<prefix>:{<show>}:holder:<tag>    zset seat -> expiry ms, the holder's live seats
+//	<prefix>:{<show>}:released:<h>    string release time ms, a released hold's tombstone
 //
 // The sold markers of a show are split into buckets of soldBucketSize seats (in sorted
 // seat order), so that Redis keeps each hash as a listpack: about 50 bytes per sold seat
@@ -183,6 +185,13 @@ func (k keys) feedN() string             { return k.base + "feed:n" }
 func (k keys) index() string             { return k.base + "ixs" }
 func (k keys) booked() string            { return k.base + "booked" }
 func (k keys) rules() string             { return k.base + "rules" }
+
+// released is the tombstone a release of the hold (of holder tag and token) leaves
+// (release.lua): the token itself is not in the name.
+func (k keys) released(tag, token string) string {
+	sum := sha1.Sum([]byte(tag + ":" + token))
+	return k.base + "released:" + hex.EncodeToString(sum[:])
+}
 
 // holdHash identifies a hold in the database without its secret: SHA-256 over the show
 // and the token. A hold makes at most one booking (bookings_hold_unique).

@@ -295,7 +295,7 @@ func (v *view) readFeed(ctx context.Context) (res []redis.XStream, gap bool, err
 	v.mu.Lock()
 	last := v.lastID
 	v.mu.Unlock()
-	res, err = rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: feedBlock}).Result()
+	res, err = xreadUntilDone(ctx, rdb, &redis.XReadArgs{Streams: []string{feed, last}, Count: feedCount, Block: feedBlock})
 	if !errors.Is(err, redis.Nil) {
 		return res, false, err
 	}
@@ -313,6 +313,27 @@ func (v *view) readFeed(ctx context.Context) (res []redis.XStream, gap bool, err
 	gap = n < v.lastN || (n > v.lastN && len(res) == 0)
 	v.mu.Unlock()
 	return res, gap, nil
+}
+
+// xreadUntilDone is a blocking feed read that ends when ctx does (go-redis ends a read
+// only at its deadline, and a view's has none): the read itself is left to end on its
+// own, by feedBlock or the client's read timeout, so that Close need not wait for it.
+func xreadUntilDone(ctx context.Context, rdb redis.UniversalClient, args *redis.XReadArgs) ([]redis.XStream, error) {
+	type reply struct {
+		res []redis.XStream
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		res, err := rdb.XRead(ctx, args).Result()
+		ch <- reply{res, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -191,6 +191,14 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		p.Detail = p.Field + ": " + iae.Rule
 	}
+	var lost *engine.HoldLostError
+	if errors.As(err, &lost) {
+		p.Cause = string(lost.Cause)
+		if !lost.At.IsZero() {
+			at := lost.At.UTC()
+			p.At = &at
+		}
+	}
 	var spent *engine.HoldSpentError
 	if errors.As(err, &spent) && spent.BookingID != uuid.Nil {
 		p.Booking = "/v1/bookings/" + spent.BookingID.String() // the caller's own booking
@@ -226,6 +234,10 @@ type problemJSON struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
 	Field  string `json:"field,omitempty"` // the member, path segment or header at fault
+	// Cause says why a presented hold is not current (hold-lost): expired, released,
+	// confirmed or not_current; At is when it expired or was released.
+	Cause string     `json:"cause,omitempty"`
+	At    *time.Time `json:"at,omitempty"`
 	// Booking points at the booking a presented hold made already (to its holder).
 	Booking string   `json:"booking,omitempty"`
 	Seats   []string `json:"seats,omitempty"`

@@ -255,8 +255,8 @@ func parseFlags(ctx context.Context, fs *flag.FlagSet, args []string, getenv fun
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(stdout)
-				full()
+				fs.Usage = full
+				printUsage(fs, stdout)
 				return nil, &exitError{code: 0}
 			}
 			return nil, commandUsage(fs, "%v", err)

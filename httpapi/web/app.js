@@ -172,6 +172,7 @@
     const canvas = want ? want === 'canvas' : layout.length > CANVAS_ABOVE;
     view = canvas ? canvasView(pos, box) : svgView(pos, box);
     perf.view = canvas ? 'canvas' : 'svg';
+    if (view.zoom) zoomControls(pos, box, pad, left, top);
     // For tests: a seat's drawn state, and where it is on the screen.
     window.holdfastMap = {
       view: perf.view,
@@ -188,6 +189,40 @@
     });
     perf.draw = performance.now() - t0;
   }
+
+  // zoomControls offers the whole venue and each of its sections: a section's seats are
+  // then drawn at least SEAT_MIN_PX across (a finger's target), the map scrolling
+  // sideways when the section is wider than the screen.
+  function zoomControls(pos, box, pad, left, top) {
+    const boxes = new Map();
+    layout.forEach((s, i) => {
+      const b = boxes.get(s.section) || [Infinity, Infinity, -Infinity, -Infinity];
+      const [x, y] = pos[i];
+      boxes.set(s.section, [Math.min(b[0], x), Math.min(b[1], y), Math.max(b[2], x), Math.max(b[3], y)]);
+    });
+    const nav = $('zoom');
+    if (!nav) return;
+    nav.replaceChildren();
+    const choose = (name, b) => {
+      const button = document.createElement('button');
+      button.type = 'button';
+      button.textContent = name === null ? 'Whole venue' : name || 'Closer';
+      button.dataset.section = name === null ? '' : name;
+      button.addEventListener('click', () => {
+        view.zoom(b, name !== null);
+        for (const el of nav.children) el.setAttribute('aria-pressed', String(el === button));
+      });
+      button.setAttribute('aria-pressed', String(name === null));
+      nav.appendChild(button);
+    };
+    choose(null, box);
+    for (const [name, [x0, y0, x1, y1]] of boxes) choose(name, [x0 - left, y0 - top, x1 - x0 + left + pad, y1 - y0 + top + pad]);
+    nav.hidden = false;
+  }
+
+  // SEAT_MIN_PX is the least width of a seat, in CSS pixels, once a section is zoomed
+  // into; SEAT_R its radius in the map's units.
+  const SEAT_MIN_PX = 24, SEAT_R = 5;
 
   // labels are the sections' and rows' names and where to write them.
   function labels(pos) {
@@ -211,7 +246,7 @@
       const c = document.createElementNS(SVG, 'circle');
       c.setAttribute('cx', pos[i][0]);
       c.setAttribute('cy', pos[i][1]);
-      c.setAttribute('r', 5);
+      c.setAttribute('r', SEAT_R);
       c.id = 'seat-' + s.id;
       c.dataset.i = i;
       c.dataset.state = 'loading';
@@ -232,8 +267,9 @@
     }
     for (const [x, y, label] of rows) {
       const t = document.createElementNS(SVG, 'text');
-      t.setAttribute('x', x - 18);
+      t.setAttribute('x', x - SEAT_R - 4); // a gap before the row's first seat
       t.setAttribute('y', y + 2.5);
+      t.setAttribute('class', 'row');
       t.textContent = label;
       frag.appendChild(t);
     }
@@ -248,6 +284,15 @@
       flushed: () => Promise.resolve(),
       stateAt: (i) => circles[i].dataset.state,
       pointOf(i) { const r = circles[i].getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; },
+      // zoom shows b (a viewBox); zoomed, wide enough that a seat is SEAT_MIN_PX across.
+      zoom(b, zoomed) {
+        svg.setAttribute('viewBox', b.join(' '));
+        const fit = svg.parentElement.clientWidth;
+        // (+ 1 px: rounding never takes a seat below SEAT_MIN_PX)
+        svg.style.width = zoomed ? Math.max(fit, Math.ceil(b[2] * (SEAT_MIN_PX + 1) / (2 * SEAT_R))) + 'px' : '';
+        svg.style.maxHeight = zoomed ? 'none' : '';
+        svg.classList.toggle('zoomed', zoomed);
+      },
       onPick(fn) {
         svg.addEventListener('click', (e) => {
           const i = e.target.dataset && e.target.dataset.i;

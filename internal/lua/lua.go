@@ -52,7 +52,7 @@ var (
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
-	Release = newScript(" flags=allow-oom", releaseLua) // only deletes: works when Redis is full
+	Release = newScript(" flags=allow-oom", releaseLua) // deletes, and leaves one small tombstone: works when Redis is full
 	Verify  = newScript(" flags=no-writes", verifyLua)
 	// Reserve is a batch's check of a hold, which keeps the hold for the batch until it
 	// decides; Unreserve gives it back when the batch did not commit it. Both only

@@ -38,6 +38,30 @@ func (e BookingStatus) Valid() bool {
 	}
 }
 
+// Defines values for ProblemCause.
+const (
+	CauseConfirmed  ProblemCause = "confirmed"
+	CauseExpired    ProblemCause = "expired"
+	CauseNotCurrent ProblemCause = "not_current"
+	CauseReleased   ProblemCause = "released"
+)
+
+// Valid indicates whether the value is a known member of the ProblemCause enum.
+func (e ProblemCause) Valid() bool {
+	switch e {
+	case CauseConfirmed:
+		return true
+	case CauseExpired:
+		return true
+	case CauseNotCurrent:
+		return true
+	case CauseReleased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemType.
 const (
 	UrnHoldfastProblemAddressLimit         ProblemType = "urn:holdfast:problem:address-limit"
@@ -320,12 +344,18 @@ type LayoutSeat struct {
 
 // Problem defines model for Problem.
 type Problem struct {
+	// At When the hold expired or was released (hold-lost).
+	At *time.Time `json:"at,omitempty"`
+
 	// Available A best-available hold that found nothing: the free seats the best section still had.
 	Available *int `json:"available,omitempty"`
 
 	// Booking The booking a presented hold made already (to its holder).
 	Booking *string `json:"booking,omitempty"`
-	Detail  *string `json:"detail,omitempty"`
+
+	// Cause Why a presented hold is not current (hold-lost), as far as its caller may know: it expired (at `at`; known when the hold was sent back with its `expires_at`), it was released (at `at`; remembered for 10 minutes past its expiry), it made a booking (`booking`, to its own holder only), or none of these is known (the token, generation, seats or holder are not the hold's). Another holder's hold is never described.
+	Cause  *ProblemCause `json:"cause,omitempty"`
+	Detail *string       `json:"detail,omitempty"`
 
 	// Field The member, path segment or header at fault.
 	Field  *string     `json:"field,omitempty"`
@@ -334,6 +364,9 @@ type Problem struct {
 	Title  string      `json:"title"`
 	Type   ProblemType `json:"type"`
 }
+
+// ProblemCause Why a presented hold is not current (hold-lost), as far as its caller may know: it expired (at `at`; known when the hold was sent back with its `expires_at`), it was released (at `at`; remembered for 10 minutes past its expiry), it made a booking (`booking`, to its own holder only), or none of these is known (the token, generation, seats or holder are not the hold's). Another holder's hold is never described.
+type ProblemCause string
 
 // ProblemType defines model for Problem.Type.
 type ProblemType string
