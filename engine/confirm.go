@@ -74,13 +74,16 @@ func (e *Engine) Confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 // confirmation is one Confirm call's validated request.
 type confirmation struct {
 	sh    *show
-	seats []string
-	ks    []string
-	tag   string
-	h     Hold
-	key   string
-	fp    []byte // the request's fingerprint, for its idempotency key
-	hold  []byte // the hold's hash: one booking per hold
+	seats []string // its script seat arguments: seats, then place keys
+	// fenced is its seats alone (fenced and claimed seat by seat); places its places
+	fenced []string
+	places []Places
+	ks     []string
+	tag    string
+	h      Hold
+	key    string
+	fp     []byte // the request's fingerprint, for its idempotency key
+	hold   []byte // the hold's hash: one booking per hold
 	// limited: the show's rules have a holder limit (as the engine knew when it queued)
 	limited bool
 }
@@ -93,7 +96,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	if err := validateIdempotencyKey(opts.IdempotencyKey); err != nil {
 		return Booking{}, err
 	}
-	c := &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
+	c := &confirmation{sh: sh, seats: seats, fenced: fencedSeats(seats), places: placesOf(seats), ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
 		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token),
 		// Read here, outside the batch's transaction: whether the batch reads the
 		// holder's booked seats for Redis (batchCounts).
@@ -235,7 +238,7 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 				_ = e.afterCommit(ctx, sh, c.seats, gen, true, r.seq, markSoldTimeout)
 			}
 			e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
-			return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: h.HolderID,
+			return Booking{ID: id, ShowID: sh.id, SeatIDs: c.fenced, Places: c.places, Generation: gen, HolderID: h.HolderID,
 				Status: BookingConfirmed, ConfirmedAt: r.at}, nil
 
 		case errors.Is(err, errStale):
@@ -274,6 +277,9 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 
 		case errors.Is(err, errSpent):
 			return spentHold()
+
+		case errors.Is(err, errAreaFull):
+			return e.areaFull(ctx, c, gen)
 
 		case errors.Is(err, errOverLimit):
 			if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
@@ -335,6 +341,9 @@ func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id u
 func claimErr(err error) error {
 	if pgCode(err) == "23514" && pgConstraint(err) == "holder_seats_within_limit" {
 		return errOverLimit
+	}
+	if pgCode(err) == "23514" && pgConstraint(err) == "areas_sold_within_capacity" {
+		return errAreaFull
 	}
 	if pgCode(err) != "23505" {
 		return nil
@@ -523,7 +532,7 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 // claimed, and returns those seats (all requested seats when the claim is gone by now).
 // Markers only move forward, so a cancellation committed after the read is not undone.
 func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
-	claims, err := e.q.SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.seats})
+	claims, err := e.q.SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.fenced})
 	if err != nil || len(claims) == 0 {
 		return c.seats
 	}

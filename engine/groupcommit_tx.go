@@ -92,7 +92,7 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	// 1. Lock every fence of the batch in one order, then read the claims.
 	var keys []seatKey
 	for _, r := range batch {
-		for _, s := range r.c.seats {
+		for _, s := range r.c.fenced {
 			keys = append(keys, seatKey{r.c.sh.id, s})
 		}
 	}
@@ -112,6 +112,9 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	guard.step()
 	locked, claimed, err := e.lockFences(ctx, tx, batch, shows, seats, !e.cfg.ConfirmSavepoints)
 	if err != nil {
+		return false, err
+	}
+	if err := e.lockAreas(ctx, tx, batch); err != nil {
 		return false, err
 	}
 	var fence map[seatKey]int64
@@ -253,7 +256,7 @@ func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq,
 	}
 	if len(got) < len(shows) {
 		for _, r := range batch {
-			if slices.ContainsFunc(r.c.seats, func(s string) bool { return !have[seatKey{r.c.sh.id, s}] }) {
+			if slices.ContainsFunc(r.c.fenced, func(s string) bool { return !have[seatKey{r.c.sh.id, s}] }) {
 				r.err = errFenceBusy
 			}
 		}
@@ -281,7 +284,7 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 		}
 		sh := r.c.sh.id
 		stale, taken := false, false
-		for _, s := range r.c.seats {
+		for _, s := range r.c.fenced {
 			stale = stale || fence[seatKey{sh, s}] >= r.gen
 			taken = taken || claimed[seatKey{sh, s}]
 		}
@@ -301,7 +304,7 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 			}
 			usedKeys[k] = true
 		}
-		for _, s := range r.c.seats {
+		for _, s := range r.c.fenced {
 			fence[seatKey{sh, s}], claimed[seatKey{sh, s}] = r.gen, true
 		}
 		accepted = append(accepted, r)
@@ -315,7 +318,7 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Qu
 	var fGens []int64
 	params := make([]db.BookingCreateParams, len(accepted))
 	for i, r := range accepted {
-		for _, s := range r.c.seats {
+		for _, s := range r.c.fenced {
 			fShows, fSeats, fGens = append(fShows, r.c.sh.id), append(fSeats, s), append(fGens, r.gen)
 		}
 		params[i] = r.booking()
@@ -402,6 +405,7 @@ func createManyParams(params []db.BookingCreateParams) db.BookingCreateManyParam
 			m.SeatBookings = append(m.SeatBookings, int64(i+1))
 			m.SeatIds = append(m.SeatIds, s)
 		}
+		placesMany(&m, i, p)
 	}
 	return m
 }
@@ -459,11 +463,11 @@ func (e *Engine) inSavepoint(ctx context.Context, tx pgx.Tx, r *confirmReq) (boo
 		return false, nil
 	}
 	q := db.New(sp)
-	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: r.c.sh.id, SeatIds: r.c.seats, Generation: r.gen})
+	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: r.c.sh.id, SeatIds: r.c.fenced, Generation: r.gen})
 	if err != nil {
 		return false, e.txErr(err)
 	}
-	if len(adv) != len(r.c.seats) {
+	if len(adv) != len(r.c.fenced) {
 		return refuse(errStale)
 	}
 	var res committed
@@ -487,7 +491,8 @@ func (e *Engine) inSavepoint(ctx context.Context, tx pgx.Tx, r *confirmReq) (boo
 // booking is the row r's confirmation writes.
 func (r *confirmReq) booking() db.BookingCreateParams {
 	p := db.BookingCreateParams{ShowID: r.c.sh.id, BookingID: r.id, Generation: r.gen, HolderID: r.c.h.HolderID,
-		Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.seats}
+		Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.fenced}
+	r.placeParams(&p)
 	if r.c.key != "" {
 		p.IdempotencyKey.String, p.IdempotencyKey.Valid = r.c.key, true
 	}
