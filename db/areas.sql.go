@@ -7,8 +7,6 @@ package db
 
 import (
 	"context"
-
-	"github.com/google/uuid"
 )
 
 const areaListByShow = `-- name: AreaListByShow :many
@@ -123,75 +121,6 @@ func (q *Queries) AreasLock(ctx context.Context, arg AreasLockParams) ([]AreasLo
 		return nil, err
 	}
 	return items, nil
-}
-
-const bookingPlacesByBooking = `-- name: BookingPlacesByBooking :many
-SELECT area_id, places FROM booking_places
-WHERE show_id = $1 AND booking_id = $2 ORDER BY area_id
-`
-
-type BookingPlacesByBookingParams struct {
-	ShowID    string
-	BookingID uuid.UUID
-}
-
-type BookingPlacesByBookingRow struct {
-	AreaID string
-	Places int32
-}
-
-func (q *Queries) BookingPlacesByBooking(ctx context.Context, arg BookingPlacesByBookingParams) ([]BookingPlacesByBookingRow, error) {
-	rows, err := q.db.Query(ctx, bookingPlacesByBooking, arg.ShowID, arg.BookingID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []BookingPlacesByBookingRow{}
-	for rows.Next() {
-		var i BookingPlacesByBookingRow
-		if err := rows.Scan(&i.AreaID, &i.Places); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const bookingPlacesCreateMany = `-- name: BookingPlacesCreateMany :execrows
-INSERT INTO booking_places (show_id, booking_id, area_id, places, generation, hold_id)
-SELECT unnest($1::text[]), unnest($2::uuid[]), unnest($3::text[]),
-       unnest($4::int[]), unnest($5::bigint[]), unnest($6::text[])
-ORDER BY 1, 3
-`
-
-type BookingPlacesCreateManyParams struct {
-	ShowIds     []string
-	BookingIds  []uuid.UUID
-	AreaIds     []string
-	Places      []int32
-	Generations []int64
-	HoldIds     []string
-}
-
-// BookingPlacesCreateMany claims the places of a batch's bookings: row i is
-// (@show_ids[i], @booking_ids[i], @area_ids[i], @places[i], @generations[i], @hold_ids[i]).
-// The trigger adds them to their areas' sold, refused past the capacity.
-func (q *Queries) BookingPlacesCreateMany(ctx context.Context, arg BookingPlacesCreateManyParams) (int64, error) {
-	result, err := q.db.Exec(ctx, bookingPlacesCreateMany,
-		arg.ShowIds,
-		arg.BookingIds,
-		arg.AreaIds,
-		arg.Places,
-		arg.Generations,
-		arg.HoldIds,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const placeMarkListByShow = `-- name: PlaceMarkListByShow :many

@@ -182,7 +182,7 @@ func (q *Queries) BookingEventInsert(ctx context.Context, arg BookingEventInsert
 }
 
 const bookingGet = `-- name: BookingGet :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details WHERE booking_id = $1
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details WHERE booking_id = $1
 `
 
 func (q *Queries) BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingDetail, error) {
@@ -198,12 +198,13 @@ func (q *Queries) BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingD
 		&i.ConfirmedAt,
 		&i.CancelledAt,
 		&i.SeatIds,
+		&i.PlaceKeys,
 	)
 	return i, err
 }
 
 const bookingGetByHold = `-- name: BookingGetByHold :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details
 WHERE booking_id = (
     SELECT b.booking_id FROM bookings b WHERE b.show_id = $1 AND b.hold_hash = $2
 )
@@ -229,12 +230,13 @@ func (q *Queries) BookingGetByHold(ctx context.Context, arg BookingGetByHoldPara
 		&i.ConfirmedAt,
 		&i.CancelledAt,
 		&i.SeatIds,
+		&i.PlaceKeys,
 	)
 	return i, err
 }
 
 const bookingGetByIdempotencyKey = `-- name: BookingGetByIdempotencyKey :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details
 WHERE booking_id = (
     SELECT b.booking_id FROM bookings b
     WHERE b.show_id = $1 AND b.holder_id = $2 AND b.idempotency_key = $3::text
@@ -260,6 +262,7 @@ func (q *Queries) BookingGetByIdempotencyKey(ctx context.Context, arg BookingGet
 		&i.ConfirmedAt,
 		&i.CancelledAt,
 		&i.SeatIds,
+		&i.PlaceKeys,
 	)
 	return i, err
 }
@@ -292,7 +295,7 @@ func (q *Queries) BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) 
 }
 
 const bookingListByHolder = `-- name: BookingListByHolder :many
-SELECT d.show_id, d.booking_id, d.generation, d.holder_id, d.fingerprint, d.status, d.confirmed_at, d.cancelled_at, d.seat_ids FROM booking_details d
+SELECT d.show_id, d.booking_id, d.generation, d.holder_id, d.fingerprint, d.status, d.confirmed_at, d.cancelled_at, d.seat_ids, d.place_keys FROM booking_details d
 WHERE d.booking_id IN (
     SELECT b.booking_id FROM bookings b
     WHERE b.holder_id = $1
@@ -330,6 +333,7 @@ func (q *Queries) BookingListByHolder(ctx context.Context, arg BookingListByHold
 			&i.ConfirmedAt,
 			&i.CancelledAt,
 			&i.SeatIds,
+			&i.PlaceKeys,
 		); err != nil {
 			return nil, err
 		}

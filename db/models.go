@@ -43,6 +43,7 @@ type BookingDetail struct {
 	ConfirmedAt time.Time
 	CancelledAt *time.Time
 	SeatIds     []string
+	PlaceKeys   []string
 }
 
 type BookingEvent struct {

@@ -61,11 +61,6 @@ type Querier interface {
 	// BookingListByHolder reads a holder's bookings newest first, after the booking
 	// @after (none: from the newest).
 	BookingListByHolder(ctx context.Context, arg BookingListByHolderParams) ([]BookingDetail, error)
-	BookingPlacesByBooking(ctx context.Context, arg BookingPlacesByBookingParams) ([]BookingPlacesByBookingRow, error)
-	// BookingPlacesCreateMany claims the places of a batch's bookings: row i is
-	// (@show_ids[i], @booking_ids[i], @area_ids[i], @places[i], @generations[i], @hold_ids[i]).
-	// The trigger adds them to their areas' sold, refused past the capacity.
-	BookingPlacesCreateMany(ctx context.Context, arg BookingPlacesCreateManyParams) (int64, error)
 	// DurabilityBarrier writes a row (see migration 00005), so that its transaction's COMMIT
 	// writes WAL and waits, as every such COMMIT does, for the synchronous standbys the
 	// server is set up with: once it returns, everything the server committed before it is

@@ -323,3 +323,86 @@ func TestAreaConcurrentBuyers(t *testing.T) {
 	}
 	t.Logf("%d of %d places sold", sold, capacity)
 }
+
+// forgetShow deletes every Redis key of a show, as a Redis that lost its data.
+func (v *env) forgetShow(show string) {
+	v.t.Helper()
+	ctx := context.Background()
+	keys, err := v.rdb.Keys(ctx, newKeys(v.cfg.KeyPrefix, show).base+"*").Result()
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := v.rdb.Del(ctx, k).Err(); err != nil {
+			v.t.Fatal(err)
+		}
+	}
+}
+
+// TestAreaRebuiltAfterRedisLoss: a Redis that lost the show gets its areas back from
+// PostgreSQL before any hold is granted: the places sold stay sold (a cancelled
+// booking's come back free), and the counter is above every booking's generation.
+func TestAreaRebuiltAfterRedisLoss(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.areaVenue("v1", 10)
+	var last Booking
+	for _, n := range []int{3, 4} {
+		h, err := v.holdPlaces("v1", time.Minute, "alice", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last, err = v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.e.Cancel(t.Context(), last.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, hd, s := v.areaState("v1", "FLOOR"); hd != 0 || s != 3 {
+		t.Fatalf("after the cancellation: held %d sold %d, want 0 3", hd, s)
+	}
+	v.forgetShow("v1")
+	if _, err := v.holdPlaces("v1", time.Minute, "bob", 8); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("hold of 8 of the 7 free places after the rebuild: %v", err)
+	}
+	h, err := v.holdPlaces("v1", time.Minute, "bob", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Generation <= last.Generation {
+		t.Fatalf("generation %d after the rebuild, want > %d", h.Generation, last.Generation)
+	}
+	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := v.areaSold("v1", "FLOOR"); got != 10 {
+		t.Fatalf("sold %d, want 10", got)
+	}
+}
+
+// TestAreaHolderLimit: the sale's holder limit counts places as seats, held and booked.
+func TestAreaHolderLimit(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.areaVenue("v1", 100)
+	if err := v.e.SetSaleRules(t.Context(), "v1", SaleRules{HolderLimit: 4}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := v.holdPlaces("v1", time.Minute, "alice", 3, "A1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.holdPlaces("v1", time.Minute, "alice", 1); !errors.Is(err, ErrHolderLimit) {
+		t.Fatalf("a fifth place: %v, want ErrHolderLimit", err)
+	}
+	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.holdPlaces("v1", time.Minute, "alice", 1); !errors.Is(err, ErrHolderLimit) {
+		t.Fatalf("a place past the limit, booked: %v, want ErrHolderLimit", err)
+	}
+	if got := v.count("SELECT seats FROM holder_seats WHERE show_id = 'v1' AND holder_id = 'alice'"); got != 4 {
+		t.Fatalf("holder_seats %d, want 4 (a seat and 3 places)", got)
+	}
+}

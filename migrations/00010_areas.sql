@@ -95,11 +95,16 @@ BEGIN
     IF b.holder_id = '' THEN
         RETURN NULL;
     END IF;
+    IF d < 0 THEN
+        UPDATE holder_seats SET seats = seats + d, version = version + 1
+        WHERE show_id = NEW.show_id AND holder_id = b.holder_id;
+        RETURN NULL;
+    END IF;
     INSERT INTO holder_seats AS h (show_id, holder_id, seats) VALUES (NEW.show_id, b.holder_id, d)
     ON CONFLICT (show_id, holder_id) DO UPDATE SET seats = h.seats + EXCLUDED.seats, version = h.version + 1
     RETURNING seats INTO total;
     SELECT holder_limit INTO lim FROM shows WHERE show_id = NEW.show_id;
-    IF d > 0 AND lim > 0 AND total > lim THEN
+    IF lim > 0 AND total > lim THEN
         RAISE EXCEPTION 'holder % would have % seats and places of show %, past its limit of %', b.holder_id, total, NEW.show_id, lim
             USING ERRCODE = 'check_violation', CONSTRAINT = 'holder_seats_within_limit';
     END IF;
@@ -138,6 +143,18 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- booking_details gains each booking's place keys (engine/areas.go), by area.
+CREATE OR REPLACE VIEW booking_details AS
+SELECT b.show_id, b.booking_id, b.generation, b.holder_id, b.fingerprint, b.status,
+       b.confirmed_at, b.cancelled_at,
+       ARRAY(SELECT bs.seat_id FROM booking_seats bs
+             WHERE bs.show_id = b.show_id AND bs.booking_id = b.booking_id
+             ORDER BY bs.seat_id)::text[] AS seat_ids,
+       ARRAY(SELECT p.area_id || '~' || p.places || '~' || p.hold_id FROM booking_places p
+             WHERE p.show_id = b.show_id AND p.booking_id = b.booking_id
+             ORDER BY p.area_id)::text[] AS place_keys
+FROM bookings b;
+
 -- A booking's cancellation unclaims its places (sellable again), in its statement.
 -- +goose StatementBegin
 CREATE FUNCTION bookings_unclaim_places() RETURNS trigger
@@ -156,6 +173,14 @@ CREATE TRIGGER bookings_unclaim_places
     FOR EACH ROW EXECUTE FUNCTION bookings_unclaim_places();
 
 -- +goose Down
+DROP VIEW booking_details;
+CREATE VIEW booking_details AS
+SELECT b.show_id, b.booking_id, b.generation, b.holder_id, b.fingerprint, b.status,
+       b.confirmed_at, b.cancelled_at,
+       ARRAY(SELECT bs.seat_id FROM booking_seats bs
+             WHERE bs.show_id = b.show_id AND bs.booking_id = b.booking_id
+             ORDER BY bs.seat_id)::text[] AS seat_ids
+FROM bookings b;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION bookings_claims_whole_all() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -21,19 +21,6 @@ JOIN (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@area_ids::text[]) AS 
 ORDER BY a.show_id, a.area_id
 FOR UPDATE OF a;
 
--- name: BookingPlacesCreateMany :execrows
--- BookingPlacesCreateMany claims the places of a batch's bookings: row i is
--- (@show_ids[i], @booking_ids[i], @area_ids[i], @places[i], @generations[i], @hold_ids[i]).
--- The trigger adds them to their areas' sold, refused past the capacity.
-INSERT INTO booking_places (show_id, booking_id, area_id, places, generation, hold_id)
-SELECT unnest(@show_ids::text[]), unnest(@booking_ids::uuid[]), unnest(@area_ids::text[]),
-       unnest(@places::int[]), unnest(@generations::bigint[]), unnest(@hold_ids::text[])
-ORDER BY 1, 3;
-
--- name: BookingPlacesByBooking :many
-SELECT area_id, places FROM booking_places
-WHERE show_id = @show_id AND booking_id = @booking_id ORDER BY area_id;
-
 -- name: PlaceMarkListByShow :many
 -- PlaceMarkListByShow is what Redis's place markers must say for a show: every booking
 -- of places, with its generation, its hold's place key and whether it is claimed now.
