@@ -35,14 +35,20 @@ WITH booking AS (
     FROM booked_seats
     ORDER BY seat_id
     RETURNING seat_id
+), places AS (
+    INSERT INTO booking_places (show_id, booking_id, area_id, places, generation, hold_id)
+    SELECT booking.show_id, booking.booking_id, p.area_id, p.places, $3::bigint, p.hold_id
+    FROM booking, (SELECT unnest($9::text[]) AS area_id, unnest($10::int[]) AS places,
+                          unnest($11::text[]) AS hold_id) AS p
+    ORDER BY p.area_id
 ), event AS (
     INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
-    SELECT show_id, booking_id, 'confirmed', $3::bigint, $8::text[], $4
+    SELECT show_id, booking_id, 'confirmed', $3::bigint, $8::text[] || $12::text[], $4
     FROM booking
     RETURNING event_id
 ), marker AS (
     INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
-    SELECT show_id, $3::bigint, true, $8::text[]
+    SELECT show_id, $3::bigint, true, $8::text[] || $12::text[]
     FROM booking
     RETURNING seq
 )
@@ -64,6 +70,10 @@ type BookingCreateParams struct {
 	Fingerprint    []byte
 	HoldHash       []byte
 	SeatIds        []string
+	PlaceAreas     []string
+	PlaceCounts    []int32
+	PlaceHolds     []string
+	PlaceKeys      []string
 }
 
 type BookingCreateRow struct {
@@ -75,7 +85,10 @@ type BookingCreateRow struct {
 // the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
 // the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after
 // SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
-// violation on bookings_hold_unique.
+// violation on bookings_hold_unique. The booking's places (@place_areas, @place_counts,
+// @place_holds, one element per area) are claimed too (booking_places; past an area's
+// capacity a check violation on areas_sold_within_capacity), and their place keys
+// (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids.
 func (q *Queries) BookingCreate(ctx context.Context, arg []BookingCreateParams) *BookingCreateBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
@@ -88,6 +101,10 @@ func (q *Queries) BookingCreate(ctx context.Context, arg []BookingCreateParams) 
 			a.Fingerprint,
 			a.HoldHash,
 			a.SeatIds,
+			a.PlaceAreas,
+			a.PlaceCounts,
+			a.PlaceHolds,
+			a.PlaceKeys,
 		}
 		batch.Queue(bookingCreate, vals...)
 	}

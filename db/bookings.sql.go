@@ -40,9 +40,17 @@ WITH input AS (
     SELECT input.show_id, input.booking_id, input.generation, s.seat_id
     FROM (SELECT unnest($8::bigint[]) AS i, unnest($9::text[]) AS seat_id) AS s
     JOIN input ON input.i = s.i
+), place_input AS (
+    SELECT input.show_id, input.booking_id, input.generation, p.area_id, p.places, p.hold_id, p.place_key
+    FROM (SELECT unnest($10::bigint[]) AS i, unnest($11::text[]) AS area_id,
+                 unnest($12::int[]) AS places, unnest($13::text[]) AS hold_id,
+                 unnest($14::text[]) AS place_key) AS p
+    JOIN input ON input.i = p.i
 ), seat_lists AS (
-    SELECT booking_id, array_agg(seat_id ORDER BY seat_id)::text[] AS seat_ids
-    FROM seat_input GROUP BY booking_id
+    SELECT input.booking_id,
+           (COALESCE((SELECT array_agg(s.seat_id ORDER BY s.seat_id) FROM seat_input s WHERE s.booking_id = input.booking_id), '{}')
+            || COALESCE((SELECT array_agg(p.place_key ORDER BY p.area_id) FROM place_input p WHERE p.booking_id = input.booking_id), '{}'))::text[] AS seat_ids
+    FROM input
 ), booking AS (
     INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
     SELECT show_id, booking_id, generation, holder_id, NULLIF(idempotency_key, ''), fingerprint, hold_hash
@@ -55,6 +63,10 @@ WITH input AS (
     INSERT INTO seat_claims (show_id, seat_id, booking_id, generation)
     SELECT show_id, seat_id, booking_id, generation FROM seat_input
     ORDER BY show_id, seat_id
+), places AS (
+    INSERT INTO booking_places (show_id, booking_id, area_id, places, generation, hold_id)
+    SELECT show_id, booking_id, area_id, places, generation, hold_id FROM place_input
+    ORDER BY show_id, area_id
 ), event AS (
     INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
     SELECT input.show_id, input.booking_id, 'confirmed', input.generation, l.seat_ids, input.holder_id
@@ -85,6 +97,11 @@ type BookingCreateManyParams struct {
 	HoldHashes      [][]byte
 	SeatBookings    []int64
 	SeatIds         []string
+	PlaceBookings   []int64
+	PlaceAreas      []string
+	PlaceCounts     []int32
+	PlaceHolds      []string
+	PlaceKeys       []string
 }
 
 type BookingCreateManyRow struct {
@@ -98,7 +115,9 @@ type BookingCreateManyRow struct {
 // idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
 // 1). It returns each booking's time and marker_outbox row. Run it after
 // SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
-// (BookingCreate, one booking each, tells which booking it was).
+// (BookingCreate, one booking each, tells which booking it was). Its places are the
+// @place_areas (@place_counts, @place_holds, @place_keys) whose @place_bookings entry is
+// i, as in BookingCreate.
 func (q *Queries) BookingCreateMany(ctx context.Context, arg BookingCreateManyParams) ([]BookingCreateManyRow, error) {
 	rows, err := q.db.Query(ctx, bookingCreateMany,
 		arg.ShowIds,
@@ -110,6 +129,11 @@ func (q *Queries) BookingCreateMany(ctx context.Context, arg BookingCreateManyPa
 		arg.HoldHashes,
 		arg.SeatBookings,
 		arg.SeatIds,
+		arg.PlaceBookings,
+		arg.PlaceAreas,
+		arg.PlaceCounts,
+		arg.PlaceHolds,
+		arg.PlaceKeys,
 	)
 	if err != nil {
 		return nil, err
@@ -158,7 +182,7 @@ func (q *Queries) BookingEventInsert(ctx context.Context, arg BookingEventInsert
 }
 
 const bookingGet = `-- name: BookingGet :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details WHERE booking_id = $1
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details WHERE booking_id = $1
 `
 
 func (q *Queries) BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingDetail, error) {
@@ -174,12 +198,13 @@ func (q *Queries) BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingD
 		&i.ConfirmedAt,
 		&i.CancelledAt,
 		&i.SeatIds,
+		&i.PlaceKeys,
 	)
 	return i, err
 }
 
 const bookingGetByHold = `-- name: BookingGetByHold :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details
 WHERE booking_id = (
     SELECT b.booking_id FROM bookings b WHERE b.show_id = $1 AND b.hold_hash = $2
 )
@@ -205,12 +230,13 @@ func (q *Queries) BookingGetByHold(ctx context.Context, arg BookingGetByHoldPara
 		&i.ConfirmedAt,
 		&i.CancelledAt,
 		&i.SeatIds,
+		&i.PlaceKeys,
 	)
 	return i, err
 }
 
 const bookingGetByIdempotencyKey = `-- name: BookingGetByIdempotencyKey :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids FROM booking_details
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details
 WHERE booking_id = (
     SELECT b.booking_id FROM bookings b
     WHERE b.show_id = $1 AND b.holder_id = $2 AND b.idempotency_key = $3::text
@@ -236,6 +262,7 @@ func (q *Queries) BookingGetByIdempotencyKey(ctx context.Context, arg BookingGet
 		&i.ConfirmedAt,
 		&i.CancelledAt,
 		&i.SeatIds,
+		&i.PlaceKeys,
 	)
 	return i, err
 }
@@ -268,7 +295,7 @@ func (q *Queries) BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) 
 }
 
 const bookingListByHolder = `-- name: BookingListByHolder :many
-SELECT d.show_id, d.booking_id, d.generation, d.holder_id, d.fingerprint, d.status, d.confirmed_at, d.cancelled_at, d.seat_ids FROM booking_details d
+SELECT d.show_id, d.booking_id, d.generation, d.holder_id, d.fingerprint, d.status, d.confirmed_at, d.cancelled_at, d.seat_ids, d.place_keys FROM booking_details d
 WHERE d.booking_id IN (
     SELECT b.booking_id FROM bookings b
     WHERE b.holder_id = $1
@@ -306,6 +333,7 @@ func (q *Queries) BookingListByHolder(ctx context.Context, arg BookingListByHold
 			&i.ConfirmedAt,
 			&i.CancelledAt,
 			&i.SeatIds,
+			&i.PlaceKeys,
 		); err != nil {
 			return nil, err
 		}

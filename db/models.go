@@ -11,6 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type Area struct {
+	ShowID     string
+	AreaID     string
+	Section    string
+	Capacity   int32
+	Sold       int32
+	Generation int64
+}
+
 type Booking struct {
 	ShowID         string
 	BookingID      uuid.UUID
@@ -34,6 +43,7 @@ type BookingDetail struct {
 	ConfirmedAt time.Time
 	CancelledAt *time.Time
 	SeatIds     []string
+	PlaceKeys   []string
 }
 
 type BookingEvent struct {
@@ -45,6 +55,16 @@ type BookingEvent struct {
 	SeatIds    []string
 	HolderID   string
 	At         time.Time
+}
+
+type BookingPlace struct {
+	ShowID     string
+	BookingID  uuid.UUID
+	AreaID     string
+	Places     int32
+	Generation int64
+	HoldID     string
+	Claimed    bool
 }
 
 type BookingSeat struct {

@@ -12,6 +12,16 @@ import (
 )
 
 type Querier interface {
+	// AreaListByShow is a show's areas in id order, with the places sold now.
+	AreaListByShow(ctx context.Context, showID string) ([]AreaListByShowRow, error)
+	// AreasInsert adds a show's areas, one array element per area.
+	AreasInsert(ctx context.Context, arg AreasInsertParams) error
+	// AreasLock locks the areas of a batch of confirmations, given as (show, area) pairs, in
+	// one global order (show, then area), waiting for a lock another batch holds: every
+	// confirmation of an area needs its one row, so skipping it (as SeatFencesLockSkip
+	// skips a seat's fence) would starve them. A batch locks its areas after its seats'
+	// fences and never a fence after an area, so no two batches wait for each other.
+	AreasLock(ctx context.Context, arg AreasLockParams) ([]AreasLockRow, error)
 	// BackendState says whether the backend (pid, started at backend_start) still runs, and
 	// whether it waits for a synchronous standby: a COMMIT there is written locally and
 	// not yet replicated, and must not be ended.
@@ -25,14 +35,19 @@ type Querier interface {
 	// the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
 	// the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after
 	// SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
-	// violation on bookings_hold_unique.
+	// violation on bookings_hold_unique. The booking's places (@place_areas, @place_counts,
+	// @place_holds, one element per area) are claimed too (booking_places; past an area's
+	// capacity a check violation on areas_sold_within_capacity), and their place keys
+	// (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids.
 	BookingCreate(ctx context.Context, arg []BookingCreateParams) *BookingCreateBatchResults
 	// BookingCreateMany is BookingCreate for a batch of bookings, each table written in one
 	// statement: booking i is (@show_ids[i], @booking_ids[i], @generations[i], …, '' for no
 	// idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
 	// 1). It returns each booking's time and marker_outbox row. Run it after
 	// SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
-	// (BookingCreate, one booking each, tells which booking it was).
+	// (BookingCreate, one booking each, tells which booking it was). Its places are the
+	// @place_areas (@place_counts, @place_holds, @place_keys) whose @place_bookings entry is
+	// i, as in BookingCreate.
 	BookingCreateMany(ctx context.Context, arg BookingCreateManyParams) ([]BookingCreateManyRow, error)
 	// BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
 	// is written by BookingCreate).
@@ -69,13 +84,17 @@ type Querier interface {
 	MarkerOutboxInsert(ctx context.Context, arg MarkerOutboxInsertParams) (int64, error)
 	// MarkerOutboxPending counts the rows not yet applied, and the age of the oldest.
 	MarkerOutboxPending(ctx context.Context) (MarkerOutboxPendingRow, error)
+	// PlaceMarkListByShow is what Redis's place markers must say for a show: every booking
+	// of places, with its generation, its hold's place key and whether it is claimed now.
+	PlaceMarkListByShow(ctx context.Context, showID string) ([]PlaceMarkListByShowRow, error)
 	SeatClaimListBySeats(ctx context.Context, arg SeatClaimListBySeatsParams) ([]SeatClaimListBySeatsRow, error)
 	SeatClaimListByShow(ctx context.Context, showID string) ([]SeatClaimListByShowRow, error)
 	SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsDeleteByBookingParams) (int64, error)
 	// SeatClaimsFind returns which of the (show, seat) pairs are claimed.
 	SeatClaimsFind(ctx context.Context, arg SeatClaimsFindParams) ([]SeatClaimsFindRow, error)
 	SeatFenceGet(ctx context.Context, arg SeatFenceGetParams) (int64, error)
-	// SeatFenceMaxByShow is the show's high-water mark: the largest generation ever accepted.
+	// SeatFenceMaxByShow is the show's high-water mark: the largest generation ever accepted,
+	// for a seat or for an area's places.
 	SeatFenceMaxByShow(ctx context.Context, showID string) (int64, error)
 	// SeatFencesAdvance is the fence: it raises each named seat's fence to @generation only
 	// where the stored fence is strictly smaller, and returns the seats it raised. A seat

@@ -26,11 +26,12 @@ func (q *Queries) SeatFenceGet(ctx context.Context, arg SeatFenceGetParams) (int
 }
 
 const seatFenceMaxByShow = `-- name: SeatFenceMaxByShow :one
-SELECT COALESCE(max(generation), 0)::bigint AS generation
-FROM seat_fences WHERE show_id = $1
+SELECT greatest(COALESCE((SELECT max(f.generation) FROM seat_fences f WHERE f.show_id = $1), 0),
+                COALESCE((SELECT max(a.generation) FROM areas a WHERE a.show_id = $1), 0))::bigint AS generation
 `
 
-// SeatFenceMaxByShow is the show's high-water mark: the largest generation ever accepted.
+// SeatFenceMaxByShow is the show's high-water mark: the largest generation ever accepted,
+// for a seat or for an area's places.
 func (q *Queries) SeatFenceMaxByShow(ctx context.Context, showID string) (int64, error) {
 	row := q.db.QueryRow(ctx, seatFenceMaxByShow, showID)
 	var generation int64

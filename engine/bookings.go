@@ -25,7 +25,7 @@ func (e *Engine) Booking(ctx context.Context, bookingID uuid.UUID) (Booking, err
 }
 
 func bookingFromRow(r db.BookingDetail) Booking {
-	return Booking{ID: r.BookingID, ShowID: r.ShowID, SeatIDs: r.SeatIds, Generation: r.Generation,
+	return Booking{ID: r.BookingID, ShowID: r.ShowID, SeatIDs: r.SeatIds, Places: placesOf(r.PlaceKeys), Generation: r.Generation,
 		HolderID: r.HolderID, Status: BookingStatus(r.Status), ConfirmedAt: r.ConfirmedAt, CancelledAt: r.CancelledAt}
 }
 
@@ -109,7 +109,9 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (cancella
 	if err != nil {
 		return cancellation{}, err
 	}
-	c := cancellation{showID: b.ShowID, seats: detail.SeatIds, gen: b.Generation, holder: b.HolderID}
+	// The tombstones are the seats' and the places' (their place keys, after the seats).
+	marks := append(detail.SeatIds, detail.PlaceKeys...)
+	c := cancellation{showID: b.ShowID, seats: marks, gen: b.Generation, holder: b.HolderID}
 	if b.Status != string(BookingConfirmed) {
 		return c, nil
 	}
@@ -121,11 +123,11 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (cancella
 	}
 	err = q.BookingEventInsert(ctx, db.BookingEventInsertParams{ShowID: b.ShowID,
 		BookingID: uuid.NullUUID{UUID: bookingID, Valid: true}, Kind: "cancelled",
-		Generation: b.Generation, SeatIds: detail.SeatIds, HolderID: b.HolderID})
+		Generation: b.Generation, SeatIds: marks, HolderID: b.HolderID})
 	if err != nil {
 		return c, err
 	}
 	c.seq, err = q.MarkerOutboxInsert(ctx, db.MarkerOutboxInsertParams{ShowID: b.ShowID, Generation: b.Generation,
-		Sold: false, SeatIds: detail.SeatIds})
+		Sold: false, SeatIds: marks})
 	return c, err
 }

@@ -76,13 +76,16 @@ func (e *Engine) Confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 // is to confirm it.
 type confirmation struct {
 	sh    *show
-	seats []string
-	ks    []string
-	tag   string
-	h     Hold
-	key   string
-	fp    []byte // the request's fingerprint, for its idempotency key
-	hold  []byte // the hold's hash: one booking per hold
+	seats []string // its script seat arguments: seats, then place keys
+	// fenced is its seats alone (fenced and claimed seat by seat); places its places
+	fenced []string
+	places []Places
+	ks     []string
+	tag    string
+	h      Hold
+	key    string
+	fp     []byte // the request's fingerprint, for its idempotency key
+	hold   []byte // the hold's hash: one booking per hold
 	// limited: the show's rules have a holder limit (as the engine knew when it queued)
 	limited bool
 
@@ -169,7 +172,7 @@ func (e *Engine) newConfirmation(ctx context.Context, h Hold, opts ConfirmOption
 	if err := validateIdempotencyKey(opts.IdempotencyKey); err != nil {
 		return nil, err
 	}
-	return &confirmation{sh: sh, seats: seats, ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
+	return &confirmation{sh: sh, seats: seats, fenced: fencedSeats(seats), places: placesOf(seats), ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
 		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token),
 		// Read here, outside the batch's transaction: whether the batch reads the
 		// holder's booked seats for Redis (batchCounts).
@@ -235,6 +238,9 @@ func (e *Engine) decided(ctx context.Context, c *confirmation, id uuid.UUID, r c
 	case errors.Is(err, errSpent):
 		return e.spentHold(ctx, c)
 
+	case errors.Is(err, errAreaFull):
+		return e.areaFull(ctx, c, c.gen)
+
 	case errors.Is(err, errOverLimit):
 		if b, ok, err := e.replay(ctx, c, true); ok || err != nil {
 			return b, err
@@ -266,7 +272,7 @@ func (e *Engine) booked(ctx context.Context, c *confirmation, id uuid.UUID, r co
 		_ = e.afterCommit(ctx, sh, seats, gen, true, r.seq, markSoldTimeout)
 	}
 	e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
-	return Booking{ID: id, ShowID: sh.id, SeatIDs: seats, Generation: gen, HolderID: c.h.HolderID,
+	return Booking{ID: id, ShowID: sh.id, SeatIDs: c.fenced, Places: c.places, Generation: gen, HolderID: c.h.HolderID,
 		Status: BookingConfirmed, ConfirmedAt: r.at}
 }
 
@@ -381,6 +387,9 @@ func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id u
 func claimErr(err error) error {
 	if pgCode(err) == "23514" && pgConstraint(err) == "holder_seats_within_limit" {
 		return errOverLimit
+	}
+	if pgCode(err) == "23514" && pgConstraint(err) == "areas_sold_within_capacity" {
+		return errAreaFull
 	}
 	if pgCode(err) != "23505" {
 		return nil
@@ -575,7 +584,7 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 // claimed, and returns those seats (all requested seats when the claim is gone by now).
 // Markers only move forward, so a cancellation committed after the read is not undone.
 func (e *Engine) repairMarkers(ctx context.Context, c *confirmation) []string {
-	claims, err := e.q.SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.seats})
+	claims, err := e.q.SeatClaimListBySeats(ctx, db.SeatClaimListBySeatsParams{ShowID: c.sh.id, SeatIds: c.fenced})
 	if err != nil || len(claims) == 0 {
 		return c.seats
 	}

@@ -98,6 +98,9 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	if err != nil {
 		return false, err
 	}
+	if err := e.lockAreas(ctx, tx, batch); err != nil {
+		return false, err
+	}
 	var fence map[seatKey]int64
 	if !e.cfg.ConfirmSavepoints {
 		fence = fences(locked)
@@ -151,7 +154,7 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 func batchSeats(batch []*confirmReq) (shows, seats []string) {
 	var keys []seatKey
 	for _, r := range batch {
-		for _, s := range r.c.seats {
+		for _, s := range r.c.fenced {
 			keys = append(keys, seatKey{r.c.sh.id, s})
 		}
 	}
@@ -241,7 +244,7 @@ func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq,
 	}
 	if len(got) < len(shows) {
 		for _, r := range batch {
-			if slices.ContainsFunc(r.c.seats, func(s string) bool { return !have[seatKey{r.c.sh.id, s}] }) {
+			if slices.ContainsFunc(r.c.fenced, func(s string) bool { return !have[seatKey{r.c.sh.id, s}] }) {
 				r.err = errFenceBusy
 			}
 		}
@@ -291,7 +294,7 @@ func decide(batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bo
 		}
 		sh := r.c.sh.id
 		stale, taken := false, false
-		for _, s := range r.c.seats {
+		for _, s := range r.c.fenced {
 			stale = stale || fence[seatKey{sh, s}] >= r.gen
 			taken = taken || claimed[seatKey{sh, s}]
 		}
@@ -311,7 +314,7 @@ func decide(batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bo
 			}
 			usedKeys[k] = true
 		}
-		for _, s := range r.c.seats {
+		for _, s := range r.c.fenced {
 			fence[seatKey{sh, s}], claimed[seatKey{sh, s}] = r.gen, true
 		}
 		accepted = append(accepted, r)
@@ -324,7 +327,7 @@ func decide(batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bo
 func advanceParams(accepted []*confirmReq) db.SeatFencesAdvanceManyParams {
 	var p db.SeatFencesAdvanceManyParams
 	for _, r := range accepted {
-		for _, s := range r.c.seats {
+		for _, s := range r.c.fenced {
 			p.ShowIds, p.SeatIds, p.Generations = append(p.ShowIds, r.c.sh.id), append(p.SeatIds, s), append(p.Generations, r.gen)
 		}
 	}
@@ -431,6 +434,7 @@ func createManyParams(params []db.BookingCreateParams) db.BookingCreateManyParam
 			m.SeatBookings = append(m.SeatBookings, int64(i+1))
 			m.SeatIds = append(m.SeatIds, s)
 		}
+		placesMany(&m, i, p)
 	}
 	return m
 }
@@ -488,11 +492,11 @@ func (e *Engine) inSavepoint(ctx context.Context, tx pgx.Tx, r *confirmReq) (boo
 		return false, nil
 	}
 	q := db.New(sp)
-	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: r.c.sh.id, SeatIds: r.c.seats, Generation: r.gen})
+	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: r.c.sh.id, SeatIds: r.c.fenced, Generation: r.gen})
 	if err != nil {
 		return false, e.txErr(err)
 	}
-	if len(adv) != len(r.c.seats) {
+	if len(adv) != len(r.c.fenced) {
 		return refuse(errStale)
 	}
 	var res committed
@@ -516,7 +520,8 @@ func (e *Engine) inSavepoint(ctx context.Context, tx pgx.Tx, r *confirmReq) (boo
 // booking is the row r's confirmation writes.
 func (r *confirmReq) booking() db.BookingCreateParams {
 	p := db.BookingCreateParams{ShowID: r.c.sh.id, BookingID: r.id, Generation: r.gen, HolderID: r.c.h.HolderID,
-		Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.seats}
+		Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.fenced}
+	r.placeParams(&p)
 	if r.c.key != "" {
 		p.IdempotencyKey.String, p.IdempotencyKey.Valid = r.c.key, true
 	}

@@ -66,7 +66,7 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err := validateID("HoldRequest.ShowID", req.ShowID); err != nil {
 		return Hold{}, err
 	}
-	seats, err := sortedSeatIDs("HoldRequest.SeatIDs", req.SeatIDs, e.cfg.MaxSeatsPerHold)
+	seats, places, err := holdInventory("HoldRequest", req.SeatIDs, req.Places, e.cfg.MaxSeatsPerHold)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -77,26 +77,27 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err := validateHolderID(req.HolderID); err != nil {
 		return Hold{}, err
 	}
-	return withShow(ctx, e, req.ShowID, func(sh *show) (Hold, error) { return e.holdOn(ctx, sh, req, seats, ttl) })
+	return withShow(ctx, e, req.ShowID, func(sh *show) (Hold, error) { return e.holdOn(ctx, sh, req, seats, places, ttl) })
 }
 
-// holdOn is a hold of seats (sorted) on the engine's copy of the show.
-func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []string, ttl time.Duration) (Hold, error) {
+// holdOn is a hold of seats (sorted) and places (by area) on the engine's copy of the
+// show.
+func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []string, places []Places, ttl time.Duration) (Hold, error) {
 	rules, done, err := e.admitHold(ctx, sh, req.HolderID)
 	if err != nil {
 		return Hold{}, err
 	}
 	defer done()
 	tag := holderTag(req.HolderID)
-	ks, err := sh.scriptKeys(tag, seats)
+	token := newToken()
+	ks, err := sh.scriptKeys(tag, withPlaces(seats, places, token))
 	if err != nil {
 		return Hold{}, e.unknownSeat(ctx, sh, err)
 	}
 	if err := e.checkRedis(ctx); err != nil {
 		return Hold{}, err
 	}
-	token := newToken()
-	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, rules.arg}, seats)
+	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, rules.arg}, withPlaces(seats, places, token))
 	for attempt := 0; ; attempt++ {
 		res, err := lua.Hold.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
@@ -109,7 +110,7 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 			if len(res) > 4 {
 				e.wrote(sh, res[4])
 			}
-			return Hold{ShowID: sh.id, SeatIDs: seats, Token: token, Generation: gen,
+			return Hold{ShowID: sh.id, SeatIDs: seats, Places: places, Token: token, Generation: gen,
 				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
 		case "TAKEN":
 			taken := make([]string, 0, len(res)-1)
@@ -117,12 +118,13 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 				s, _ := v.(string)
 				taken = append(taken, s)
 			}
-			return Hold{}, &SeatsUnavailableError{ShowID: sh.id, SeatIDs: taken}
+			return Hold{}, unavailableIn(sh.id, taken)
 		case "LIMIT", "NOTADMITTED":
-			if err := e.saleRefusal(sh, res, len(seats)); err != nil {
+			_, n, _ := validPlaces("", places)
+			if err := e.saleRefusal(sh, res, len(seats)+n); err != nil {
 				return Hold{}, err
 			}
-			return Hold{}, e.holderLimit(sh, res[1], len(seats))
+			return Hold{}, e.holderLimit(sh, res[1], len(seats)+n)
 		case "STALE", "CLOSED":
 			return Hold{}, e.metChange(ctx, sh, status)
 		case "NOSTATE":
@@ -176,19 +178,20 @@ func (e *Engine) rebuildShow(ctx context.Context, sh *show, attempt int, rebuild
 	return err
 }
 
-// ownedHold validates a presented hold and returns its show, sorted seats, script keys
-// and holder tag.
+// ownedHold validates a presented hold and returns its show, its script seat arguments
+// (sorted seats, then its place keys), script keys and holder tag.
 func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []string, string, error) {
 	if err := validateID("Hold.ShowID", h.ShowID); err != nil {
 		return nil, nil, nil, "", err
 	}
-	seats, err := sortedSeatIDs("Hold.SeatIDs", h.SeatIDs, e.cfg.MaxSeatsPerHold)
+	seats, places, err := holdInventory("Hold", h.SeatIDs, h.Places, e.cfg.MaxSeatsPerHold)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
 	if !validToken(h.Token) {
 		return nil, nil, nil, "", invalid("Hold.Token", "must be 32 lowercase hex digits")
 	}
+	seats = withPlaces(seats, places, h.Token)
 	if h.Generation <= 0 || h.Generation > MaxGeneration {
 		return nil, nil, nil, "", invalid("Hold.Generation", "%d, must be from 1 to %d", h.Generation, MaxGeneration)
 	}
@@ -292,7 +295,7 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 	case "OK":
 		exp, _ := res[1].(int64)
 		e.wrote(sh, res[2])
-		h.ShowID, h.SeatIDs, h.ExpiresAt = sh.id, seats, time.UnixMilli(exp)
+		h.ShowID, h.SeatIDs, h.Places, h.ExpiresAt = sh.id, fencedSeats(seats), placesOf(seats), time.UnixMilli(exp)
 		return h, nil
 	case "LOST":
 		return Hold{}, e.lostOwned(ctx, "extend", sh, h, ks, tag, seats, len(res) == 2)

@@ -124,7 +124,7 @@ func (e *Engine) EnsureShowLayout(ctx context.Context, showID string, seats []Se
 	if err != nil {
 		return false, err
 	}
-	return e.ensureShow(ctx, showID, layout)
+	return e.ensureShow(ctx, showID, layout, nil)
 }
 
 // showInsertChunk is how many seats one statement of a show's creation inserts: a
@@ -141,7 +141,7 @@ const showStatementTimeout = 30 * time.Second
 // identity: an engine with a copy of an earlier show of the id meets it at its next
 // script). The seats go in, with their fences, showInsertChunk at a time, in one
 // transaction.
-func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat) (created bool, err error) {
+func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat, areas []Area) (created bool, err error) {
 	var epoch int64
 	err = pgx.BeginTxFunc(ctx, e.pool, e.txOptionsWith(showStatementTimeout), func(tx pgx.Tx) error {
 		q := e.q.WithTx(tx)
@@ -160,9 +160,12 @@ func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat) (
 			if !slices.Equal(layoutFromRows(have), layout) {
 				return invalid("seats", "show %q exists with another inventory or layout (%d seats); a show's seats are fixed", showID, len(have))
 			}
-			return nil
+			return sameAreas(ctx, q, showID, areas)
 		}
 		created = true
+		if err := insertAreas(ctx, q, showID, areas); err != nil {
+			return err
+		}
 		for chunk := range slices.Chunk(layout, showInsertChunk) {
 			p := db.SeatsInsertLayoutParams{ShowID: showID}
 			for _, s := range chunk {
@@ -179,7 +182,9 @@ func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat) (
 	if err != nil {
 		return false, e.pgErr(err)
 	}
-	sh := e.adopt(newShow(e.cfg.KeyPrefix, showID, epoch, layout))
+	shown := newShow(e.cfg.KeyPrefix, showID, epoch, layout)
+	shown.setAreas(areas)
+	sh := e.adopt(shown)
 	// Start the show's counter in Redis (it stays if it exists). Should this fail, the
 	// first hold finds no counter and rebuilds the show's Redis state from the database.
 	if err := e.resync(ctx, sh); err != nil {

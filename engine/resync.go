@@ -88,6 +88,10 @@ func (e *Engine) resync(ctx context.Context, sh *show) error {
 			if err := e.syncCounts(ctx, sh); err != nil {
 				return err
 			}
+			// The areas and their place markers, before the counter too.
+			if err := e.pushAreas(ctx, sh); err != nil {
+				return err
+			}
 			_, repaired, err := e.writeMarkers(ctx, sh, nil, nil, strconv.FormatInt(floor, 10))
 			if err != nil {
 				return err

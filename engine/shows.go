@@ -30,6 +30,9 @@ type show struct {
 	place    []int             // by layout index: the seat's place in its index segment, from 1 (0 before indexMeta)
 	bucket   []int             // by layout index: the seat's sold bucket
 
+	areas     []Area         // in id order (areas.go)
+	areaIndex map[string]int // area -> its index in areas
+
 	slotsOnce sync.Once
 	slots     chan struct{} // holds in flight (Config.MaxHoldsInFlight): a semaphore
 
@@ -70,11 +73,17 @@ func (e *Engine) show(ctx context.Context, showID string) (*show, error) {
 		if err != nil {
 			return nil, unavailable("postgres", err)
 		}
-		if len(rows) == 0 {
+		areas, epoch, err := e.loadAreas(ctx, showID, rows)
+		if err != nil {
+			return nil, err
+		}
+		if len(rows) == 0 && len(areas) == 0 {
 			e.shows.forget(showID, time.Now().Add(e.cfg.UnknownShowTTL))
 			return nil, notFound("show %q", showID)
 		}
-		return e.adopt(newShow(e.cfg.KeyPrefix, showID, rows[0].Epoch, layoutFromRows(rows))), nil
+		sh := newShow(e.cfg.KeyPrefix, showID, epoch, layoutFromRows(rows))
+		sh.setAreas(areas)
+		return e.adopt(sh), nil
 	})
 	if err != nil {
 		return nil, err
@@ -242,10 +251,13 @@ func (sh *show) scriptKeys(tag string, seats []string) ([]string, error) {
 	ks[0], ks[1] = sh.k.gen(), sh.k.holder(tag)
 	for i, s := range seats {
 		hk, ok := sh.holdKeys[s]
+		sk := sh.soldKeys[s]
 		if !ok {
-			return nil, notFound("seat %q in show %q", s, sh.id)
+			if hk, sk, ok = sh.placeKeys(s); !ok {
+				return nil, notFound("seat %q in show %q", s, sh.id)
+			}
 		}
-		ks[2+i], ks[2+n+i] = hk, sh.soldKeys[s]
+		ks[2+i], ks[2+n+i] = hk, sk
 	}
 	return ks, nil
 }
@@ -267,5 +279,5 @@ func (e *Engine) EnsureShow(ctx context.Context, showID string, seatIDs []string
 	if err != nil {
 		return false, err
 	}
-	return e.ensureShow(ctx, showID, derivedLayout(seats))
+	return e.ensureShow(ctx, showID, derivedLayout(seats), nil)
 }

@@ -15,6 +15,9 @@ type HoldRequest struct {
 	// HolderID names the customer; it is capped at Config.MaxSeatsPerHolder seats held
 	// at once per show, and it scopes idempotency keys. Empty means no cap.
 	HolderID string
+	// Places asks for a number of places of each of the show's areas (areas.go), held
+	// all or nothing with the seats; a place counts as a seat for every limit.
+	Places []Places
 }
 
 // BestRequest asks for the best available seats of a show: Count of them anywhere (or
@@ -39,6 +42,7 @@ type Hold struct {
 	Generation int64
 	ExpiresAt  time.Time
 	HolderID   string
+	Places     []Places // by area id
 }
 
 // ConfirmOptions tunes a confirmation.
@@ -68,6 +72,7 @@ type Booking struct {
 	Status      BookingStatus
 	ConfirmedAt time.Time
 	CancelledAt *time.Time
+	Places      []Places // by area id
 	// Replayed is true when Confirm returned the booking an earlier call with the same
 	// idempotency key created.
 	Replayed bool

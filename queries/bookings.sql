@@ -3,7 +3,10 @@
 -- the seat claims (a seat claimed already is a unique violation on seat_claims_pkey) and
 -- the "confirmed" event, and the sold markers it owes Redis (marker_outbox). Run it after
 -- SeatFencesAdvance accepted every seat. A hold that made a booking already is a unique
--- violation on bookings_hold_unique.
+-- violation on bookings_hold_unique. The booking's places (@place_areas, @place_counts,
+-- @place_holds, one element per area) are claimed too (booking_places; past an area's
+-- capacity a check violation on areas_sold_within_capacity), and their place keys
+-- (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids.
 WITH booking AS (
     INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
     VALUES (@show_id, @booking_id, @generation::bigint, @holder_id, sqlc.narg(idempotency_key), @fingerprint, @hold_hash)
@@ -19,14 +22,20 @@ WITH booking AS (
     FROM booked_seats
     ORDER BY seat_id
     RETURNING seat_id
+), places AS (
+    INSERT INTO booking_places (show_id, booking_id, area_id, places, generation, hold_id)
+    SELECT booking.show_id, booking.booking_id, p.area_id, p.places, @generation::bigint, p.hold_id
+    FROM booking, (SELECT unnest(@place_areas::text[]) AS area_id, unnest(@place_counts::int[]) AS places,
+                          unnest(@place_holds::text[]) AS hold_id) AS p
+    ORDER BY p.area_id
 ), event AS (
     INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
-    SELECT show_id, booking_id, 'confirmed', @generation::bigint, @seat_ids::text[], @holder_id
+    SELECT show_id, booking_id, 'confirmed', @generation::bigint, @seat_ids::text[] || @place_keys::text[], @holder_id
     FROM booking
     RETURNING event_id
 ), marker AS (
     INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
-    SELECT show_id, @generation::bigint, true, @seat_ids::text[]
+    SELECT show_id, @generation::bigint, true, @seat_ids::text[] || @place_keys::text[]
     FROM booking
     RETURNING seq
 )
@@ -38,7 +47,9 @@ SELECT booking.confirmed_at, marker.seq AS marker_seq FROM booking, marker;
 -- idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
 -- 1). It returns each booking's time and marker_outbox row. Run it after
 -- SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
--- (BookingCreate, one booking each, tells which booking it was).
+-- (BookingCreate, one booking each, tells which booking it was). Its places are the
+-- @place_areas (@place_counts, @place_holds, @place_keys) whose @place_bookings entry is
+-- i, as in BookingCreate.
 WITH input AS (
     SELECT unnest(@show_ids::text[]) AS show_id, unnest(@booking_ids::uuid[]) AS booking_id,
            unnest(@generations::bigint[]) AS generation, unnest(@holder_ids::text[]) AS holder_id,
@@ -48,9 +59,17 @@ WITH input AS (
     SELECT input.show_id, input.booking_id, input.generation, s.seat_id
     FROM (SELECT unnest(@seat_bookings::bigint[]) AS i, unnest(@seat_ids::text[]) AS seat_id) AS s
     JOIN input ON input.i = s.i
+), place_input AS (
+    SELECT input.show_id, input.booking_id, input.generation, p.area_id, p.places, p.hold_id, p.place_key
+    FROM (SELECT unnest(@place_bookings::bigint[]) AS i, unnest(@place_areas::text[]) AS area_id,
+                 unnest(@place_counts::int[]) AS places, unnest(@place_holds::text[]) AS hold_id,
+                 unnest(@place_keys::text[]) AS place_key) AS p
+    JOIN input ON input.i = p.i
 ), seat_lists AS (
-    SELECT booking_id, array_agg(seat_id ORDER BY seat_id)::text[] AS seat_ids
-    FROM seat_input GROUP BY booking_id
+    SELECT input.booking_id,
+           (COALESCE((SELECT array_agg(s.seat_id ORDER BY s.seat_id) FROM seat_input s WHERE s.booking_id = input.booking_id), '{}')
+            || COALESCE((SELECT array_agg(p.place_key ORDER BY p.area_id) FROM place_input p WHERE p.booking_id = input.booking_id), '{}'))::text[] AS seat_ids
+    FROM input
 ), booking AS (
     INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
     SELECT show_id, booking_id, generation, holder_id, NULLIF(idempotency_key, ''), fingerprint, hold_hash
@@ -63,6 +82,10 @@ WITH input AS (
     INSERT INTO seat_claims (show_id, seat_id, booking_id, generation)
     SELECT show_id, seat_id, booking_id, generation FROM seat_input
     ORDER BY show_id, seat_id
+), places AS (
+    INSERT INTO booking_places (show_id, booking_id, area_id, places, generation, hold_id)
+    SELECT show_id, booking_id, area_id, places, generation, hold_id FROM place_input
+    ORDER BY show_id, area_id
 ), event AS (
     INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
     SELECT input.show_id, input.booking_id, 'confirmed', input.generation, l.seat_ids, input.holder_id

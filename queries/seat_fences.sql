@@ -10,9 +10,10 @@ WHERE show_id = @show_id
 RETURNING seat_id;
 
 -- name: SeatFenceMaxByShow :one
--- SeatFenceMaxByShow is the show's high-water mark: the largest generation ever accepted.
-SELECT COALESCE(max(generation), 0)::bigint AS generation
-FROM seat_fences WHERE show_id = @show_id;
+-- SeatFenceMaxByShow is the show's high-water mark: the largest generation ever accepted,
+-- for a seat or for an area's places.
+SELECT greatest(COALESCE((SELECT max(f.generation) FROM seat_fences f WHERE f.show_id = @show_id), 0),
+                COALESCE((SELECT max(a.generation) FROM areas a WHERE a.show_id = @show_id), 0))::bigint AS generation;
 
 -- name: SeatFenceGet :one
 SELECT generation FROM seat_fences WHERE show_id = @show_id AND seat_id = @seat_id;

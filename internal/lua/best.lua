@@ -69,7 +69,7 @@ local capped = tag ~= "" and (cap > 0 or rules.limit > 0)
 local held = 0
 if capped then
     redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
-    held = redis.call("ZCARD", KEYS[2])
+    held = held_units(KEYS[2])
     if cap > 0 and held + count > cap then return {"LIMIT", held} end
 end
 refused = sale_limit(rules, tag, held, count)

@@ -28,6 +28,35 @@ local function is_uint(s, min, max)
     return v ~= nil and string.match(s, "^%d+$") ~= nil and v >= min and v <= max
 end
 
+-- Places (engine/areas.go). A hold's places in an area are one "seat" argument of the
+-- scripts, its place key "<area>~<count>~<hold id>" (a seat id has no "~"; the hold id is
+-- 16 hex digits derived from the hold's token), with a hold key like a seat's and, as
+-- its sold-bucket key, the area's marker hash. Each area has
+--   <base>ar:<area>  hash c: capacity, h: places of holds not yet found ended, s: places
+--                    sold (as the markers say)
+--   <base>ax:<area>  zset place key -> a time (ms) its hold key lives at least until
+-- and the places free are c - h - s. A hold's places come back when its key goes: at
+-- once on a release or a sale (place_gone), and after an expiry at the next area_trim,
+-- which every hold of the area's places runs first. The zset's score is never later
+-- than the key's expiry (extensions and reservations only lengthen a key's life), so a
+-- key found alive past its score is scored again, and one found gone gives its places
+-- back once: the ZREM that removes its entry is the one that counts.
+local function is_place(s) return string.match(s, "^[%w][%w._-]*~[1-9]%d*~%x+$") ~= nil end
+
+-- place_of is a place key's area and count (nil for a seat).
+local function place_of(s)
+    local a, c = string.match(s, "^([%w][%w._-]*)~([1-9]%d*)~%x+$")
+    if not a then return nil end
+    return a, tonumber(c)
+end
+
+-- units is what a seat argument counts for holder limits and sold counts: a seat one,
+-- a place key its places.
+local function units(s)
+    local _, c = place_of(s)
+    return c or 1
+end
+
 -- N is the number of seats of the call and BASE the show's key prefix, set by layout.
 local N, BASE = 0, ""
 
@@ -54,7 +83,7 @@ local function layout(fixed, per_seat, min_seats)
     local seen = {}
     for i = 1, n do
         local seat = ARGV[fixed + i]
-        if #seat < 1 or #seat > 64 or not string.match(seat, "^[%w][%w._-]*$") or seen[seat] then
+        if #seat < 1 or #seat > 88 or not (string.match(seat, "^[%w][%w._-]*$") and #seat <= 64 or is_place(seat)) or seen[seat] then
             return nil, bad("seat " .. i)
         end
         if hk(i) ~= base .. "hold:" .. seat then return nil, bad("key " .. i) end
@@ -420,4 +449,59 @@ local function held_until(s, exp) redis.call("ZADD", BASE .. "held", "XX", exp, 
 -- (the waiting room counts it once, then it is kept up).
 local function nsold_add(d)
     if redis.call("EXISTS", BASE .. "nsold") == 1 then redis.call("INCRBY", BASE .. "nsold", d) end
+end
+
+-- place_gone: place key s's hold key is gone (released, sold, dropped): its places are
+-- no longer held. Only the first call for a hold counts (its zset entry's ZREM).
+local function place_gone(s)
+    local a, c = place_of(s)
+    if a and redis.call("ZREM", BASE .. "ax:" .. a, s) == 1 then redis.call("HINCRBY", BASE .. "ar:" .. a, "h", -c) end
+end
+
+-- area_trim gives back the places of area a's holds whose keys have gone by now (expired)
+-- and scores again those still alive past their score.
+local function area_trim(a, now)
+    local ax = BASE .. "ax:" .. a
+    local back = 0
+    for _, p in ipairs(redis.call("ZRANGEBYSCORE", ax, "-inf", now)) do
+        local ttl = redis.call("PTTL", BASE .. "hold:" .. p)
+        if ttl > 0 then
+            redis.call("ZADD", ax, now + ttl, p)
+        else
+            redis.call("ZREM", ax, p)
+            back = back + units(p)
+        end
+    end
+    if back > 0 then redis.call("HINCRBY", BASE .. "ar:" .. a, "h", -back) end
+end
+
+-- area_free is the places of area a free now, after area_trim; nil when Redis has no
+-- state for the area (it lost the show: the engine rebuilds it).
+local function area_free(a, now)
+    if redis.call("EXISTS", BASE .. "ar:" .. a) == 0 then return nil end
+    area_trim(a, now)
+    local v = redis.call("HMGET", BASE .. "ar:" .. a, "c", "h", "s")
+    return math.max(0, (tonumber(v[1]) or 0) - (tonumber(v[2]) or 0) - (tonumber(v[3]) or 0))
+end
+
+-- place_held: place key s is now held until exp by a new hold.
+local function place_held(s, exp)
+    local a, c = place_of(s)
+    if not a then return end
+    redis.call("ZADD", BASE .. "ax:" .. a, exp, s)
+    redis.call("HINCRBY", BASE .. "ar:" .. a, "h", c)
+end
+
+-- place_marked: place key s's marker moved to sold (now_sold) or from sold.
+local function place_marked(s, now_sold)
+    local a, c = place_of(s)
+    if a then redis.call("HINCRBY", BASE .. "ar:" .. a, "s", now_sold and c or -c) end
+end
+
+-- held_units is what holder tag's holds (their zset key) count now: a seat one, a place
+-- key its places.
+local function held_units(key)
+    local n = 0
+    for _, m in ipairs(redis.call("ZRANGE", key, 0, -1)) do n = n + units(m) end
+    return n
 end

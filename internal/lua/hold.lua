@@ -8,10 +8,11 @@
 -- ARGV[3]    ttl in milliseconds, 1..86400000
 -- ARGV[4]    holder cap: seats this holder may hold at once in this show, 0 = no cap
 -- ARGV[5]    the show's sale rules as the engine has them (see sale_rules in common.lua)
--- ARGV[6..]  seat ids
+-- ARGV[6..]  seat ids, then place keys (common.lua: a hold's places of one area each)
 --
 -- Returns {"OK", generation, expires_ms, created_ms, feed entry id} (a retried call
--- has no entry id: the first call wrote it), {"TAKEN", seat, ...},
+-- has no entry id: the first call wrote it), {"TAKEN", seat or place key, ...} (a place
+-- key: its area has fewer places free),
 -- {"LIMIT", held} (the holder cap), {"LIMIT", held and booked, limit} (the sale's holder
 -- limit), {"NOTADMITTED"} (the show has a waiting room and the holder is not admitted
 -- now), {"NOSTATE"} when the counter is missing (Redis lost the show), or {"STALE"} or
@@ -58,16 +59,26 @@ end
 if mine > 0 then return bad("token holds other seats") end
 local refused = sale_admitted(rules, tag, now)
 if refused then return refused end
+local want = 0 -- seats and places
+for i = 1, n do
+    local a, c = place_of(seat(i, F))
+    want = want + (c or 1)
+    if a then
+        local free = area_free(a, now)
+        if not free then return {"NOSTATE"} end
+        if free < c then taken[#taken + 1] = seat(i, F) end
+    end
+end
 if #taken > 1 then return taken end
 
 local capped = tag ~= "" and (cap > 0 or rules.limit > 0)
 local held = 0
 if capped then
     redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
-    held = redis.call("ZCARD", KEYS[2])
-    if cap > 0 and held + n > cap then return {"LIMIT", held} end
+    held = held_units(KEYS[2])
+    if cap > 0 and held + want > cap then return {"LIMIT", held} end
 end
-refused = sale_limit(rules, tag, held, n)
+refused = sale_limit(rules, tag, held, want)
 if refused then return refused end
 
 local gen = redis.call("INCR", KEYS[1])
@@ -76,6 +87,7 @@ for i = 1, n do
     redis.call("SET", hk(i), value, "PXAT", now + ttl)
     if capped then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end
     index_held(i, seat(i, F), now + ttl, true) -- no marker: read above
+    place_held(seat(i, F), now + ttl)
 end
 if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)

@@ -28,6 +28,7 @@ for i = 1, n do
     if redis.call("HGET", sk(i), s) == was then
         if to == "" then redis.call("HDEL", sk(i), s) else redis.call("HSET", sk(i), s, to) end
         lowered = lowered + 1
+        if is_sold(was) ~= (is_sold(to ~= "" and to or nil) and true or false) then place_marked(s, not is_sold(was)) end
         if is_sold(to ~= "" and to or nil) then sold[#sold + 1] = s else unsold[#unsold + 1] = s end
         index_state(i, s, now)
     end

@@ -49,6 +49,8 @@ var (
 	recountLua string
 	//go:embed close.lua
 	closeLua string
+	//go:embed areas.lua
+	areasLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -78,6 +80,8 @@ var (
 	// Close closes a show in Redis for DeleteShow, seals it once deleted, or opens it
 	// again when the delete was refused.
 	Close = newScript("", closeLua)
+	// Areas gives Redis a show's areas (capacities) for a rebuild or a new show.
+	Areas = newScript("", areasLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

@@ -51,7 +51,10 @@ for i = 1, n do
         local was, now_sold = is_sold(cur) and true or false, is_sold(m) and true or false
         redis.call("HSET", sk(i), s, m)
         moved, cur, cg = moved + 1, m, ng
-        if now_sold ~= was then nsold_add(now_sold and 1 or -1) end
+        if now_sold ~= was then
+            nsold_add(now_sold and units(s) or -units(s))
+            place_marked(s, now_sold)
+        end
         if is_sold(m) then
             sold[#sold + 1] = s
         else
@@ -74,6 +77,7 @@ for i = 1, n do
                 redis.call("DEL", hk(i))
                 if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
                 held_gone(s)
+                place_gone(s)
                 dropped = dropped + 1
                 gone[#gone + 1] = s
                 changed[i] = true

@@ -33,6 +33,7 @@ for i = 1, n do
     redis.call("DEL", hk(i))
     if tag ~= "" then redis.call("ZREM", KEYS[2], seat(i, F)) end
     held_gone(seat(i, F))
+    place_gone(seat(i, F))
     index_state(i, seat(i, F), now)
 end
 redis.call("SET", BASE .. "released:" .. redis.sha1hex(tag .. ":" .. token), now, "PX", left + tonumber(ARGV[4]))

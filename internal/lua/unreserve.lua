@@ -58,6 +58,7 @@ for i = 1, n do
                 redis.call("DEL", hk(i))
                 if tag ~= "" then redis.call("ZREM", KEYS[2], seat(i, F)) end
                 held_gone(seat(i, F))
+                place_gone(seat(i, F))
                 index_state(i, seat(i, F), now)
                 gone[#gone + 1] = seat(i, F)
             end
