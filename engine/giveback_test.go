@@ -64,7 +64,7 @@ func TestLapsedGiveBackRacesRecommit(t *testing.T) {
 		}
 		releaseErr = v.e.Release(rctx, h)
 	}
-	c := &confirmation{sh: sh, seats: h.SeatIDs, ks: ks, h: h,
+	c := &confirmation{sh: sh, seats: h.SeatIDs, fenced: fencedSeats(h.SeatIDs), ks: ks, h: h,
 		fp: fingerprint(sh.id, h.SeatIDs, h.Token, h.Generation), hold: holdHash(sh.id, h.Token)}
 	cctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -155,7 +155,7 @@ func TestLostReplyGiveBackRacesRecommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &confirmation{sh: sh, seats: h.SeatIDs, ks: ks, h: h,
+	c := &confirmation{sh: sh, seats: h.SeatIDs, fenced: fencedSeats(h.SeatIDs), ks: ks, h: h,
 		fp: fingerprint(sh.id, h.SeatIDs, h.Token, h.Generation), hold: holdHash(sh.id, h.Token)}
 	x := uuid.New()
 	// The lost check: Redis ran it; its batch would have waited for the reply until by.
