@@ -139,6 +139,12 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 			rep.LostCancellations++
 		}
 	}
+	// The lost bookings' events first: if setting their markers back fails, the next
+	// reconciliation finds them again (and writes no event twice).
+	rep.Lost = e.lostBookings(ctx, sh, lost)
+	if err := e.recordLost(ctx, rep.Lost); err != nil {
+		return rep, err
+	}
 	for lo := 0; lo < len(seats); lo += markChunk {
 		hi := min(lo+markChunk, len(seats))
 		ks, err := sh.scriptKeys("", seats[lo:hi])
@@ -166,6 +172,21 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 	if rep.Recounted, err = e.recount(ctx, sh, counts); err != nil {
 		return rep, err
 	}
+	for _, b := range rep.Lost {
+		e.log.ErrorContext(ctx, "a booking Redis saw committed is missing from the database (a failover lost it); its seats are sellable again",
+			"show_id", sh.id, "booking_id", b.BookingID, "generation", b.Generation, "seats", strings.Join(b.SeatIDs, " "))
+	}
+	e.m.lostBookings.Add(float64(len(rep.Lost)))
+	if rep.LostCancellations > 0 {
+		e.log.ErrorContext(ctx, "cancellations missing from the database (a failover lost them); their seats are sold again",
+			"show_id", sh.id, "seats", rep.LostCancellations)
+	}
+	return rep, nil
+}
+
+// lostBookings names the bookings of the generations in lost (generation -> seats), by
+// generation, with the booking ids Redis knows.
+func (e *Engine) lostBookings(ctx context.Context, sh *show, lost map[int64][]string) []LostBooking {
 	gens := slices.Sorted(maps.Keys(lost))
 	ids := make([]uuid.UUID, len(gens))
 	if len(gens) > 0 {
@@ -183,18 +204,11 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 			}
 		}
 	}
+	var out []LostBooking
 	for i, g := range gens {
-		b := LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g], BookingID: ids[i]}
-		rep.Lost = append(rep.Lost, b)
-		e.log.ErrorContext(ctx, "a booking Redis saw committed is missing from the database (a failover lost it); its seats are sellable again",
-			"show_id", sh.id, "booking_id", b.BookingID, "generation", g, "seats", strings.Join(b.SeatIDs, " "))
+		out = append(out, LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g], BookingID: ids[i]})
 	}
-	e.m.lostBookings.Add(float64(len(rep.Lost)))
-	if rep.LostCancellations > 0 {
-		e.log.ErrorContext(ctx, "cancellations missing from the database (a failover lost them); their seats are sold again",
-			"show_id", sh.id, "seats", rep.LostCancellations)
-	}
-	return rep, nil
+	return out
 }
 
 // reconcileCounts is how many booked counts one HSCAN step asks Redis for.
