@@ -214,20 +214,14 @@ func TestEventsWaitForAnEarlierTransaction(t *testing.T) {
 	if laterID <= slowID {
 		t.Fatalf("the later booking's event id %d is not above the slow transaction's %d", laterID, slowID)
 	}
-	events, cursor, err := v.e.Events(ctx, "", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	events, cursor := waitEvents(t, v.e, "", 1)
 	if len(events) != 1 || events[0].Booking.ID != first.ID {
 		t.Fatalf("while the slow transaction runs the feed has %v, want only the first booking", events)
 	}
 	if err := slow.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	events, _, err = v.e.Events(ctx, cursor, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	events, _ = waitEvents(t, v.e, cursor, 2)
 	if len(events) != 2 || events[0].Kind != EventLost || events[0].Booking.Generation != 999 || events[1].Booking.ID != later.ID {
 		t.Fatalf("after the slow transaction committed the feed has %+v, want its event then the later booking", events)
 	}
@@ -261,9 +255,9 @@ func TestEventJSONRoundTrip(t *testing.T) {
 	if err := v.e.Cancel(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
-	events, _, err := v.e.Events(ctx, "", 10)
-	if err != nil || len(events) != 2 {
-		t.Fatalf("Events: %v %v", events, err)
+	events, _ := waitEvents(t, v.e, "", 2)
+	if len(events) != 2 {
+		t.Fatalf("Events: %v", events)
 	}
 	if c := events[1].Booking; !c.ConfirmedAt.Equal(b.ConfirmedAt) || c.CancelledAt == nil || c.HolderID != "ann" {
 		t.Fatalf("the cancellation's booking is %+v; confirmed at %s", c, b.ConfirmedAt)
@@ -282,4 +276,23 @@ func TestEventJSONRoundTrip(t *testing.T) {
 			t.Fatalf("round trip:\n%s\n%s", data, again)
 		}
 	}
+}
+
+// waitEvents reads the feed after cursor until it has at least n events, for 30 s at
+// most: any test's writing transaction left open on the server holds every feed back
+// until it ends.
+func waitEvents(t *testing.T, e *Engine, after string, n int) ([]Event, string) {
+	t.Helper()
+	var got []Event
+	for deadline := time.Now().Add(30 * time.Second); len(got) < n && time.Now().Before(deadline); {
+		events, next, err := e.Events(t.Context(), after, MaxEventsPage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(events) == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		got, after = append(got, events...), next
+	}
+	return got, after
 }

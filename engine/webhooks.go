@@ -59,6 +59,9 @@ type WebhookConfig struct {
 	Client *http.Client
 }
 
+// Validate reports what DeliverWebhooks would refuse in c: an InvalidArgumentError.
+func (c WebhookConfig) Validate() error { return c.defaults() }
+
 func (c *WebhookConfig) defaults() error {
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

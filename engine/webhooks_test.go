@@ -271,17 +271,7 @@ func TestWebhooksDeliverEveryEventInOrderThroughFailures(t *testing.T) {
 	}
 	wg.Wait()
 
-	var feed []Event
-	for cursor := ""; ; {
-		events, next, err := v.e.Events(ctx, cursor, MaxEventsPage)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(events) == 0 {
-			break
-		}
-		feed, cursor = append(feed, events...), next
-	}
+	feed, _ := waitEvents(t, v.e, "", shows*(seats+seats/4+1))
 	if want := shows * (seats + seats/4 + 1); len(feed) != want {
 		t.Fatalf("the feed has %d events, want %d", len(feed), want)
 	}

@@ -70,6 +70,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		drainWait = fs.Duration("shutdown-timeout", 15*time.Second, "how long in-flight requests may take after SIGINT/SIGTERM")
 		demoShow  = fs.String("demo-show", "", "create this show (if missing) before serving")
 		demoSeats = fs.Int("demo-seats", 500, "seats of --demo-show")
+		hookURL   = fs.String("webhook-url", "", "post every booking event here, per the Standard Webhooks spec (one replica at a time delivers); empty: no webhooks")
+		hookFile  = fs.String("webhook-secret-file", "", "file with the whsec_ secret that signs the webhook deliveries")
 	)
 	backends.register(fs, true)
 	eng.register(fs)
@@ -158,6 +160,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer svc.close()
+	stopHooks, err := startWebhooks(ctx, svc.engine, *hookURL, *hookFile, log)
+	if err != nil {
+		return err
+	}
+	defer stopHooks()
 	if *demoShow != "" {
 		if _, err := svc.engine.EnsureShowLayout(ctx, *demoShow, demo.Venue(*demoSeats)); err != nil {
 			return fmt.Errorf("create demo show %s: %w", *demoShow, err)
