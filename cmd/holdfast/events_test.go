@@ -77,7 +77,10 @@ func TestEventsCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	r, w := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"events", "--after", evs[0].ID, "--follow"}, vars, w, io.Discard); w.Close() }()
+	go func() {
+		done <- run(ctx, []string{"events", "--after", evs[0].ID, "--follow"}, vars, w, io.Discard)
+		w.Close()
+	}()
 	second := book("A2")
 	var line []byte
 	buf := make([]byte, 1)
