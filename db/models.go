@@ -55,6 +55,7 @@ type BookingEvent struct {
 	SeatIds    []string
 	HolderID   string
 	At         time.Time
+	Txid       pgtype.Uint64
 }
 
 type BookingPlace struct {
@@ -130,4 +131,12 @@ type Show struct {
 	QueueAdmissionTtlMs int64
 	RulesVersion        int64
 	Epoch               int64
+}
+
+type WebhookDelivery struct {
+	Endpoint   string
+	Delivered  string
+	Holder     uuid.NullUUID
+	LeaseUntil time.Time
+	UpdatedAt  time.Time
 }

@@ -66,6 +66,14 @@ type Querier interface {
 	// server is set up with: once it returns, everything the server committed before it is
 	// as durable as its settings promise.
 	DurabilityBarrier(ctx context.Context, slot int32) (int64, error)
+	// EventLostInsert records a booking a failover lost (Reconcile), once per booking: a
+	// second reconciliation that finds it again writes nothing.
+	EventLostInsert(ctx context.Context, arg EventLostInsertParams) (int64, error)
+	// EventsAfter reads the feed (migration 00010): the booking changes after the position
+	// (@after_txid, @after_event), in (txid, event_id) order, of transactions below the
+	// oldest one still running only, so that no row can commit later behind what it
+	// returns. A confirmed or cancelled event carries its booking's confirmation time.
+	EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error)
 	// HolderSeatsByShow pages through a show's holders with booked seats.
 	HolderSeatsByShow(ctx context.Context, arg HolderSeatsByShowParams) ([]HolderSeatsByShowRow, error)
 	// HolderSeatsFind reads the booked-seat counts of (show, holder) pairs.
@@ -151,6 +159,16 @@ type Querier interface {
 	// past above (Redis's copy's: a change a failover lost), the rules as they are; no row
 	// when the show is gone or another show has its id now.
 	ShowRulesVersionPass(ctx context.Context, arg ShowRulesVersionPassParams) (int64, error)
+	// WebhookAdvance moves an endpoint's delivery cursor, only while @holder's lease runs.
+	WebhookAdvance(ctx context.Context, arg WebhookAdvanceParams) (int64, error)
+	// WebhookCursor reads an endpoint's delivery cursor ('' before its first delivery).
+	WebhookCursor(ctx context.Context, endpoint string) (string, error)
+	// WebhookLease takes or renews the lease of an endpoint's deliveries for @holder, for
+	// @seconds by the database's clock, when @holder has it or it has run out, and returns
+	// the endpoint's delivery cursor. No row: another engine holds the lease.
+	WebhookLease(ctx context.Context, arg WebhookLeaseParams) (string, error)
+	// WebhookRelease gives up @holder's lease, so that another engine takes over at once.
+	WebhookRelease(ctx context.Context, arg WebhookReleaseParams) error
 }
 
 var _ Querier = (*Queries)(nil)

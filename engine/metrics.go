@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +34,9 @@ type metrics struct {
 	backendUp         *prometheus.GaugeVec
 	outboxRows        prometheus.Gauge
 	outboxOldest      prometheus.Gauge
-	children          sync.Map // opResult -> *opMetrics
+	webhookSent       *prometheus.CounterVec
+	webhookPending    atomic.Int64 // the oldest undelivered event's time (Unix ns), 0 for none: webhooks.go
+	children          sync.Map     // opResult -> *opMetrics
 }
 
 // newMetrics makes the engine's collectors and registers them with reg (nil: none).
@@ -98,12 +101,16 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 		"Sold-marker writes owed to Redis and not yet made (marker_outbox rows), as of the last health probe.")
 	m.outboxOldest = gauge("holdfast_marker_outbox_oldest_seconds",
 		"Age of the oldest marker_outbox row (0 when none), as of the last health probe: the repair is behind when it grows.")
+	m.webhookSent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "holdfast_webhook_attempts_total",
+		Help: "Webhook delivery attempts by result: delivered (a 2xx), refused (another status), failed (no answer in time, or none)."}, []string{"result"})
 	if reg != nil {
 		queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "holdfast_confirm_queue_length",
 			Help: "Confirmations waiting in the queue for a batch now.",
 		}, confirmQueue)
-		for _, c := range []prometheus.Collector{queue, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize, m.batchRewrites,
+		pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_webhook_oldest_undelivered_seconds",
+			Help: "Age of the oldest event the webhook endpoint has not acknowledged (0 when none, or when no --webhook-url), as this engine last read it."}, m.webhookAge)
+		for _, c := range []prometheus.Collector{queue, pending, m.webhookSent, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize, m.batchRewrites,
 			m.failovers, m.stalls, m.unproven, m.settled, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
@@ -124,6 +131,16 @@ func histogram(name, help string, buckets ...float64) prometheus.Histogram {
 
 func gauge(name, help string) prometheus.Gauge {
 	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// webhookAge is the age in seconds of the oldest event the webhook endpoint has not
+// acknowledged, 0 when none.
+func (m *metrics) webhookAge() float64 {
+	at := m.webhookPending.Load()
+	if at == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, at)).Seconds()
 }
 
 // observe records one finished operation. The labelled children are resolved once per

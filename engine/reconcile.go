@@ -130,6 +130,12 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 			rep.LostCancellations++
 		}
 	}
+	// The lost bookings' events first: if setting their markers back fails, the next
+	// reconciliation finds them again (and writes no event twice).
+	rep.Lost = e.lostBookings(ctx, sh, lost)
+	if err := e.recordLost(ctx, rep.Lost); err != nil {
+		return rep, err
+	}
 	if rep.Lowered, err = e.lowerMarkers(ctx, sh, seats, was, to); err != nil {
 		return rep, err
 	}
@@ -140,13 +146,9 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 	if rep.RulesRestored, err = e.reconcileRules(ctx, sh, rules); err != nil {
 		return rep, err
 	}
-	gens := slices.Sorted(maps.Keys(lost))
-	ids := e.lostBookingIDs(ctx, sh, gens)
-	for i, g := range gens {
-		b := LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g], BookingID: ids[i]}
-		rep.Lost = append(rep.Lost, b)
+	for _, b := range rep.Lost {
 		e.log.ErrorContext(ctx, "a booking Redis saw committed is missing from the database (a failover lost it); its seats are sellable again",
-			"show_id", sh.id, "booking_id", b.BookingID, "generation", g, "seats", strings.Join(b.SeatIDs, " "))
+			"show_id", sh.id, "booking_id", b.BookingID, "generation", b.Generation, "seats", strings.Join(b.SeatIDs, " "))
 	}
 	e.m.lostBookings.Add(float64(len(rep.Lost)))
 	if rep.LostCancellations > 0 {
@@ -154,6 +156,18 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 			"show_id", sh.id, "seats", rep.LostCancellations)
 	}
 	return rep, nil
+}
+
+// lostBookings names the bookings of the generations in lost (generation -> seats), by
+// generation, with the booking ids Redis knows.
+func (e *Engine) lostBookings(ctx context.Context, sh *show, lost map[int64][]string) []LostBooking {
+	gens := slices.Sorted(maps.Keys(lost))
+	ids := e.lostBookingIDs(ctx, sh, gens)
+	var out []LostBooking
+	for i, g := range gens {
+		out = append(out, LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g], BookingID: ids[i]})
+	}
+	return out
 }
 
 // redisMarkers are the sold markers Redis has for the show's seats, by seat.

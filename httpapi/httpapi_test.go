@@ -164,7 +164,7 @@ func (a *api) doHeaders(method, path string, headers http.Header, body any) repl
 func adminRoute(method, path string) bool {
 	showPath := strings.HasPrefix(path, "/v1/shows/") && strings.Count(path, "/") == 3
 	return (method == "PUT" && strings.HasPrefix(path, "/v1/shows/")) || (method == "DELETE" && showPath) ||
-		(method == "POST" && strings.HasSuffix(path, "/resync")) || path == "/metrics"
+		(method == "POST" && strings.HasSuffix(path, "/resync")) || path == "/metrics" || strings.HasPrefix(path, "/v1/events")
 }
 
 // doOn sends a request to one listener.

@@ -61,6 +61,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"POST", "/v1/shows/{show}/resync", s.operatorOnly(s.postResync)},
 		{"PUT", "/v1/shows/{show}/rules", s.operatorOnly(s.putRules)},
 		{"GET", "/v1/shows/{show}/rules", s.operatorOnly(s.getRules)},
+		{"GET", "/v1/events", s.operatorOnly(s.getFeed)},
 		{"GET", "/livez", http.HandlerFunc(s.livez)},
 		{"GET", "/readyz", http.HandlerFunc(s.readyzDetailed)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},

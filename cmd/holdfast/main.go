@@ -7,6 +7,7 @@
 //	holdfast bench   [flags]
 //	holdfast abuse   [flags]
 //	holdfast resync  --show SHOW [--from-database]
+//	holdfast events  [--after CURSOR] [--follow]
 //	holdfast version
 //
 // Run "holdfast help" or "holdfast <command> -h" for the flags.

@@ -290,10 +290,10 @@ func TestMigrateDownRefusesToDestroyData(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), `SELECT max(version_id) FROM goose_db_version`).Scan(&before); err != nil {
 		t.Fatal(err)
 	}
-	// Migrations that drop no data (an index, say) roll back at once; the first that
-	// would drop rows stops.
+	// Migrations that drop no data (an index, say, or an empty table's column) roll back
+	// at once; the first that would drop rows stops.
 	code, text, err := step("down")
-	for code == 0 && strings.Contains(text, "rolled back") && !strings.Contains(text, "drops column") {
+	for code == 0 && strings.Contains(text, "rolled back") {
 		before--
 		code, text, err = step("down")
 	}

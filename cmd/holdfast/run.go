@@ -42,6 +42,7 @@ Usage:
   holdfast serve   [flags]              serve the HTTP API
   holdfast migrate up|down|status       apply, roll back one, or list the migrations
   holdfast resync  --show SHOW          rebuild a show's Redis state from PostgreSQL
+  holdfast events  [--after ID] [--follow]  print the event feed as NDJSON, one event a line
   holdfast demo    [flags]              simulate a sale opening against a live server
   holdfast bench   [flags]              measure throughput against raw Redis and PostgreSQL
   holdfast abuse   [flags]              run the attacks of docs/RELIABILITY.md ("Abuse") against two servers it starts
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, args[1:], getenv, stdout, stderr)
 	case "resync":
 		return resync(ctx, args[1:], getenv, stdout, stderr)
+	case "events":
+		return events(ctx, args[1:], getenv, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":

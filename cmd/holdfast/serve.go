@@ -70,6 +70,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		drainWait = fs.Duration("shutdown-timeout", 15*time.Second, "how long in-flight requests may take after SIGINT/SIGTERM")
 		demoShow  = fs.String("demo-show", "", "create this show (if missing) before serving")
 		demoSeats = fs.Int("demo-seats", 500, "seats of --demo-show")
+		hookURL   = fs.String("webhook-url", "", "post every booking event here, per the Standard Webhooks spec (one replica at a time delivers); empty: no webhooks")
+		hookFile  = fs.String("webhook-secret-file", "", "file with the whsec_ secret that signs the webhook deliveries")
 	)
 	backends.register(fs, true)
 	eng.register(fs)
@@ -158,6 +160,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer svc.close()
+	stopHooks, err := startWebhooks(ctx, svc.engine, *hookURL, *hookFile, log)
+	if err != nil {
+		return err
+	}
+	defer stopHooks()
 	if *demoShow != "" {
 		if _, err := svc.engine.EnsureShowLayout(ctx, *demoShow, demo.Venue(*demoSeats)); err != nil {
 			return fmt.Errorf("create demo show %s: %w", *demoShow, err)
@@ -169,18 +176,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
 	ln = api.Listener(ln) // --max-conns, --max-conns-per-addr
-	newServer := func(h http.Handler) *http.Server {
-		return &http.Server{
-			Handler:           h,
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       15 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       60 * time.Second,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-			ConnContext:       api.ConnContext,
-			ConnState:         api.ConnState, // the public listener's idle connections, closed near --max-conns
-		}
-	}
+	newServer := func(h http.Handler) *http.Server { return httpServer(h, api, log) }
 	srv := newServer(api)
 	if wrap, ok := ctx.Value(handlerWrapKey{}).(func(http.Handler) http.Handler); ok {
 		srv.Handler = wrap(srv.Handler) // a test watching its request reach the handler
@@ -415,3 +411,19 @@ func (s *service) close() {
 }
 
 // pendingMigrations reports whether the database lacks migrations this binary has.
+
+// httpServer is an http.Server of h with serve's timeouts, its errors logged to log and
+// its connections tracked by api (the public listener's idle connections, closed near
+// --max-conns).
+func httpServer(h http.Handler, api *httpapi.Server, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnContext:       api.ConnContext,
+		ConnState:         api.ConnState,
+	}
+}

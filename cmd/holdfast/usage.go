@@ -28,6 +28,7 @@ var flagGroups = map[string][]flagGroup{
 		{"Security", []string{"holder-jwt-secret-file", "holder-jwt-key", "trusted-holder-header", "operator-token",
 			"operator-token-file", "log-key"}},
 		{"Observability", []string{"log-level", "request-log-level", "otlp-endpoint"}},
+		{"Webhooks", []string{"webhook-url", "webhook-secret-file"}},
 		{"Demo", []string{"demo-show", "demo-seats"}},
 	},
 }

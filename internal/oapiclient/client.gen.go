@@ -38,6 +38,48 @@ func (e BookingStatus) Valid() bool {
 	}
 }
 
+// Defines values for EventBookingStatus.
+const (
+	EventBookingCancelled EventBookingStatus = "cancelled"
+	EventBookingConfirmed EventBookingStatus = "confirmed"
+	EventBookingLost      EventBookingStatus = "lost"
+)
+
+// Valid indicates whether the value is a known member of the EventBookingStatus enum.
+func (e EventBookingStatus) Valid() bool {
+	switch e {
+	case EventBookingCancelled:
+		return true
+	case EventBookingConfirmed:
+		return true
+	case EventBookingLost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventKind.
+const (
+	EventCancelled EventKind = "cancelled"
+	EventConfirmed EventKind = "confirmed"
+	EventLost      EventKind = "lost"
+)
+
+// Valid indicates whether the value is a known member of the EventKind enum.
+func (e EventKind) Valid() bool {
+	switch e {
+	case EventCancelled:
+		return true
+	case EventConfirmed:
+		return true
+	case EventLost:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCause.
 const (
 	CauseConfirmed  ProblemCause = "confirmed"
@@ -283,6 +325,34 @@ type Booking struct {
 // BookingStatus defines model for Booking.Status.
 type BookingStatus string
 
+// Event A change to a booking; also the `data` of a webhook delivery, whose `webhook-id` is `id`.
+type Event struct {
+	At time.Time `json:"at"`
+
+	// Booking The booking as the event left it. For `lost`, `id` is the zero UUID when Redis did not know it, `holder` is empty and `confirmed_at` null.
+	Booking struct {
+		CancelledAt *time.Time         `json:"cancelled_at"`
+		ConfirmedAt *time.Time         `json:"confirmed_at"`
+		Generation  int                `json:"generation"`
+		Holder      string             `json:"holder"`
+		Id          openapi_types.UUID `json:"id"`
+		Seats       SeatIDs            `json:"seats"`
+		Show        ID                 `json:"show"`
+		Status      EventBookingStatus `json:"status"`
+	} `json:"booking"`
+
+	// Id The event's place in the feed: opaque, ordered as a string.
+	Id   string    `json:"id"`
+	Kind EventKind `json:"kind"`
+	Show ID        `json:"show"`
+}
+
+// EventBookingStatus defines model for Event.Booking.Status.
+type EventBookingStatus string
+
+// EventKind defines model for Event.Kind.
+type EventKind string
+
 // Hold defines model for Hold.
 type Hold struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
@@ -494,6 +564,15 @@ type CancelBookingParams struct {
 type GetBookingParams struct {
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
+}
+
+// GetEventFeedParams defines parameters for GetEventFeed.
+type GetEventFeedParams struct {
+	// After The last event id read; empty or absent: from the first.
+	After *string `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit At most this many events (default 100).
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListMyBookingsParams defines parameters for ListMyBookings.
@@ -1050,6 +1129,18 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/demo/identity (the `PostDemoIdentity` operationId).
 	PostDemoIdentity(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetEventFeed The event feed, from a cursor (operator; admin listener)
+	//
+	// Every change to a booking — `confirmed`, `cancelled`, `lost` (a failover lost a
+	// confirmed booking; its seats are sellable again) — written in the transaction of
+	// the change, oldest first. Pass `next` as `after` to read on: a consumer that
+	// resumes from its last cursor misses none and sees none twice, in order, across
+	// restarts and a failover to a synchronous standby. `next` is `after` itself when
+	// nothing is new.
+	//
+	// Corresponds with GET /v1/events (the `GetEventFeed` operationId).
+	GetEventFeed(ctx context.Context, params *GetEventFeedParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListMyBookings The caller's bookings in every show, newest first (cancelled ones too)
 	//
 	// Corresponds with GET /v1/holders/me/bookings (the `ListMyBookings` operationId).
@@ -1427,6 +1518,28 @@ func (c *Client) GetBooking(ctx context.Context, id string, params *GetBookingPa
 // Corresponds with POST /v1/demo/identity (the `PostDemoIdentity` operationId).
 func (c *Client) PostDemoIdentity(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPostDemoIdentityRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEventFeed The event feed, from a cursor (operator; admin listener)
+//
+// Every change to a booking — `confirmed`, `cancelled`, `lost` (a failover lost a
+// confirmed booking; its seats are sellable again) — written in the transaction of
+// the change, oldest first. Pass `next` as `after` to read on: a consumer that
+// resumes from its last cursor misses none and sees none twice, in order, across
+// restarts and a failover to a synchronous standby. `next` is `after` itself when
+// nothing is new.
+//
+// Corresponds with GET /v1/events (the `GetEventFeed` operationId).
+func (c *Client) GetEventFeed(ctx context.Context, params *GetEventFeedParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEventFeedRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2233,6 +2346,72 @@ func NewPostDemoIdentityRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEventFeedRequest constructs an http.Request for the GetEventFeed method
+func NewGetEventFeedRequest(server string, params *GetEventFeedParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3346,6 +3525,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/demo/identity (the `PostDemoIdentity` operationId).
 	PostDemoIdentityWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*PostDemoIdentityResponse, error)
 
+	// GetEventFeedWithResponse The event feed, from a cursor (operator; admin listener)
+	//
+	// Every change to a booking — `confirmed`, `cancelled`, `lost` (a failover lost a
+	// confirmed booking; its seats are sellable again) — written in the transaction of
+	// the change, oldest first. Pass `next` as `after` to read on: a consumer that
+	// resumes from its last cursor misses none and sees none twice, in order, across
+	// restarts and a failover to a synchronous standby. `next` is `after` itself when
+	// nothing is new.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `GetEventFeed` operationId).
+	GetEventFeedWithResponse(ctx context.Context, params *GetEventFeedParams, reqEditors ...RequestEditorFn) (*GetEventFeedResponse, error)
+
 	// ListMyBookingsWithResponse The caller's bookings in every show, newest first (cancelled ones too)
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4223,6 +4416,88 @@ func (r PostDemoIdentityResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PostDemoIdentityResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetEventFeedResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Events []Event `json:"events"`
+		Next   string  `json:"next"`
+	}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEventFeedResponse) GetJSON200() *struct {
+	Events []Event `json:"events"`
+	Next   string  `json:"next"`
+} {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEventFeedResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetEventFeedResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetEventFeedResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetEventFeedResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetEventFeedResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEventFeedResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEventFeedResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEventFeedResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEventFeedResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5815,6 +6090,26 @@ func (c *ClientWithResponses) PostDemoIdentityWithResponse(ctx context.Context, 
 	return ParsePostDemoIdentityResponse(rsp)
 }
 
+// GetEventFeedWithResponse The event feed, from a cursor (operator; admin listener)
+//
+// Every change to a booking — `confirmed`, `cancelled`, `lost` (a failover lost a
+// confirmed booking; its seats are sellable again) — written in the transaction of
+// the change, oldest first. Pass `next` as `after` to read on: a consumer that
+// resumes from its last cursor misses none and sees none twice, in order, across
+// restarts and a failover to a synchronous standby. `next` is `after` itself when
+// nothing is new.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `GetEventFeed` operationId).
+func (c *ClientWithResponses) GetEventFeedWithResponse(ctx context.Context, params *GetEventFeedParams, reqEditors ...RequestEditorFn) (*GetEventFeedResponse, error) {
+	rsp, err := c.GetEventFeed(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEventFeedResponse(rsp)
+}
+
 // ListMyBookingsWithResponse The caller's bookings in every show, newest first (cancelled ones too)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6643,6 +6938,70 @@ func ParsePostDemoIdentityResponse(rsp *http.Response) (*PostDemoIdentityRespons
 			return nil, err
 		}
 		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetEventFeedResponse parses an HTTP response from a GetEventFeedWithResponse call
+func ParseGetEventFeedResponse(rsp *http.Response) (*GetEventFeedResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEventFeedResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Events []Event `json:"events"`
+			Next   string  `json:"next"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
