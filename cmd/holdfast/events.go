@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/holdfast/holdfast/engine"
@@ -34,23 +33,11 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
-	pool, err := backends.openPool(ctx)
+	e, closeEngine, err := backends.openEngine(ctx, &eng, stderr)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rdb, err := backends.openRedis(ctx)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	cfg := eng.config()
-	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e, err := engine.New(pool, rdb, &cfg)
-	if err != nil {
-		return usageErr("engine configuration: %v", err)
-	}
-	defer e.Close()
+	defer closeEngine()
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	enc := json.NewEncoder(out)

@@ -5,11 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
-
-	"github.com/holdfast/holdfast/engine"
 )
 
 // resync rebuilds shows' Redis state from PostgreSQL (engine.Resync), for an operator
@@ -36,23 +33,11 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 	if len(shows) == 0 {
 		return commandUsage(fs, "resync needs --show SHOW (one or more)")
 	}
-	pool, err := backends.openPool(ctx)
+	e, closeEngine, err := backends.openEngine(ctx, &eng, stderr)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rdb, err := backends.openRedis(ctx)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	cfg := eng.config()
-	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e, err := engine.New(pool, rdb, &cfg)
-	if err != nil {
-		return usageErr("engine configuration: %v", err)
-	}
-	defer e.Close()
+	defer closeEngine()
 	for _, show := range shows {
 		start := time.Now()
 		if !fromDB {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -298,4 +299,27 @@ func redactURL(s string) string {
 
 func redactErr(err error, secretURL string) string {
 	return strings.ReplaceAll(err.Error(), secretURL, redactURL(secretURL))
+}
+
+// openEngine opens the backends and an engine on them, for a command that needs no
+// server (resync, events), warnings logged as JSON to stderr; closeEngine closes all
+// three.
+func (b *backendFlags) openEngine(ctx context.Context, eng *engineFlags, stderr io.Writer) (e *engine.Engine, closeEngine func(), err error) {
+	pool, err := b.openPool(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rdb, err := b.openRedis(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	cfg := eng.config()
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if e, err = engine.New(pool, rdb, &cfg); err != nil {
+		rdb.Close()
+		pool.Close()
+		return nil, nil, usageErr("engine configuration: %v", err)
+	}
+	return e, func() { e.Close(); rdb.Close(); pool.Close() }, nil
 }
