@@ -158,8 +158,13 @@ func (p *PostgresServer) Freeze() { p.signalAll(syscall.SIGSTOP) }
 // Thaw resumes a frozen server.
 func (p *PostgresServer) Thaw() { p.signalAll(syscall.SIGCONT) }
 
-// Kill ends every process of the server at once (SIGKILL), the way a machine dies.
+// Kill ends every process of the server at once (SIGKILL), the way a machine dies. It
+// stops them all first (the postmaster first: it forks no more): killed one after
+// another, a backend that outlived its postmaster by a moment would answer its client
+// "terminating connection due to unexpected postmaster exit", which a dead machine never
+// sends.
 func (p *PostgresServer) Kill() {
+	p.Freeze()
 	pids := p.pids()
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
