@@ -31,215 +31,311 @@ import (
 )
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("holdfast serve", flag.ContinueOnError)
-	var (
-		backends  backendFlags
-		eng       engineFlags
-		addr      = fs.String("addr", "127.0.0.1:8080", "listen address host:port")
-		adminAddr = fs.String("admin-addr", "127.0.0.1:9090",
-			"listen address of the admin listener: /metrics, show creation, resync, the detailed /readyz; keep it off the public network")
-		rateLimit = fs.Float64("rate-limit", 20, "holds and confirmations per second per holder")
-		rateBurst = fs.Int("rate-burst", 40, "burst of holds and confirmations per holder")
-		addrLimit = fs.Float64("addr-rate-limit", 100, "holds and confirmations per second per client address (all its holders)")
-		addrBurst = fs.Int("addr-rate-burst", 200, "burst of holds and confirmations per client address")
-		readLimit = fs.Float64("read-rate-limit", 50, "reads per second per client address, and per holder when one is named")
-		readBurst = fs.Int("read-rate-burst", 100, "burst of reads per client address or holder")
-		addrSeats = fs.Int("max-seats-per-addr", 100, "seats one client address may hold at once in one show, whatever holder ids it uses")
-		proxies   = fs.String("trusted-proxy", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
-		maxConns  = fs.Int("max-conns", 4096, "most open client connections; more wait to be accepted, and from 7/8 of it on idle keep-alive ones are closed")
-		addrConns = fs.Int("max-conns-per-addr", 64,
-			"most open connections from one client address (an IPv6 /64; not a --trusted-proxy); more are closed as they are accepted")
-		maxStreams = fs.Int("max-streams", 1024, "most seat-map event streams open at once (at most half of --max-conns)")
-		addrStream = fs.Int("max-streams-per-addr", 16, "most event streams open at once from one client address")
-		jwtSecret  = fs.String("holder-jwt-secret-file", "",
-			"file with the HS256 secret of signed holders (Authorization: Bearer <JWT>, sub the holder); read again when it changes")
-		jwtKey = fs.String("holder-jwt-key", "",
-			"file with the PEM public key (RSA, ECDSA P-256 or Ed25519) of signed holders; read again when it changes")
-		trustedHolder = fs.Bool("trusted-holder-header", false,
-			"unsigned holders: Holder-Id is believed as sent, because only a trusted backend that sets it reaches --addr; needed to serve them on an --addr that is not loopback")
-		tlsCert = fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (and HTTP/2) on --addr; read again when it changes")
-		tlsKey  = fs.String("tls-key", "", "PEM private key of --tls-cert")
-		opToken = fs.String("operator-token", "",
-			"bearer token of the operator routes (show creation, resync); empty turns them off")
-		opTokenFile = fs.String("operator-token-file", "",
-			"file with the operator token instead, read again when it changes: rotation without a restart")
-		logKey = fs.String("log-key", "",
-			"secret that keys the holder hash in logs; random per process when empty")
-		logLevel  = fs.String("log-level", "info", "least level logged: debug, info, warn or error")
-		reqLevel  = fs.String("request-log-level", "info", "level of the one line logged per request: debug or info")
-		drainWait = fs.Duration("shutdown-timeout", 15*time.Second, "how long in-flight requests may take after SIGINT/SIGTERM")
-		demoShow  = fs.String("demo-show", "", "create this show (if missing) before serving")
-		demoSeats = fs.Int("demo-seats", 500, "seats of --demo-show")
-		hookURL   = fs.String("webhook-url", "", "post every booking event here, per the Standard Webhooks spec (one replica at a time delivers); empty: no webhooks")
-		hookFile  = fs.String("webhook-secret-file", "", "file with the whsec_ secret that signs the webhook deliveries")
-	)
-	backends.register(fs, true)
-	eng.register(fs)
-	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
-		return err
-	}
-	if _, _, err := net.SplitHostPort(*addr); err != nil {
-		return usageErr("--addr %q is not host:port (for example 127.0.0.1:8080)", *addr)
-	}
-	if *rateLimit <= 0 || *rateBurst < 1 || *readLimit <= 0 || *readBurst < 1 || *addrLimit <= 0 || *addrBurst < 1 {
-		return usageErr("--rate-limit, --addr-rate-limit and --read-rate-limit must be positive, their bursts at least 1")
-	}
-	if *maxConns < 1 {
-		return usageErr("--max-conns must be at least 1")
-	}
-	if *addrConns <= *addrStream {
-		return usageErr("--max-conns-per-addr (%d) must be more than --max-streams-per-addr (%d): an address's streams and its other requests", *addrConns, *addrStream)
-	}
-	streamsSet := false
-	fs.Visit(func(f *flag.Flag) { streamsSet = streamsSet || f.Name == "max-streams" })
-	if !streamsSet {
-		*maxStreams = max(1, min(*maxStreams, *maxConns/2))
-	}
-	if *maxStreams < 1 || (streamsSet && *maxStreams > *maxConns/2) || *addrStream < 1 || *addrSeats < 1 {
-		return usageErr("--max-streams must be from 1 to half of --max-conns (%d), so that streams never starve other requests; --max-streams-per-addr and --max-seats-per-addr at least 1", *maxConns/2)
-	}
-	trusted, err := parseCIDRs(*proxies)
+	f, err := parseServeFlags(ctx, args, getenv, stdout, stderr)
 	if err != nil {
-		return usageErr("--trusted-proxy: %v", err)
-	}
-	if *jwtSecret != "" && *jwtKey != "" {
-		return usageErr("give one of --holder-jwt-secret-file and --holder-jwt-key")
-	}
-	if err := checkHolderTrust(*addr, *jwtSecret != "" || *jwtKey != "", *trustedHolder); err != nil {
 		return err
 	}
-	if (*tlsCert == "") != (*tlsKey == "") {
-		return usageErr("--tls-cert and --tls-key go together")
+	log := f.logger(stderr)
+	opts, certs, err := f.apiOptions(log)
+	if err != nil {
+		return err
 	}
-	if *opToken != "" && *opTokenFile != "" {
-		return usageErr("give one of --operator-token and --operator-token-file")
-	}
-	if *adminAddr != "" {
-		if _, _, err := net.SplitHostPort(*adminAddr); err != nil {
-			return usageErr("--admin-addr %q is not host:port (for example 127.0.0.1:9090)", *adminAddr)
-		}
-	}
-	if *opToken != "" && len(*opToken) < 16 {
-		return usageErr("--operator-token must be at least 16 characters (for example: openssl rand -hex 16)")
-	}
-	var level, requestLevel slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
-	}
-	if err := requestLevel.UnmarshalText([]byte(*reqLevel)); err != nil || (requestLevel != slog.LevelDebug && requestLevel != slog.LevelInfo) {
-		return usageErr("--request-log-level %q: want debug or info", *reqLevel)
-	}
-	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
-	opts := httpapi.Options{RateLimit: *rateLimit, RateBurst: *rateBurst, AddrRateLimit: *addrLimit, AddrRateBurst: *addrBurst,
-		ReadRateLimit: *readLimit, ReadRateBurst: *readBurst, MaxSeatsPerAddress: *addrSeats, TrustedProxies: trusted,
-		MaxStreams: *maxStreams, MaxStreamsPerAddress: *addrStream, MaxConns: *maxConns, MaxConnsPerAddress: *addrConns,
-		OperatorToken: *opToken, OperatorTokenFile: *opTokenFile, LogKey: []byte(*logKey),
-		RequestLogLevel: requestLevel, TLS: *tlsCert != ""}
-	reloadFailed := func(what string) func(error) {
-		return func(err error) { log.Error(what+" changed but does not load; the last good one stays", "error", err) }
-	}
-	switch {
-	case *jwtSecret != "":
-		if opts.HolderAuth, err = httpapi.HolderSecretFile(*jwtSecret, reloadFailed("--holder-jwt-secret-file")); err != nil {
-			return usageErr("--holder-jwt-secret-file: %v", err)
-		}
-		opts.DemoIdentity = *demoShow != ""
-	case *jwtKey != "":
-		if opts.HolderAuth, err = httpapi.HolderPublicKeyFile(*jwtKey, reloadFailed("--holder-jwt-key")); err != nil {
-			return usageErr("--holder-jwt-key: %v", err)
-		}
-	}
-	var certs func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-	if *tlsCert != "" {
-		if certs, err = httpapi.CertificateFiles(*tlsCert, *tlsKey, reloadFailed("--tls-cert/--tls-key")); err != nil {
-			return usageErr("--tls-cert/--tls-key: %v", err)
-		}
-	}
-	svc, err := openService(ctx, &backends, &eng, log, opts)
+	svc, err := openService(ctx, &f.backends, &f.eng, log, opts)
 	if err != nil {
 		return err
 	}
 	defer svc.close()
-	stopHooks, err := startWebhooks(ctx, svc.engine, *hookURL, *hookFile, log)
+	stopHooks, err := startWebhooks(ctx, svc.engine, f.hookURL, f.hookFile, log)
 	if err != nil {
 		return err
 	}
 	defer stopHooks()
-	if *demoShow != "" {
-		if _, err := svc.engine.EnsureShowLayout(ctx, *demoShow, demo.Venue(*demoSeats)); err != nil {
-			return fmt.Errorf("create demo show %s: %w", *demoShow, err)
+	if f.demoShow != "" {
+		if _, err := svc.engine.EnsureShowLayout(ctx, f.demoShow, demo.Venue(f.demoSeats)); err != nil {
+			return fmt.Errorf("create demo show %s: %w", f.demoShow, err)
 		}
 	}
-	api := svc.api
-	ln, err := net.Listen("tcp", *addr)
+	l, err := startListeners(ctx, f, svc.api, certs, log, stdout)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *addr, err)
+		return err
 	}
-	ln = api.Listener(ln) // --max-conns, --max-conns-per-addr
-	newServer := func(h http.Handler) *http.Server { return httpServer(h, api, log) }
-	srv := newServer(api)
+	announce(f, opts, l, log, stdout)
+	return l.wait(ctx, svc.api, f.drainWait, log)
+}
+
+// serveFlags are holdfast serve's flags.
+type serveFlags struct {
+	backends                        backendFlags
+	eng                             engineFlags
+	addr, adminAddr                 string
+	rateLimit, addrLimit, readLimit float64
+	rateBurst, addrBurst, readBurst int
+	addrSeats                       int
+	proxies                         string
+	maxConns, addrConns             int
+	maxStreams, addrStream          int
+	jwtSecret, jwtKey               string
+	trustedHolder                   bool
+	tlsCert, tlsKey                 string
+	opToken, opTokenFile            string
+	logKey, logLevel, reqLevel      string
+	drainWait                       time.Duration
+	demoShow                        string
+	demoSeats                       int
+	hookURL, hookFile               string
+
+	trusted       []netip.Prefix // --trusted-proxy, parsed
+	level, rlevel slog.Level     // --log-level and --request-log-level, parsed
+}
+
+// parseServeFlags registers, parses and checks serve's flags.
+func parseServeFlags(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (*serveFlags, error) {
+	fs := flag.NewFlagSet("holdfast serve", flag.ContinueOnError)
+	f := &serveFlags{}
+	f.register(fs)
+	f.backends.register(fs, true)
+	f.eng.register(fs)
+	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
+		return nil, err
+	}
+	if err := f.checkLimits(fs); err != nil {
+		return nil, err
+	}
+	if err := f.checkSecurity(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// register defines serve's own flags on fs (the backends' and the engine's are theirs).
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address host:port")
+	fs.StringVar(&f.adminAddr, "admin-addr", "127.0.0.1:9090",
+		"listen address of the admin listener: /metrics, show creation, resync, the detailed /readyz; keep it off the public network")
+	fs.Float64Var(&f.rateLimit, "rate-limit", 20, "holds and confirmations per second per holder")
+	fs.IntVar(&f.rateBurst, "rate-burst", 40, "burst of holds and confirmations per holder")
+	fs.Float64Var(&f.addrLimit, "addr-rate-limit", 100, "holds and confirmations per second per client address (all its holders)")
+	fs.IntVar(&f.addrBurst, "addr-rate-burst", 200, "burst of holds and confirmations per client address")
+	fs.Float64Var(&f.readLimit, "read-rate-limit", 50, "reads per second per client address, and per holder when one is named")
+	fs.IntVar(&f.readBurst, "read-rate-burst", 100, "burst of reads per client address or holder")
+	fs.IntVar(&f.addrSeats, "max-seats-per-addr", 100, "seats one client address may hold at once in one show, whatever holder ids it uses")
+	fs.StringVar(&f.proxies, "trusted-proxy", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+	fs.IntVar(&f.maxConns, "max-conns", 4096, "most open client connections; more wait to be accepted, and from 7/8 of it on idle keep-alive ones are closed")
+	fs.IntVar(&f.addrConns, "max-conns-per-addr", 64,
+		"most open connections from one client address (an IPv6 /64; not a --trusted-proxy); more are closed as they are accepted")
+	fs.IntVar(&f.maxStreams, "max-streams", 1024, "most seat-map event streams open at once (at most half of --max-conns)")
+	fs.IntVar(&f.addrStream, "max-streams-per-addr", 16, "most event streams open at once from one client address")
+	fs.StringVar(&f.jwtSecret, "holder-jwt-secret-file", "",
+		"file with the HS256 secret of signed holders (Authorization: Bearer <JWT>, sub the holder); read again when it changes")
+	fs.StringVar(&f.jwtKey, "holder-jwt-key", "",
+		"file with the PEM public key (RSA, ECDSA P-256 or Ed25519) of signed holders; read again when it changes")
+	fs.BoolVar(&f.trustedHolder, "trusted-holder-header", false,
+		"unsigned holders: Holder-Id is believed as sent, because only a trusted backend that sets it reaches --addr; needed to serve them on an --addr that is not loopback")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate chain: serve HTTPS (and HTTP/2) on --addr; read again when it changes")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&f.opToken, "operator-token", "",
+		"bearer token of the operator routes (show creation, resync); empty turns them off")
+	fs.StringVar(&f.opTokenFile, "operator-token-file", "",
+		"file with the operator token instead, read again when it changes: rotation without a restart")
+	fs.StringVar(&f.logKey, "log-key", "",
+		"secret that keys the holder hash in logs; random per process when empty")
+	fs.StringVar(&f.logLevel, "log-level", "info", "least level logged: debug, info, warn or error")
+	fs.StringVar(&f.reqLevel, "request-log-level", "info", "level of the one line logged per request: debug or info")
+	fs.DurationVar(&f.drainWait, "shutdown-timeout", 15*time.Second, "how long in-flight requests may take after SIGINT/SIGTERM")
+	fs.StringVar(&f.demoShow, "demo-show", "", "create this show (if missing) before serving")
+	fs.IntVar(&f.demoSeats, "demo-seats", 500, "seats of --demo-show")
+	fs.StringVar(&f.hookURL, "webhook-url", "", "post every booking event here, per the Standard Webhooks spec (one replica at a time delivers); empty: no webhooks")
+	fs.StringVar(&f.hookFile, "webhook-secret-file", "", "file with the whsec_ secret that signs the webhook deliveries")
+}
+
+// checkLimits checks the listen address and the limits, and sets --max-streams to half
+// of --max-conns when it was not given and that is less.
+func (f *serveFlags) checkLimits(fs *flag.FlagSet) error {
+	if _, _, err := net.SplitHostPort(f.addr); err != nil {
+		return usageErr("--addr %q is not host:port (for example 127.0.0.1:8080)", f.addr)
+	}
+	if f.adminAddr != "" {
+		if _, _, err := net.SplitHostPort(f.adminAddr); err != nil {
+			return usageErr("--admin-addr %q is not host:port (for example 127.0.0.1:9090)", f.adminAddr)
+		}
+	}
+	if f.rateLimit <= 0 || f.rateBurst < 1 || f.readLimit <= 0 || f.readBurst < 1 || f.addrLimit <= 0 || f.addrBurst < 1 {
+		return usageErr("--rate-limit, --addr-rate-limit and --read-rate-limit must be positive, their bursts at least 1")
+	}
+	if f.maxConns < 1 {
+		return usageErr("--max-conns must be at least 1")
+	}
+	if f.addrConns <= f.addrStream {
+		return usageErr("--max-conns-per-addr (%d) must be more than --max-streams-per-addr (%d): an address's streams and its other requests", f.addrConns, f.addrStream)
+	}
+	streamsSet := false
+	fs.Visit(func(fl *flag.Flag) { streamsSet = streamsSet || fl.Name == "max-streams" })
+	if !streamsSet {
+		f.maxStreams = max(1, min(f.maxStreams, f.maxConns/2))
+	}
+	if f.maxStreams < 1 || (streamsSet && f.maxStreams > f.maxConns/2) || f.addrStream < 1 || f.addrSeats < 1 {
+		return usageErr("--max-streams must be from 1 to half of --max-conns (%d), so that streams never starve other requests; --max-streams-per-addr and --max-seats-per-addr at least 1", f.maxConns/2)
+	}
+	var err error
+	if f.trusted, err = parseCIDRs(f.proxies); err != nil {
+		return usageErr("--trusted-proxy: %v", err)
+	}
+	return nil
+}
+
+// checkSecurity checks the flags of signed holders, TLS, the operator token and the
+// log levels.
+func (f *serveFlags) checkSecurity() error {
+	if f.jwtSecret != "" && f.jwtKey != "" {
+		return usageErr("give one of --holder-jwt-secret-file and --holder-jwt-key")
+	}
+	if err := checkHolderTrust(f.addr, f.jwtSecret != "" || f.jwtKey != "", f.trustedHolder); err != nil {
+		return err
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return usageErr("--tls-cert and --tls-key go together")
+	}
+	if f.opToken != "" && f.opTokenFile != "" {
+		return usageErr("give one of --operator-token and --operator-token-file")
+	}
+	if f.opToken != "" && len(f.opToken) < 16 {
+		return usageErr("--operator-token must be at least 16 characters (for example: openssl rand -hex 16)")
+	}
+	if err := f.level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usageErr("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	if err := f.rlevel.UnmarshalText([]byte(f.reqLevel)); err != nil || (f.rlevel != slog.LevelDebug && f.rlevel != slog.LevelInfo) {
+		return usageErr("--request-log-level %q: want debug or info", f.reqLevel)
+	}
+	return nil
+}
+
+// logger is the service's JSON logger on stderr, at --log-level.
+func (f *serveFlags) logger(stderr io.Writer) *slog.Logger {
+	return slog.New(httpapi.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: f.level})))
+}
+
+// apiOptions are the HTTP API's options of the flags, the signed holders' keys and the
+// TLS certificates loaded (each read again when its file changes; a change that does not
+// load is logged and the last good one kept).
+func (f *serveFlags) apiOptions(log *slog.Logger) (httpapi.Options, func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	opts := httpapi.Options{RateLimit: f.rateLimit, RateBurst: f.rateBurst, AddrRateLimit: f.addrLimit, AddrRateBurst: f.addrBurst,
+		ReadRateLimit: f.readLimit, ReadRateBurst: f.readBurst, MaxSeatsPerAddress: f.addrSeats, TrustedProxies: f.trusted,
+		MaxStreams: f.maxStreams, MaxStreamsPerAddress: f.addrStream, MaxConns: f.maxConns, MaxConnsPerAddress: f.addrConns,
+		OperatorToken: f.opToken, OperatorTokenFile: f.opTokenFile, LogKey: []byte(f.logKey),
+		RequestLogLevel: f.rlevel, TLS: f.tlsCert != ""}
+	reloadFailed := func(what string) func(error) {
+		return func(err error) { log.Error(what+" changed but does not load; the last good one stays", "error", err) }
+	}
+	var err error
+	switch {
+	case f.jwtSecret != "":
+		if opts.HolderAuth, err = httpapi.HolderSecretFile(f.jwtSecret, reloadFailed("--holder-jwt-secret-file")); err != nil {
+			return opts, nil, usageErr("--holder-jwt-secret-file: %v", err)
+		}
+		opts.DemoIdentity = f.demoShow != ""
+	case f.jwtKey != "":
+		if opts.HolderAuth, err = httpapi.HolderPublicKeyFile(f.jwtKey, reloadFailed("--holder-jwt-key")); err != nil {
+			return opts, nil, usageErr("--holder-jwt-key: %v", err)
+		}
+	}
+	if f.tlsCert == "" {
+		return opts, nil, nil
+	}
+	certs, err := httpapi.CertificateFiles(f.tlsCert, f.tlsKey, reloadFailed("--tls-cert/--tls-key"))
+	if err != nil {
+		return opts, nil, usageErr("--tls-cert/--tls-key: %v", err)
+	}
+	return opts, certs, nil
+}
+
+// listeners are serve's HTTP servers, serving: the public one first, then the admin one
+// when there is one.
+type listeners struct {
+	servers []*http.Server
+	served  chan error // each server's Serve's return
+	public  net.Addr
+	scheme  string
+}
+
+// startListeners listens on --addr (with --max-conns and --max-conns-per-addr) and
+// --admin-addr and serves api on them.
+func startListeners(ctx context.Context, f *serveFlags, api *httpapi.Server, certs func(*tls.ClientHelloInfo) (*tls.Certificate, error), log *slog.Logger, stdout io.Writer) (*listeners, error) {
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", f.addr, err)
+	}
+	ln = api.Listener(ln)
+	srv := httpServer(api, api, log)
 	if wrap, ok := ctx.Value(handlerWrapKey{}).(func(http.Handler) http.Handler); ok {
 		srv.Handler = wrap(srv.Handler) // a test watching its request reach the handler
 	}
-	scheme := "http"
+	l := &listeners{servers: []*http.Server{srv}, served: make(chan error, 2), public: ln.Addr(), scheme: "http"}
 	if certs != nil {
-		scheme = "https"
+		l.scheme = "https"
 		srv.TLSConfig = &tls.Config{GetCertificate: certs, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 	}
-	servers := []*http.Server{srv}
-	served := make(chan error, 2)
-	if *adminAddr != "" {
-		aln, err := net.Listen("tcp", *adminAddr)
+	if f.adminAddr != "" {
+		aln, err := net.Listen("tcp", f.adminAddr)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("listen on --admin-addr %s: %w", *adminAddr, err)
+			return nil, fmt.Errorf("listen on --admin-addr %s: %w", f.adminAddr, err)
 		}
-		adm := newServer(api.Admin())
-		servers = append(servers, adm)
+		adm := httpServer(api.Admin(), api, log)
+		l.servers = append(l.servers, adm)
 		fmt.Fprintf(stdout, "holdfast: admin (metrics, show creation) on http://%s\n", aln.Addr())
-		go func() { served <- adm.Serve(aln) }()
+		go func() { l.served <- adm.Serve(aln) }()
 	}
-	fmt.Fprintf(stdout, "holdfast: listening on %s://%s\n", scheme, ln.Addr())
+	go func() {
+		if certs != nil {
+			l.served <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		l.served <- srv.Serve(ln)
+	}()
+	return l, nil
+}
+
+// announce says where serve listens and how holders are trusted, and shows the demo's
+// walkthrough.
+func announce(f *serveFlags, opts httpapi.Options, l *listeners, log *slog.Logger, stdout io.Writer) {
+	fmt.Fprintf(stdout, "holdfast: listening on %s://%s\n", l.scheme, l.public)
 	switch {
-	case opts.HolderAuth == nil && *trustedHolder:
-		log.Info("holder ids are not signed: Holder-Id is believed as sent (--trusted-holder-header); only the backend that sets it may reach --addr", "addr", ln.Addr().String())
+	case opts.HolderAuth == nil && f.trustedHolder:
+		log.Info("holder ids are not signed: Holder-Id is believed as sent (--trusted-holder-header); only the backend that sets it may reach --addr", "addr", l.public.String())
 	case opts.HolderAuth == nil:
 		const warning = "holder ids are not signed: anyone can claim any Holder-Id, so this service belongs behind a backend that sets it (or start it with --holder-jwt-secret-file / --holder-jwt-key)"
 		fmt.Fprintln(stdout, "holdfast: warning: "+warning)
 		log.Warn(warning)
 	}
-	if *demoShow != "" {
-		printWalkthrough(stdout, scheme, ln.Addr().String(), *adminAddr, *demoShow, opts.HolderAuth != nil)
+	if f.demoShow != "" {
+		printWalkthrough(stdout, l.scheme, l.public.String(), f.adminAddr, f.demoShow, opts.HolderAuth != nil)
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "admin_addr", *adminAddr, "tls", certs != nil, "signed_holders", opts.HolderAuth != nil)
+	log.Info("serving", "addr", l.public.String(), "admin_addr", f.adminAddr, "tls", l.scheme == "https", "signed_holders", opts.HolderAuth != nil)
+}
 
-	go func() {
-		if certs != nil {
-			served <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		served <- srv.Serve(ln)
-	}()
+// wait serves until ctx ends (SIGINT/SIGTERM) or a server fails; then it stops
+// accepting, reports not ready, lets in-flight requests finish within drain, and closes.
+func (l *listeners) wait(ctx context.Context, api *httpapi.Server, drain time.Duration, log *slog.Logger) error {
 	select {
-	case err := <-served:
-		for _, s := range servers {
+	case err := <-l.served:
+		for _, s := range l.servers {
 			_ = s.Close()
 		}
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	// Stop accepting, report not ready, let in-flight requests finish, then close.
 	api.SetDraining()
-	log.Info("shutting down", "timeout", drainWait.String())
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *drainWait)
+	log.Info("shutting down", "timeout", drain.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer cancel()
-	for _, s := range servers {
+	for _, s := range l.servers {
 		if err := s.Shutdown(sctx); err != nil {
 			return fmt.Errorf("shutdown: %w", err)
 		}
 	}
-	for range servers {
-		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	for range l.servers {
+		if err := <-l.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
