@@ -221,7 +221,8 @@ func TestMarkerWritesAreRepaired(t *testing.T) {
 		v := newEnv(t)
 		other := v.twin()
 		v.show("s1", "A1")
-		h := v.hold("s1", 200*time.Millisecond, "alice", "A1")
+		// Long enough to be confirmed on a loaded machine; the repair waits for its expiry.
+		h := v.hold("s1", 2*time.Second, "alice", "A1")
 		v.e.hooks.afterCommit = func(context.Context) bool { return false }
 		b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
 		if err != nil {

@@ -292,6 +292,12 @@ func TestAddressSeatCap(t *testing.T) {
 				holder := fmt.Sprintf("fresh-%d", g*100+i)
 				r := a.doHeaders("POST", "/v1/shows/s/holds", from("203.0.113.7", http.Header{HolderHeader: {holder}}),
 					map[string]any{"count": 1})
+				for try := 0; r.status == 503 && try < 3; try++ {
+					// A backend slower than the hold's bound on a loaded machine: the
+					// hold did not happen (never "held" or "refused"); ask again.
+					r = a.doHeaders("POST", "/v1/shows/s/holds", from("203.0.113.7", http.Header{HolderHeader: {holder}}),
+						map[string]any{"count": 1})
+				}
 				mu.Lock()
 				switch {
 				case r.status == 201:
