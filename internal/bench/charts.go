@@ -33,82 +33,86 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 		return nil, err
 	}
 	var written []string
-	save := func(p *plot.Plot, name string) error {
-		path := filepath.Join(dir, name)
+	for _, c := range []struct {
+		name string
+		has  bool
+		plot func() (*plot.Plot, error)
+	}{
+		{"onsale-sold.svg", len(r.Series.SoldOverTime) > 0, r.soldChart},
+		{"onsale-knee.svg", len(r.Series.HoldP99ByRate) > 0, r.kneeChart},
+		{"confirm-batches.svg", len(r.Series.BatchSizes) > 0, r.batchChart},
+		{"fair-sale.svg", len(r.Series.FairSale) > 0, r.fairChart},
+	} {
+		if !c.has {
+			continue
+		}
+		p, err := c.plot()
+		if err != nil {
+			return written, err
+		}
+		path := filepath.Join(dir, c.name)
 		if err := p.Save(7*vg.Inch, 4*vg.Inch, path); err != nil {
-			return fmt.Errorf("chart %s: %w", name, err)
+			return written, fmt.Errorf("chart %s: %w", c.name, err)
 		}
 		written = append(written, path)
-		return nil
-	}
-	if len(r.Series.SoldOverTime) > 0 {
-		p := plot.New()
-		p.Title.Text = "On-sale: seats sold over time"
-		p.X.Label.Text = "seconds since the sale opened"
-		p.Y.Label.Text = "seats sold"
-		if err := lines(p, r.Series.SoldOverTime); err != nil {
-			return written, err
-		}
-		if err := save(p, "onsale-sold.svg"); err != nil {
-			return written, err
-		}
-	}
-	if len(r.Series.HoldP99ByRate) > 0 {
-		p := plot.New()
-		p.Title.Text = "Hold p99 against arrival rate (the knee: 100 ms)"
-		p.X.Label.Text = "buyers arriving per second"
-		p.Y.Label.Text = "hold p99, ms"
-		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-		if err := lines(p, r.Series.HoldP99ByRate); err != nil {
-			return written, err
-		}
-		lo, hi := r.rates()
-		limit, err := plotter.NewLine(plotter.XYs{{X: lo, Y: 100}, {X: hi, Y: 100}})
-		if err != nil {
-			return written, err
-		}
-		limit.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
-		p.Add(limit)
-		p.Legend.Add("100 ms", limit)
-		if err := save(p, "onsale-knee.svg"); err != nil {
-			return written, err
-		}
-	}
-	if len(r.Series.BatchSizes) > 0 {
-		p := plot.New()
-		p.Title.Text = "Group commit: confirmations per transaction during the on-sale"
-		p.X.Label.Text = "batch size (at most)"
-		p.Y.Label.Text = "batches"
-		values := make(plotter.Values, len(r.Series.BatchSizes))
-		names := make([]string, len(r.Series.BatchSizes))
-		for i, b := range r.Series.BatchSizes {
-			values[i], names[i] = b.Y, fmt.Sprintf("%.0f", b.X)
-		}
-		bars, err := plotter.NewBarChart(values, vg.Points(24))
-		if err != nil {
-			return written, err
-		}
-		bars.Color = designColors["holdfast"]
-		p.Add(bars)
-		p.NominalX(names...)
-		if err := save(p, "confirm-batches.svg"); err != nil {
-			return written, err
-		}
-	}
-	if len(r.Series.FairSale) > 0 {
-		p := plot.New()
-		p.Title.Text = "Fair on-sale: the waiting room's line, its admissions, and seats sold"
-		p.X.Label.Text = "seconds since the sale opened"
-		p.Y.Label.Text = "holders waiting · admissions per second · seats sold"
-		if err := lines(p, r.Series.FairSale); err != nil {
-			return written, err
-		}
-		if err := save(p, "fair-sale.svg"); err != nil {
-			return written, err
-		}
 	}
 	return written, nil
+}
+
+// linesChart is a chart of one line per design.
+func linesChart(title, x, y string, series map[string][]Point) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
+	return p, lines(p, series)
+}
+
+func (r *Report) soldChart() (*plot.Plot, error) {
+	return linesChart("On-sale: seats sold over time", "seconds since the sale opened", "seats sold", r.Series.SoldOverTime)
+}
+
+func (r *Report) fairChart() (*plot.Plot, error) {
+	return linesChart("Fair on-sale: the waiting room's line, its admissions, and seats sold", "seconds since the sale opened",
+		"holders waiting · admissions per second · seats sold", r.Series.FairSale)
+}
+
+// kneeChart is hold p99 against the arrival rate on log scales, with the knee's 100 ms.
+func (r *Report) kneeChart() (*plot.Plot, error) {
+	p, err := linesChart("Hold p99 against arrival rate (the knee: 100 ms)", "buyers arriving per second", "hold p99, ms", r.Series.HoldP99ByRate)
+	if err != nil {
+		return nil, err
+	}
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	lo, hi := r.rates()
+	limit, err := plotter.NewLine(plotter.XYs{{X: lo, Y: 100}, {X: hi, Y: 100}})
+	if err != nil {
+		return nil, err
+	}
+	limit.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+	p.Add(limit)
+	p.Legend.Add("100 ms", limit)
+	return p, nil
+}
+
+// batchChart is a bar chart of the on-sale's batches by size.
+func (r *Report) batchChart() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Group commit: confirmations per transaction during the on-sale"
+	p.X.Label.Text = "batch size (at most)"
+	p.Y.Label.Text = "batches"
+	values := make(plotter.Values, len(r.Series.BatchSizes))
+	names := make([]string, len(r.Series.BatchSizes))
+	for i, b := range r.Series.BatchSizes {
+		values[i], names[i] = b.Y, fmt.Sprintf("%.0f", b.X)
+	}
+	bars, err := plotter.NewBarChart(values, vg.Points(24))
+	if err != nil {
+		return nil, err
+	}
+	bars.Color = designColors["holdfast"]
+	p.Add(bars)
+	p.NominalX(names...)
+	return p, nil
 }
 
 // lines adds one line per design, in name order.
