@@ -623,73 +623,16 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 	if err != nil {
 		return err
 	}
-	// knee finds d's knee: doubling the rate from 25 until one is missed, then halving
-	// the gap between the last rate met and the first missed kneeBisections times.
-	knee := func(d namedDesign, series string) float64 {
-		e.checkpoint(ctx)
-		// ok runs the design at rate and says whether hold p99 stayed within 100 ms with
-		// no buyer turned away and no error.
-		ok := func(rate float64) bool {
-			p := onsaleParams{seats: len(venue), rate: rate, think: 60 * time.Millisecond, holdTTL: 5 * time.Second,
-				timeout: 2 * time.Second, maxBuyers: 4000, noConfirms: true}
-			res := runOnsale(ctx, d.d, p, uint64(rate), nil)
-			hp99 := p99(res.holdLat)
-			if r.Series.HoldP99ByRate == nil {
-				r.Series.HoldP99ByRate = map[string][]Point{}
-			}
-			r.Series.HoldP99ByRate[series] = append(r.Series.HoldP99ByRate[series], Point{rate, hp99})
-			e.progress("   %s at %.0f buyers/s: hold p99 %.1f ms, seat map p99 %.1f ms, %d turned away, %d errors %v",
-				series, rate, hp99, p99(res.mapLat), res.turnedAway, res.errors, res.firstErr.Load())
-			return hp99 <= 100 && res.turnedAway == 0 && res.errors == 0
-		}
-		met, missed := 0.0, 0.0
-		for rate := 25.0; rate <= 25_600; rate *= 2 {
-			if !ok(rate) {
-				missed = rate
-				break
-			}
-			met = rate
-		}
-		for k := 0; k < kneeBisections && met > 0 && missed > 0; k++ {
-			if mid := (met + missed) / 2; ok(mid) {
-				met = mid
-			} else {
-				missed = mid
-			}
-		}
-		slices.SortFunc(r.Series.HoldP99ByRate[series], func(a, b Point) int { return cmp.Compare(a.X, b.X) })
-		return met
-	}
-	note := fmt.Sprintf("buyers/s arriving (seat map, hold, release), stepped x2 from 25, then %d bisections", kneeBisections)
 	knees := make([]float64, len(designs))
 	for i, d := range designs {
-		if d.name != dbRival {
-			knees[i] = knee(d, d.name)
-			r.Rows = append(r.Rows, Row{Workload: "on-sale: knee (hold p99 <= 100 ms)", Variant: d.name, OpsPerS: knees[i], Note: note})
-			continue
-		}
-		// The rival pays a transaction for every hold and release, so its pool's size
-		// matters as the raw confirm design's does: it runs on each of rawPools, and its
-		// best is the baseline.
-		rival := d.d.(*onsaleDBSnapshot)
-		best := 0
-		for _, conns := range rawPools {
-			pool, err := e.poolOf(ctx, conns)
-			if err != nil {
+		if d.name == dbRival {
+			if knees[i], err = e.rivalKnee(ctx, r, d, len(venue)); err != nil {
 				return err
 			}
-			rival.pool = pool
-			name := fmt.Sprintf("%s, %d connections", d.name, conns)
-			k := knee(d, name)
-			rival.pool = e.pool
-			pool.Close()
-			r.Rows = append(r.Rows, Row{Workload: "on-sale: knee (hold p99 <= 100 ms)", Variant: name, OpsPerS: k, Note: note})
-			if k > knees[i] || best == 0 {
-				knees[i], best = k, conns
-			}
+			continue
 		}
-		r.Rows = append(r.Rows, Row{Workload: "on-sale: knee (hold p99 <= 100 ms)", Variant: d.name + ", best pool", OpsPerS: knees[i],
-			Note: fmt.Sprintf("%d connections; %s", best, note)})
+		knees[i] = e.knee(ctx, r, d, d.name, len(venue))
+		r.Rows = append(r.Rows, Row{Workload: kneeWorkload, Variant: d.name, OpsPerS: knees[i], Note: kneeNote})
 	}
 	for i, d := range designs[1:] {
 		name := "on-sale knee, holdfast / " + d.name
@@ -700,6 +643,76 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 		r.goal(name, ">= 5.00", ratio, ratio >= 5)
 	}
 	return nil
+}
+
+const kneeWorkload = "on-sale: knee (hold p99 <= 100 ms)"
+
+var kneeNote = fmt.Sprintf("buyers/s arriving (seat map, hold, release), stepped x2 from 25, then %d bisections", kneeBisections)
+
+// rivalKnee is the database-only rival's knee on each of rawPools (it pays a
+// transaction for every hold and release, so its pool's size matters as the raw
+// confirm design's does), a row each, and its best: the baseline.
+func (e *env) rivalKnee(ctx context.Context, r *Report, d namedDesign, seats int) (float64, error) {
+	rival := d.d.(*onsaleDBSnapshot)
+	bestKnee, best := 0.0, 0
+	for _, conns := range rawPools {
+		pool, err := e.poolOf(ctx, conns)
+		if err != nil {
+			return 0, err
+		}
+		rival.pool = pool
+		name := fmt.Sprintf("%s, %d connections", d.name, conns)
+		k := e.knee(ctx, r, d, name, seats)
+		rival.pool = e.pool
+		pool.Close()
+		r.Rows = append(r.Rows, Row{Workload: kneeWorkload, Variant: name, OpsPerS: k, Note: kneeNote})
+		if k > bestKnee || best == 0 {
+			bestKnee, best = k, conns
+		}
+	}
+	r.Rows = append(r.Rows, Row{Workload: kneeWorkload, Variant: d.name + ", best pool", OpsPerS: bestKnee,
+		Note: fmt.Sprintf("%d connections; %s", best, kneeNote)})
+	return bestKnee, nil
+}
+
+// knee finds d's knee: doubling the rate from 25 until one is missed, then halving the
+// gap between the last rate met and the first missed kneeBisections times. Each rate
+// run is a point of series in the report's chart.
+func (e *env) knee(ctx context.Context, r *Report, d namedDesign, series string, seats int) float64 {
+	e.checkpoint(ctx)
+	met, missed := 0.0, 0.0
+	for rate := 25.0; rate <= 25_600; rate *= 2 {
+		if !e.kneeMet(ctx, r, d, series, seats, rate) {
+			missed = rate
+			break
+		}
+		met = rate
+	}
+	for k := 0; k < kneeBisections && met > 0 && missed > 0; k++ {
+		if mid := (met + missed) / 2; e.kneeMet(ctx, r, d, series, seats, mid) {
+			met = mid
+		} else {
+			missed = mid
+		}
+	}
+	slices.SortFunc(r.Series.HoldP99ByRate[series], func(a, b Point) int { return cmp.Compare(a.X, b.X) })
+	return met
+}
+
+// kneeMet runs d at rate and says whether hold p99 stayed within 100 ms with no buyer
+// turned away and no error.
+func (e *env) kneeMet(ctx context.Context, r *Report, d namedDesign, series string, seats int, rate float64) bool {
+	p := onsaleParams{seats: seats, rate: rate, think: 60 * time.Millisecond, holdTTL: 5 * time.Second,
+		timeout: 2 * time.Second, maxBuyers: 4000, noConfirms: true}
+	res := runOnsale(ctx, d.d, p, uint64(rate), nil)
+	hp99 := p99(res.holdLat)
+	if r.Series.HoldP99ByRate == nil {
+		r.Series.HoldP99ByRate = map[string][]Point{}
+	}
+	r.Series.HoldP99ByRate[series] = append(r.Series.HoldP99ByRate[series], Point{rate, hp99})
+	e.progress("   %s at %.0f buyers/s: hold p99 %.1f ms, seat map p99 %.1f ms, %d turned away, %d errors %v",
+		series, rate, hp99, p99(res.mapLat), res.turnedAway, res.errors, res.firstErr.Load())
+	return hp99 <= 100 && res.turnedAway == 0 && res.errors == 0
 }
 
 // checkSale fails a sale that had errors, booked a seat twice or lost a seat it
