@@ -214,56 +214,73 @@ func (e *env) seatMapWorkload(ctx context.Context, r *Report) error {
 	}
 	var before float64
 	for _, v := range variants {
-		x0, err := e.pgXacts(ctx)
+		s, use, err := e.readCost(ctx, v.read)
 		if err != nil {
 			return err
 		}
-		a0 := e.pool.Stat().AcquireCount()
-		c0, err := e.redisCalls(ctx)
-		if err != nil {
-			return err
-		}
-		s := drive(ctx, mapReaders, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error { return v.read(ctx) })
-		c1, err := e.redisCalls(ctx)
-		if err != nil {
-			return err
-		}
-		acquires := float64(e.pool.Stat().AcquireCount() - a0)
-		x1, err := e.pgXacts(ctx)
-		if err != nil {
-			return err
-		}
-		// What the warm-up and the measurement did, per measured read (an upper bound:
-		// the warm-up's reads are not in the divisor). pg_stat_database counts every
-		// transaction of the database (the counters' own query is taken off); the pool's
-		// acquisitions are the engine's own use of PostgreSQL.
-		reads := float64(s.ops + s.errs)
-		pgN, rcN := x1-x0-1, c1-c0-1
-		pg, rc := pgN/reads, rcN/reads
 		row := Row{Workload: "seat map: 20k seats mid-sale", Variant: v.name, Clients: mapReaders, OpsPerS: s.rate(),
 			P50ms: s.pct(.5), P99ms: s.pct(.99), Note: fmt.Sprintf("%.3g PG xacts/read, %.3g Redis cmds/read (%.0f PG xacts, %.0f pool acquires, %.0f Redis cmds in %.0f reads)%s",
-				pg, rc, pgN, acquires, rcN, reads, errNote(s))}
+				use.xacts/use.reads, use.redis/use.reads, use.xacts, use.acquires, use.redis, use.reads, errNote(s))}
 		if before == 0 {
 			before = s.rate()
 		} else {
 			row.Ratio = s.rate() / before
 		}
 		r.Rows = append(r.Rows, row)
-		switch v.name {
-		case "SeatMap (shared snapshot)":
-			r.goal("seat map: SeatMap reads/s, 16 readers", ">= 20000", s.rate(), s.rate() >= 20_000)
-			r.goal("seat map: SeatMap PostgreSQL uses per read (pool acquires)", "0", acquires/reads, acquires == 0)
-			r.goal("seat map: SeatMap Redis commands per read", "<= 0.001", rc, rc <= 0.001)
-		case "Seats (a fresh slice)":
-			r.goal("seat map: Seats reads/s, 16 readers (40x the old path)", ">= 2000", s.rate(), s.rate() >= 2_000)
-			r.goal("seat map: Seats PostgreSQL uses per read (pool acquires)", "0", acquires/reads, acquires == 0)
-			r.goal("seat map: Seats Redis commands per read", "<= 0.001", rc, rc <= 0.001)
-		}
+		seatMapGoals(r, v.name, s, use)
 	}
 	if err := e.expiryLag(ctx, r, eng); err != nil {
 		return err
 	}
 	return e.seatMapHTTP(ctx, r, eng, show)
+}
+
+// readUse is what a seat-map read workload asked of the backends: PostgreSQL
+// transactions, the pool's acquisitions (the engine's own use of PostgreSQL) and Redis
+// commands, over its reads.
+type readUse struct{ reads, xacts, acquires, redis float64 }
+
+// readCost drives read from mapReaders clients and counts what it asked of the
+// backends, per measured read an upper bound (the warm-up's reads are not in the
+// divisor). pg_stat_database counts every transaction of the database (the counters'
+// own query is taken off).
+func (e *env) readCost(ctx context.Context, read func(ctx context.Context) error) (stats, readUse, error) {
+	x0, err := e.pgXacts(ctx)
+	if err != nil {
+		return stats{}, readUse{}, err
+	}
+	a0 := e.pool.Stat().AcquireCount()
+	c0, err := e.redisCalls(ctx)
+	if err != nil {
+		return stats{}, readUse{}, err
+	}
+	s := drive(ctx, mapReaders, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error { return read(ctx) })
+	c1, err := e.redisCalls(ctx)
+	if err != nil {
+		return s, readUse{}, err
+	}
+	acquires := float64(e.pool.Stat().AcquireCount() - a0)
+	x1, err := e.pgXacts(ctx)
+	if err != nil {
+		return s, readUse{}, err
+	}
+	return s, readUse{reads: float64(s.ops + s.errs), xacts: x1 - x0 - 1, acquires: acquires, redis: c1 - c0 - 1}, nil
+}
+
+// seatMapGoals are the goals of the seat map's reads from the engine's view: fast, and
+// neither PostgreSQL nor Redis asked.
+func seatMapGoals(r *Report, variant string, s stats, use readUse) {
+	rc := use.redis / use.reads
+	switch variant {
+	case "SeatMap (shared snapshot)":
+		r.goal("seat map: SeatMap reads/s, 16 readers", ">= 20000", s.rate(), s.rate() >= 20_000)
+		r.goal("seat map: SeatMap PostgreSQL uses per read (pool acquires)", "0", use.acquires/use.reads, use.acquires == 0)
+		r.goal("seat map: SeatMap Redis commands per read", "<= 0.001", rc, rc <= 0.001)
+	case "Seats (a fresh slice)":
+		r.goal("seat map: Seats reads/s, 16 readers (40x the old path)", ">= 2000", s.rate(), s.rate() >= 2_000)
+		r.goal("seat map: Seats PostgreSQL uses per read (pool acquires)", "0", use.acquires/use.reads, use.acquires == 0)
+		r.goal("seat map: Seats Redis commands per read", "<= 0.001", rc, rc <= 0.001)
+	}
 }
 
 // expiryLag holds 200 free seats of the show for 1-2 s and watches the map until each
