@@ -394,6 +394,36 @@ func drive(ctx context.Context, clients int, warmup, duration time.Duration, op 
 	return stats{ops: ops.Load(), errs: errs.Load(), issued: seq.Load(), elapsed: elapsed, ranOut: ranOut.Load() != 0, lat: all}
 }
 
+// crowd runs n buyers at once, each buyer(b) until it returns false or ctx ends, and
+// returns every attempt's latency (sorted) and how long the crowd took. A buyer times an
+// attempt by returning it from attempt; a zero duration is not an attempt.
+func crowd(ctx context.Context, n int, buyer func(ctx context.Context, b int) (attempt time.Duration, more bool)) ([]time.Duration, time.Duration) {
+	lats := make([][]time.Duration, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for b := range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				d, more := buyer(ctx, b)
+				if d > 0 {
+					lats[b] = append(lats[b], d)
+				}
+				if !more {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	return all, elapsed
+}
+
 // WriteJSON writes the report as JSON.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)

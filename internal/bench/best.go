@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,10 +108,6 @@ func (e *env) bestCost(ctx context.Context, r *Report) error {
 // together, twice: picking from the seat map, and best-available.
 func (e *env) bestSale(ctx context.Context, r *Report) error {
 	venue := demo.Venue(e.o.SaleSeats)
-	ids := make([]string, len(venue))
-	for i, s := range venue {
-		ids[i] = s.ID
-	}
 	var refusalsPer [2]float64
 	for k, variant := range []string{"pick-your-seat (seat map, 100 ms old)", "best available, N together"} {
 		eng, err := e.engine(engine.Config{MaxSeatsPerHold: 4, MaxSeatsPerHolder: 1000})
@@ -123,95 +117,117 @@ func (e *env) bestSale(ctx context.Context, r *Report) error {
 		if err := eng.CreateShowLayout(ctx, "bestsale", venue); err != nil {
 			return err
 		}
-		e.progress("   %s: %d buyers, %d seats", variant, e.o.SaleBuyers, len(ids))
-		c := newChooser(ids)
+		e.progress("   %s: %d buyers, %d seats", variant, e.o.SaleBuyers, len(venue))
+		s := newBestSale(eng, venue, k == 0)
 		sctx, cancel := context.WithTimeout(ctx, e.o.SaleTimeout)
-		var attempts, refused, won, failed atomic.Int64
-		var firstErr atomic.Value
-		var left atomic.Int64
-		left.Store(int64(len(ids)))
-		var mu sync.Mutex
-		var lat []time.Duration
-		var wg sync.WaitGroup
-		start := time.Now()
-		stopRefresh := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case <-stopRefresh:
-					return
-				case <-time.After(100 * time.Millisecond):
-					c.refresh()
-				}
-			}
-		}()
-		for b := range e.o.SaleBuyers {
-			wg.Go(func() {
-				rng := rand.New(rand.NewPCG(uint64(b), uint64(k)))
-				var local []time.Duration
-				defer func() { mu.Lock(); lat = append(lat, local...); mu.Unlock() }()
-				for sctx.Err() == nil && left.Load() > 0 {
-					n := 1 + rng.IntN(4)
-					t := time.Now()
-					var h engine.Hold
-					var err error
-					var idx []int
-					if k == 0 {
-						idx = c.pick(rng, n)
-						if len(idx) == 0 {
-							time.Sleep(20 * time.Millisecond)
-							continue
-						}
-						want := make([]string, len(idx))
-						for i, j := range idx {
-							want[i] = ids[j]
-						}
-						h, err = eng.Hold(sctx, engine.HoldRequest{ShowID: "bestsale", SeatIDs: want, TTL: holdTTL})
-					} else {
-						h, err = eng.HoldBest(sctx, engine.BestRequest{ShowID: "bestsale", Count: n, Adjacent: true, TTL: holdTTL})
-					}
-					local = append(local, time.Since(t))
-					attempts.Add(1)
-					var sue *engine.SeatsUnavailableError
-					switch {
-					case err == nil:
-						won.Add(1)
-						left.Add(-int64(len(h.SeatIDs)))
-						if k == 0 {
-							c.markSold(idx)
-						}
-					case errors.As(err, &sue):
-						refused.Add(1)
-						if k == 0 {
-							c.avoid(idx, saleRefusedC)
-						} else if sue.Available == 0 {
-							left.Store(0) // no free seat anywhere: the hold phase is over
-						}
-					default:
-						if sctx.Err() == nil {
-							refused.Add(1)
-							failed.Add(1)
-							firstErr.CompareAndSwap(nil, err.Error())
-						}
-					}
-				}
-			})
+		stopRefresh := s.refreshEvery(100 * time.Millisecond)
+		rngs := make([]*rand.Rand, e.o.SaleBuyers)
+		for b := range rngs {
+			rngs[b] = rand.New(rand.NewPCG(uint64(b), uint64(k)))
 		}
-		wg.Wait()
-		close(stopRefresh)
-		elapsed := time.Since(start)
+		lat, elapsed := crowd(sctx, e.o.SaleBuyers, func(ctx context.Context, b int) (time.Duration, bool) {
+			return s.attempt(ctx, rngs[b]), s.left.Load() > 0
+		})
+		stopRefresh()
 		cancel()
-		slices.Sort(lat)
-		per := float64(refused.Load()) / float64(max(1, won.Load()))
-		refusalsPer[k] = per
-		held := int64(len(ids)) - max(0, left.Load())
+		refusalsPer[k] = float64(s.refused.Load()) / float64(max(1, s.won.Load()))
+		held := int64(len(venue)) - max(0, s.left.Load())
 		r.Rows = append(r.Rows, Row{Workload: "best-available: the sale (holds)", Variant: variant, Clients: e.o.SaleBuyers,
-			OpsPerS: float64(attempts.Load()) / elapsed.Seconds(), P50ms: p50(lat), P99ms: p99(lat),
+			OpsPerS: float64(s.attempts.Load()) / elapsed.Seconds(), P50ms: p50(lat), P99ms: p99(lat),
 			Note: fmt.Sprintf("%.2f refused attempts per block won (%d won, %d refused, of which %d errors%s); %.2fs until no block fits; ~%d seats held",
-				per, won.Load(), refused.Load(), failed.Load(), errText(firstErr.Load()), elapsed.Seconds(), held)})
+				refusalsPer[k], s.won.Load(), s.refused.Load(), s.failed.Load(), errText(s.firstErr.Load()), elapsed.Seconds(), held)})
 	}
 	r.goal("best-available: refused attempts per block won", "<= 1.10", refusalsPer[1], refusalsPer[1] <= 1.1)
 	return nil
+}
+
+// bestSaleRun is one sale of the best-available workload: buyers pick blocks of 1-4
+// seats from a seat map refreshed every 100 ms (pick), or ask for the best available.
+type bestSaleRun struct {
+	eng  *engine.Engine
+	ids  []string
+	pick bool
+	c    *chooser
+
+	attempts, refused, won, failed atomic.Int64
+	left                           atomic.Int64 // seats not yet held
+	firstErr                       atomic.Value
+}
+
+func newBestSale(eng *engine.Engine, venue []engine.Seat, pick bool) *bestSaleRun {
+	ids := make([]string, len(venue))
+	for i, s := range venue {
+		ids[i] = s.ID
+	}
+	s := &bestSaleRun{eng: eng, ids: ids, pick: pick, c: newChooser(ids)}
+	s.left.Store(int64(len(ids)))
+	return s
+}
+
+// refreshEvery refreshes the buyers' seat map every d until the returned func is called.
+func (s *bestSaleRun) refreshEvery(d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(d):
+				s.c.refresh()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// attempt is one buyer's try for a block of 1-4 seats, timed (0: no try, nothing to
+// pick from the map).
+func (s *bestSaleRun) attempt(ctx context.Context, rng *rand.Rand) time.Duration {
+	n := 1 + rng.IntN(4)
+	var idx []int
+	if s.pick {
+		if idx = s.c.pick(rng, n); len(idx) == 0 {
+			time.Sleep(20 * time.Millisecond)
+			return 0
+		}
+	}
+	t := time.Now()
+	h, err := s.hold(ctx, idx, n)
+	d := time.Since(t)
+	s.attempts.Add(1)
+	var sue *engine.SeatsUnavailableError
+	switch {
+	case err == nil:
+		s.won.Add(1)
+		s.left.Add(-int64(len(h.SeatIDs)))
+		if s.pick {
+			s.c.markSold(idx)
+		}
+	case errors.As(err, &sue):
+		s.refused.Add(1)
+		if s.pick {
+			s.c.avoid(idx, saleRefusedC)
+		} else if sue.Available == 0 {
+			s.left.Store(0) // no free seat anywhere: the hold phase is over
+		}
+	case ctx.Err() == nil:
+		s.refused.Add(1)
+		s.failed.Add(1)
+		s.firstErr.CompareAndSwap(nil, err.Error())
+	}
+	return d
+}
+
+// hold holds the seats idx of the map, or the best n together.
+func (s *bestSaleRun) hold(ctx context.Context, idx []int, n int) (engine.Hold, error) {
+	if !s.pick {
+		return s.eng.HoldBest(ctx, engine.BestRequest{ShowID: "bestsale", Count: n, Adjacent: true, TTL: holdTTL})
+	}
+	want := make([]string, len(idx))
+	for i, j := range idx {
+		want[i] = s.ids[j]
+	}
+	return s.eng.Hold(ctx, engine.HoldRequest{ShowID: "bestsale", SeatIDs: want, TTL: holdTTL})
 }
 
 // errText is ", the first: <err>" for a recorded error, else "".
