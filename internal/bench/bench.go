@@ -123,6 +123,7 @@ type env struct {
 	// checkpointSaid: a refused CHECKPOINT was reported (checkpoint).
 	checkpointSaid bool
 	inv            *inventory // the hold and shape workloads' shows, in this run's database
+	saleSeed       uint64     // the last on-sale's seed (sale): each sale its own
 }
 
 func randHex(n int) string {

@@ -413,70 +413,11 @@ func serverCPU(backend int) float64 {
 func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 	p := e.saleParams()
 	venue := demo.Venue(p.seats)
-	if err := e.commitLatency(ctx, r); err != nil {
-		return err
-	}
-	designs, err := e.onsaleDesigns(ctx, "onsale", venue, p.holdTTL)
+	designs, waiting, err := e.onsaleSetUp(ctx, r, p, venue)
 	if err != nil {
 		return err
 	}
-	var waiting namedDesign
-	if !e.o.Quick {
-		if waiting, err = e.onsaleWaiting(ctx, "onsale-wait", venue, p.holdTTL); err != nil {
-			return err
-		}
-	}
-	if err := e.onsaleHistory(ctx, min(5_000, p.seats/4)); err != nil {
-		return err
-	}
-	// The set-up's rows (every design's seats, the history) are vacuumed and analyzed
-	// before any sale, so that the first sale's VACUUM ANALYZE pays for its own rows
-	// only; then every connection is opened again, to plan on these tables.
-	if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
-		return err
-	}
-	e.pool.Reset()
-	// sale runs the sale on d and reports its cost per sold seat; it stops at timeout.
-	type cost struct {
-		soldOut    time.Duration
-		xacts, cpu float64 // per sold seat: PostgreSQL transactions, its CPU in ms
-	}
-	seed := uint64(0)
-	sale := func(d namedDesign, timeout time.Duration) (cost, error) {
-		seed++
-		e.progress("   %s: %.0f buyers/s (x%.0f spike), %d seats, think up to %v", d.name, p.rate, p.spike, p.seats, p.think)
-		e.checkpoint(ctx)
-		before, err := e.measure(ctx)
-		if err != nil {
-			return cost{}, err
-		}
-		dp := p
-		dp.timeout = timeout
-		res := runOnsale(ctx, d.d, dp, seed, e.o.Progress)
-		// The sale's dead rows are vacuumed and its new rows analyzed now, inside its
-		// window: whether autovacuum (a round a minute) happened to reach them during a
-		// 30 s sale or only after it, perhaps during the next design's, moved a design's
-		// PostgreSQL CPU per sold seat by half from run to run. (The ANALYZE samples
-		// every table, changed or not: a fixed cost, the same for each sale.)
-		if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
-			return cost{}, err
-		}
-		after, err := e.measure(ctx)
-		if err != nil {
-			return cost{}, err
-		}
-		sold, err := checkSale(ctx, d.name, d.d, res)
-		if err != nil {
-			return cost{}, err
-		}
-		seats := max(1, float64(sold))
-		c := cost{soldOut: res.soldOutAfter, xacts: (after.xacts - before.xacts) / seats, cpu: 1000 * (after.pgCPU - before.pgCPU) / seats}
-		note := saleNote(p, res, sold) + fmt.Sprintf("; per sold seat: %.2f PG transactions, %.0f WAL bytes, %.2f ms PG CPU, %.1f Redis commands",
-			c.xacts, (after.walBytes-before.walBytes)/seats, c.cpu, (after.redisCalls-before.redisCalls)/seats)
-		e.saleRows(r, "on-sale", d.name, d.name, res, note)
-		return c, nil
-	}
-	hf, err := sale(designs[0], p.timeout)
+	hf, err := e.sale(ctx, r, p, designs[0], p.timeout)
 	if err != nil {
 		return err
 	}
@@ -486,7 +427,7 @@ func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 	r.goal("on-sale PostgreSQL transactions per sold seat, holdfast", "<= 1.10", hf.xacts, hf.xacts <= 1.1)
 	r.goal("on-sale PostgreSQL CPU per sold seat (ms), holdfast", "<= 0.15", hf.cpu, hf.cpu <= 0.15)
 	if !e.o.Quick {
-		w, err := sale(waiting, p.timeout)
+		w, err := e.sale(ctx, r, p, waiting, p.timeout)
 		if err != nil {
 			return err
 		}
@@ -498,28 +439,102 @@ func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 			// Past three times holdfast's sell-out the goal is decided: stop there.
 			timeout = min(p.timeout, 3*hf.soldOut+time.Second)
 		}
-		other, err := sale(d, timeout)
+		other, err := e.sale(ctx, r, p, d, timeout)
 		if err != nil {
 			return err
 		}
-		name := "on-sale time to sell out, holdfast / " + d.name
-		if i > 0 {
-			name += " (for comparison)"
-		}
-		switch {
-		case hf.soldOut == 0:
-			r.goal(name, "<= 0.33", 0, false)
-		case other.soldOut == 0: // stopped unsold at 3x holdfast's time
-			r.goal(name+" (not sold out: at most)", "<= 0.33", 1.0/3, true)
-		default:
-			ratio := hf.soldOut.Seconds() / other.soldOut.Seconds()
-			r.goal(name, "<= 0.33", ratio, ratio <= 1.0/3)
-		}
+		soldOutGoal(r, d.name, i > 0, hf, other)
 	}
 	if e.o.Quick {
 		return nil
 	}
 	return e.onsaleKnee(ctx, r, venue)
+}
+
+// onsaleSetUp measures a commit's latency, makes the designs (and, but in the quick run,
+// holdfast with batches that wait), books a history, and vacuums and analyzes the
+// set-up's rows (every design's seats, the history) before any sale, so that the first
+// sale's VACUUM ANALYZE pays for its own rows only; then every connection is opened
+// again, to plan on these tables.
+func (e *env) onsaleSetUp(ctx context.Context, r *Report, p onsaleParams, venue []engine.Seat) (designs []namedDesign, waiting namedDesign, err error) {
+	if err := e.commitLatency(ctx, r); err != nil {
+		return nil, waiting, err
+	}
+	if designs, err = e.onsaleDesigns(ctx, "onsale", venue, p.holdTTL); err != nil {
+		return nil, waiting, err
+	}
+	if !e.o.Quick {
+		if waiting, err = e.onsaleWaiting(ctx, "onsale-wait", venue, p.holdTTL); err != nil {
+			return nil, waiting, err
+		}
+	}
+	if err := e.onsaleHistory(ctx, min(5_000, p.seats/4)); err != nil {
+		return nil, waiting, err
+	}
+	if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+		return nil, waiting, err
+	}
+	e.pool.Reset()
+	return designs, waiting, nil
+}
+
+// saleCost is what one design's on-sale cost.
+type saleCost struct {
+	soldOut    time.Duration
+	xacts, cpu float64 // per sold seat: PostgreSQL transactions, its CPU in ms
+}
+
+// sale runs the on-sale on d, stopping at timeout, adds its rows and returns its cost
+// per sold seat.
+func (e *env) sale(ctx context.Context, r *Report, p onsaleParams, d namedDesign, timeout time.Duration) (saleCost, error) {
+	e.saleSeed++
+	e.progress("   %s: %.0f buyers/s (x%.0f spike), %d seats, think up to %v", d.name, p.rate, p.spike, p.seats, p.think)
+	e.checkpoint(ctx)
+	before, err := e.measure(ctx)
+	if err != nil {
+		return saleCost{}, err
+	}
+	p.timeout = timeout
+	res := runOnsale(ctx, d.d, p, e.saleSeed, e.o.Progress)
+	// The sale's dead rows are vacuumed and its new rows analyzed now, inside its
+	// window: whether autovacuum (a round a minute) happened to reach them during a 30 s
+	// sale or only after it, perhaps during the next design's, moved a design's
+	// PostgreSQL CPU per sold seat by half from run to run. (The ANALYZE samples every
+	// table, changed or not: a fixed cost, the same for each sale.)
+	if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+		return saleCost{}, err
+	}
+	after, err := e.measure(ctx)
+	if err != nil {
+		return saleCost{}, err
+	}
+	sold, err := checkSale(ctx, d.name, d.d, res)
+	if err != nil {
+		return saleCost{}, err
+	}
+	seats := max(1, float64(sold))
+	c := saleCost{soldOut: res.soldOutAfter, xacts: (after.xacts - before.xacts) / seats, cpu: 1000 * (after.pgCPU - before.pgCPU) / seats}
+	note := saleNote(p, res, sold) + fmt.Sprintf("; per sold seat: %.2f PG transactions, %.0f WAL bytes, %.2f ms PG CPU, %.1f Redis commands",
+		c.xacts, (after.walBytes-before.walBytes)/seats, c.cpu, (after.redisCalls-before.redisCalls)/seats)
+	e.saleRows(r, "on-sale", d.name, d.name, res, note)
+	return c, nil
+}
+
+// soldOutGoal is the goal of holdfast's time to sell out against another design's.
+func soldOutGoal(r *Report, other string, comparison bool, hf, o saleCost) {
+	name := "on-sale time to sell out, holdfast / " + other
+	if comparison {
+		name += " (for comparison)"
+	}
+	switch {
+	case hf.soldOut == 0:
+		r.goal(name, "<= 0.33", 0, false)
+	case o.soldOut == 0: // stopped unsold at 3x holdfast's time
+		r.goal(name+" (not sold out: at most)", "<= 0.33", 1.0/3, true)
+	default:
+		ratio := hf.soldOut.Seconds() / o.soldOut.Seconds()
+		r.goal(name, "<= 0.33", ratio, ratio <= 1.0/3)
+	}
 }
 
 // onsaleHistory books n one-seat bookings of a past show, as the confirm workload
