@@ -148,155 +148,27 @@ func showBase(prefix, show string) string { return prefix + ":{" + show + "}:" }
 // rawGen is a show's counter key.
 func rawGen(prefix, show string) string { return showBase(prefix, show) + "gen" }
 
+// holdWorkload drives engine.Hold and the raw hold script side by side at 1, 50 and 200
+// clients, on indexed shows and on shows not indexed, and compares their rates,
+// latencies and Redis CPU per hold.
 func (e *env) holdWorkload(ctx context.Context, r *Report) error {
-	iv, err := e.inventory(ctx)
+	hb, err := e.newHoldBench(ctx)
 	if err != nil {
 		return err
 	}
+	defer hb.close()
 	var ratio200, p99ratio200, p50ratio1, bareRatio200, cpuIndexed, scriptIndexed float64
-	space := int64(invShows * invPerShow)
-	// One set of prefixes per variant serves every level: each level starts where the
-	// previous one stopped (from), on seats nothing has held.
-	engs, err := e.engines(ctx, iv.shows...)
-	if err != nil {
-		return err
-	}
-	defer closeAll(engs)
-	// The raw limit: the same script, keys and arguments, EVALSHA straight from go-redis,
-	// on shows prepared as the engine's are (counter and best-available index); and once
-	// more on shows without the index, to show what keeping it costs a hold.
-	rawPrefixes := func(indexed bool) ([]string, error) {
-		raws := make([]string, epochs)
-		for i := range raws {
-			raws[i] = e.prefix()
-			if indexed {
-				eng, err := engine.New(e.pool, e.rdb, &engine.Config{KeyPrefix: raws[i]})
-				if err != nil {
-					return nil, err
-				}
-				err = warm(ctx, eng, iv.shows...)
-				eng.Close()
-				if err != nil {
-					return nil, err
-				}
-				continue
-			}
-			for _, s := range iv.shows {
-				if err := e.rdb.Set(ctx, rawGen(raws[i], s), 0, 0).Err(); err != nil {
-					return nil, err
-				}
-			}
-		}
-		return raws, nil
-	}
-	indexed, err := rawPrefixes(true)
-	if err != nil {
-		return err
-	}
-	bare, err := rawPrefixes(false)
-	if err != nil {
-		return err
-	}
-	// The engine on shows without the index as well (a show no HoldBest or Resync has
-	// indexed yet): its hold script skips the index, as the raw one does there.
-	bareEngPrefixes, err := rawPrefixes(false)
-	if err != nil {
-		return err
-	}
-	bareEngs := make([]*engine.Engine, epochs)
-	for i, p := range bareEngPrefixes {
-		if bareEngs[i], err = e.engineAt(p, engine.Config{}); err != nil {
-			return err
-		}
-	}
-	defer closeAll(bareEngs)
-	ttl := strconv.FormatInt(holdTTL.Milliseconds(), 10)
-	// The rules the raw script is given: version 0 of each show's (its identity), so
-	// that Redis's copy decides, as an engine's script is given before it read them.
-	rules := map[string]string{}
-	for _, s := range iv.shows {
-		epoch, err := db.New(e.pool).ShowEpochGet(ctx, s)
-		if err != nil {
-			return err
-		}
-		rules[s] = strconv.FormatInt(epoch, 10) + " 0 0 -1 0 0 0"
-	}
-	var from [4]int64 // next sequence number: engine, raw, engine and raw on shows not indexed
 	for _, clients := range []int{1, 50, 200} {
-		// Each drive starts where the variant's last one stopped, and adds the Redis
-		// server's CPU seconds to its variant's (per hold: the drive's every call,
-		// warm-up included).
-		var cpu [4]float64
-		var script [4]time.Duration
-		var calls [4]int64
-		cpuOf := func(v int, s stats, before float64, scriptBefore time.Duration) {
-			after, err := e.redisCPU(ctx)
-			scriptAfter, err2 := e.scriptTime(ctx)
-			if err == nil && err2 == nil {
-				cpu[v] += after - before
-				script[v] += scriptAfter - scriptBefore
-				calls[v] += s.issued
-			}
-		}
-		engDrive := func(engs []*engine.Engine, v int, d time.Duration) stats {
-			before, _ := e.redisCPU(ctx)
-			scriptBefore, _ := e.scriptTime(ctx)
-			s := drive(ctx, clients, e.o.Warmup/2, d, func(ctx context.Context, seq int64) error {
-				seq += from[v]
-				show, seat := iv.seatOf(seq)
-				_, err := engs[epochOf(seq, space)].Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
-				return err
-			})
-			from[v] += s.issued
-			cpuOf(v, s, before, scriptBefore)
-			return s
-		}
-		rawDrive := func(raws []string, v int, d time.Duration) stats {
-			before, _ := e.redisCPU(ctx)
-			scriptBefore, _ := e.scriptTime(ctx)
-			s := drive(ctx, clients, e.o.Warmup/2, d, func(ctx context.Context, seq int64) error {
-				seq += from[v]
-				show, seat, index := iv.seatAt(seq)
-				res, err := lua.Hold.Run(ctx, e.rdb, rawKeys(raws[epochOf(seq, space)], show, seat, index), "", fmt.Sprintf("%032x", seq), ttl, 0, rules[show], seat).Slice()
-				if err == nil && res[0] != "OK" {
-					err = errors.New("refused")
-				}
-				return err
-			})
-			from[v] += s.issued
-			cpuOf(v, s, before, scriptBefore)
-			return s
-		}
-		// The engine and the raw script in halves, engine-raw-raw-engine, so that a
-		// drift of the shared machine during the level weighs on both alike.
-		pair := func(engs []*engine.Engine, raws []string, v int) (stats, stats) {
-			half := e.o.Duration / 2
-			es1, rs1 := engDrive(engs, v, half), rawDrive(raws, v+1, half)
-			rs := rs1.merge(rawDrive(raws, v+1, half))
-			return es1.merge(engDrive(engs, v, half)), rs
-		}
-		es, rs := pair(engs, indexed, 0)
-		ebs, bs := pair(bareEngs, bare, 2)
-		perHold := func(v int) string {
-			return fmt.Sprintf("Redis CPU %.1f µs per hold (the script %.1f µs)", 1e6*cpu[v]/float64(max(1, calls[v])),
-				float64(script[v].Microseconds())/float64(max(1, calls[v])))
-		}
-		ratio := es.rate() / rs.rate()
-		r.Rows = append(r.Rows,
-			Row{Workload: "hold, uncontended", Variant: "engine.Hold", Clients: clients, OpsPerS: es.rate(), P50ms: es.pct(.5), P99ms: es.pct(.99), Ratio: ratio, Note: refusals(es, perHold(0))},
-			Row{Workload: "hold, uncontended", Variant: "raw EVALSHA hold.lua", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs, perHold(1))},
-			Row{Workload: "hold, uncontended", Variant: "engine.Hold, show not indexed", Clients: clients, OpsPerS: ebs.rate(), P50ms: ebs.pct(.5), P99ms: ebs.pct(.99),
-				Ratio: ebs.rate() / bs.rate(), Note: refusals(ebs, "against the raw script on shows not indexed", perHold(2))},
-			Row{Workload: "hold, uncontended", Variant: "raw, show not indexed", Clients: clients, OpsPerS: bs.rate(), P50ms: bs.pct(.5), P99ms: bs.pct(.99),
-				Ratio: bs.rate() / rs.rate(), Note: refusals(bs, "against raw on indexed shows: what the best-available index costs a hold", perHold(3))})
-		e.progress("   %d clients: engine %.0f/s, raw %.0f/s; shows not indexed: engine %.0f/s, raw %.0f/s", clients, es.rate(), rs.rate(), ebs.rate(), bs.rate())
+		l := hb.level(ctx, clients)
+		l.rows(r)
+		e.progress("   %d clients: engine %.0f/s, raw %.0f/s; shows not indexed: engine %.0f/s, raw %.0f/s", clients, l.s[0].rate(), l.s[1].rate(), l.s[2].rate(), l.s[3].rate())
 		switch clients {
 		case 1:
-			p50ratio1 = es.pct(.5) / rs.pct(.5)
+			p50ratio1 = l.s[0].pct(.5) / l.s[1].pct(.5)
 		case 200:
-			ratio200, p99ratio200, bareRatio200 = ratio, es.pct(.99)/rs.pct(.99), ebs.rate()/bs.rate()
-			cpuIndexed = (cpu[0] / float64(max(1, calls[0]))) / (cpu[2] / float64(max(1, calls[2])))
-			scriptIndexed = (float64(script[0]) / float64(max(1, calls[0]))) / (float64(script[2]) / float64(max(1, calls[2])))
+			ratio200, p99ratio200, bareRatio200 = l.s[0].rate()/l.s[1].rate(), l.s[0].pct(.99)/l.s[1].pct(.99), l.s[2].rate()/l.s[3].rate()
+			cpuIndexed = l.cpuPerCall(0) / l.cpuPerCall(2)
+			scriptIndexed = l.scriptPerCall(0) / l.scriptPerCall(2)
 		}
 	}
 	// The engine's calls share round trips (autopipelining); the raw script's do not.
@@ -309,6 +181,183 @@ func (e *env) holdWorkload(ctx context.Context, r *Report) error {
 	// The same, the scripts' own time only (INFO commandstats): steadier on a shared machine.
 	r.goal("hold: script time per hold, indexed show / show not indexed (engine, 200 clients)", "<= 1.30", scriptIndexed, scriptIndexed <= 1.3)
 	return nil
+}
+
+// holdBench is the hold workload's four variants: the engine and the raw script (the
+// same script, keys and arguments, EVALSHA straight from go-redis), each on shows
+// indexed for best-available (counter and index, as the engine prepares them) and on
+// shows not indexed (a show no HoldBest or Resync has indexed yet: the script skips the
+// index). One set of prefixes per variant serves every level: each level starts where
+// the previous one stopped (from), on seats nothing has held.
+type holdBench struct {
+	e              *env
+	iv             *inventory
+	space          int64
+	engs, bareEngs []*engine.Engine
+	indexed, bare  []string          // the raw script's prefixes
+	rules          map[string]string // by show: what the raw script is given
+	ttl            string
+	from           [4]int64 // next sequence number: engine, raw, engine and raw on shows not indexed
+}
+
+func (e *env) newHoldBench(ctx context.Context) (*holdBench, error) {
+	iv, err := e.inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hb := &holdBench{e: e, iv: iv, space: int64(invShows * invPerShow), ttl: strconv.FormatInt(holdTTL.Milliseconds(), 10)}
+	if hb.engs, err = e.engines(ctx, iv.shows...); err != nil {
+		return nil, err
+	}
+	if hb.indexed, err = hb.rawPrefixes(ctx, true); err != nil {
+		return hb, err
+	}
+	if hb.bare, err = hb.rawPrefixes(ctx, false); err != nil {
+		return hb, err
+	}
+	bareEngPrefixes, err := hb.rawPrefixes(ctx, false)
+	if err != nil {
+		return hb, err
+	}
+	hb.bareEngs = make([]*engine.Engine, epochs)
+	for i, p := range bareEngPrefixes {
+		if hb.bareEngs[i], err = e.engineAt(p, engine.Config{}); err != nil {
+			return hb, err
+		}
+	}
+	// The rules the raw script is given: version 0 of each show's (its identity), so
+	// that Redis's copy decides, as an engine's script is given before it read them.
+	hb.rules = map[string]string{}
+	for _, s := range iv.shows {
+		epoch, err := db.New(e.pool).ShowEpochGet(ctx, s)
+		if err != nil {
+			return hb, err
+		}
+		hb.rules[s] = strconv.FormatInt(epoch, 10) + " 0 0 -1 0 0 0"
+	}
+	return hb, nil
+}
+
+func (hb *holdBench) close() {
+	closeAll(hb.engs)
+	closeAll(hb.bareEngs)
+}
+
+// rawPrefixes makes epochs fresh prefixes with the inventory's shows prepared as the
+// engine's are: indexed (an engine warms them), or with their counter only.
+func (hb *holdBench) rawPrefixes(ctx context.Context, indexed bool) ([]string, error) {
+	raws := make([]string, epochs)
+	for i := range raws {
+		raws[i] = hb.e.prefix()
+		if indexed {
+			eng, err := engine.New(hb.e.pool, hb.e.rdb, &engine.Config{KeyPrefix: raws[i]})
+			if err != nil {
+				return nil, err
+			}
+			err = warm(ctx, eng, hb.iv.shows...)
+			eng.Close()
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for _, s := range hb.iv.shows {
+			if err := hb.e.rdb.Set(ctx, rawGen(raws[i], s), 0, 0).Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return raws, nil
+}
+
+// holdLevel is one level of clients: each variant's stats, and the Redis server's CPU
+// seconds, script time and calls during its drives (per hold: every call, warm-up
+// included).
+type holdLevel struct {
+	clients int
+	s       [4]stats
+	cpu     [4]float64
+	script  [4]time.Duration
+	calls   [4]int64
+}
+
+func (l *holdLevel) cpuPerCall(v int) float64 { return l.cpu[v] / float64(max(1, l.calls[v])) }
+func (l *holdLevel) scriptPerCall(v int) float64 {
+	return float64(l.script[v]) / float64(max(1, l.calls[v]))
+}
+
+// level runs the engine and the raw script in halves, engine-raw-raw-engine, so that a
+// drift of the shared machine during the level weighs on both alike; on indexed shows,
+// then on shows not indexed.
+func (hb *holdBench) level(ctx context.Context, clients int) *holdLevel {
+	l := &holdLevel{clients: clients}
+	half := hb.e.o.Duration / 2
+	for _, v := range []int{0, 2} {
+		es1, rs1 := hb.drive(ctx, l, v, half), hb.drive(ctx, l, v+1, half)
+		rs2, es2 := hb.drive(ctx, l, v+1, half), hb.drive(ctx, l, v, half)
+		l.s[v], l.s[v+1] = es1.merge(es2), rs1.merge(rs2)
+	}
+	return l
+}
+
+// drive runs variant v for d, from where it last stopped, and adds what Redis spent.
+func (hb *holdBench) drive(ctx context.Context, l *holdLevel, v int, d time.Duration) stats {
+	e := hb.e
+	before, _ := e.redisCPU(ctx)
+	scriptBefore, _ := e.scriptTime(ctx)
+	s := drive(ctx, l.clients, e.o.Warmup/2, d, func(ctx context.Context, seq int64) error {
+		return hb.hold(ctx, v, seq+hb.from[v])
+	})
+	hb.from[v] += s.issued
+	after, err := e.redisCPU(ctx)
+	scriptAfter, err2 := e.scriptTime(ctx)
+	if err == nil && err2 == nil {
+		l.cpu[v] += after - before
+		l.script[v] += scriptAfter - scriptBefore
+		l.calls[v] += s.issued
+	}
+	return s
+}
+
+// hold is variant v's hold of the seq-th seat.
+func (hb *holdBench) hold(ctx context.Context, v int, seq int64) error {
+	epoch := epochOf(seq, hb.space)
+	switch v {
+	case 0, 2:
+		engs := hb.engs
+		if v == 2 {
+			engs = hb.bareEngs
+		}
+		show, seat := hb.iv.seatOf(seq)
+		_, err := engs[epoch].Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
+		return err
+	default:
+		raws := hb.indexed
+		if v == 3 {
+			raws = hb.bare
+		}
+		show, seat, index := hb.iv.seatAt(seq)
+		res, err := lua.Hold.Run(ctx, hb.e.rdb, rawKeys(raws[epoch], show, seat, index), "", fmt.Sprintf("%032x", seq), hb.ttl, 0, hb.rules[show], seat).Slice()
+		if err == nil && res[0] != "OK" {
+			err = errors.New("refused")
+		}
+		return err
+	}
+}
+
+// rows are the level's four rows.
+func (l *holdLevel) rows(r *Report) {
+	perHold := func(v int) string {
+		return fmt.Sprintf("Redis CPU %.1f µs per hold (the script %.1f µs)", 1e6*l.cpuPerCall(v), float64(l.script[v].Microseconds())/float64(max(1, l.calls[v])))
+	}
+	es, rs, ebs, bs := l.s[0], l.s[1], l.s[2], l.s[3]
+	r.Rows = append(r.Rows,
+		Row{Workload: "hold, uncontended", Variant: "engine.Hold", Clients: l.clients, OpsPerS: es.rate(), P50ms: es.pct(.5), P99ms: es.pct(.99), Ratio: es.rate() / rs.rate(), Note: refusals(es, perHold(0))},
+		Row{Workload: "hold, uncontended", Variant: "raw EVALSHA hold.lua", Clients: l.clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99), Note: refusals(rs, perHold(1))},
+		Row{Workload: "hold, uncontended", Variant: "engine.Hold, show not indexed", Clients: l.clients, OpsPerS: ebs.rate(), P50ms: ebs.pct(.5), P99ms: ebs.pct(.99),
+			Ratio: ebs.rate() / bs.rate(), Note: refusals(ebs, "against the raw script on shows not indexed", perHold(2))},
+		Row{Workload: "hold, uncontended", Variant: "raw, show not indexed", Clients: l.clients, OpsPerS: bs.rate(), P50ms: bs.pct(.5), P99ms: bs.pct(.99),
+			Ratio: bs.rate() / rs.rate(), Note: refusals(bs, "against raw on indexed shows: what the best-available index costs a hold", perHold(3))})
 }
 
 // refusals is note, followed by how many of s's operations were refused or failed if
