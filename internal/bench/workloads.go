@@ -378,153 +378,191 @@ func refusals(s stats, note ...string) string {
 // tables every connection would cache sequential-scan plans for its foreign-key checks,
 // which then slow as the tables grow) and on fresh connections.
 func (e *env) confirmWorkload(ctx context.Context, r *Report) error {
-	iv, err := e.newInventory(ctx, "cnf") // shows of its own: the other workloads booked seats of the shared one
+	cb, err := e.newConfirmBench(ctx)
 	if err != nil {
 		return err
-	}
-	const clients = 200
-	variants := []struct {
-		name, note string
-		cfg        engine.Config
-		prep       int // holds made for it: more than it confirms in a measurement
-		eng        *engine.Engine
-		holds      []engine.Hold
-		s          stats
-		cost       string // PostgreSQL's CPU and WAL per confirmation
-	}{
-		{name: "engine.Confirm, group commit", cfg: engine.Config{}, prep: confirmPrep},
-		{name: "engine.Confirm, group commit with savepoints", note: "Config.ConfirmSavepoints", cfg: engine.Config{ConfirmSavepoints: true}, prep: confirmPrep / 2},
-		{name: "engine.Confirm, a transaction each", note: "Config.ConfirmBatch 1", cfg: engine.Config{ConfirmBatch: 1}, prep: confirmPrep / 3},
-	}
-	// The inventory in parts: history, each engine's holds, the raw SQL.
-	part := int64(invShows * invPerShow / (len(variants) + 2))
-	for i := range variants {
-		v := &variants[i]
-		if v.eng, err = e.engine(v.cfg); err != nil {
-			return err
-		}
-		if err := warm(ctx, v.eng, iv.shows...); err != nil {
-			return err
-		}
-	}
-	q := db.New(e.pool)
-	// The engine's bounds and generic plans (engine/backends.go): what it does to its own
-	// transactions, the raw design does too.
-	txo := pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '2000ms'; SET LOCAL statement_timeout = '5000ms'; SET LOCAL plan_cache_mode = force_generic_plan"}
-	fp := make([]byte, 32)
-	raw := func(ctx context.Context, pool *pgxpool.Pool, i int64) error {
-		show, seat := iv.seatOf(i)
-		seats := []string{seat}
-		return pgx.BeginTxFunc(ctx, pool, txo, func(tx pgx.Tx) error {
-			qt := q.WithTx(tx)
-			adv, err := qt.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: show, SeatIds: seats, Generation: 1})
-			if err != nil {
-				return err
-			}
-			if len(adv) != 1 {
-				return errors.New("fence refused")
-			}
-			hold := sha256.Sum256([]byte(show + "\x00" + seat)) // one booking per hold: a hash of its own
-			qt.BookingCreate(ctx, []db.BookingCreateParams{{ShowID: show, BookingID: uuid.New(), Generation: 1,
-				Fingerprint: fp, HoldHash: hold[:], SeatIds: seats}}).QueryRow(func(_ int, _ db.BookingCreateRow, e error) { err = e })
-			return err
-		})
-	}
-	e.progress("   seeding %d bookings of history", min(part, 5_000))
-	if err := parallel(ctx, 50, int(min(part, 5_000)), func(ctx context.Context, i int) error { return raw(ctx, e.pool, int64(i)) }); err != nil {
-		return err
-	}
-	// VACUUM as well: otherwise autovacuum, woken by the seeded rows, runs during the
-	// first variant's measurement.
-	if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
-		return err
-	}
-	for i := range variants {
-		v := &variants[i]
-		v.prep = int(min(int64(v.prep), part))
-		v.holds = make([]engine.Hold, v.prep)
-		from := int64(i+1) * part
-		err := parallel(ctx, 50, v.prep, func(ctx context.Context, j int) error {
-			show, seat := iv.seatOf(from + int64(j))
-			h, err := v.eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
-			v.holds[j] = h
-			return err
-		})
-		if err != nil {
-			return err
-		}
 	}
 	e.pool.Reset() // fresh connections: plans made on the seeded tables
 	// Each measurement starts right after a checkpoint (e.checkpoint), so that
 	// PostgreSQL's timed one (every 5 minutes, and the full-page writes after it) lands
 	// in none of them.
-	for i := range variants {
-		v := &variants[i]
-		e.checkpoint(ctx)
-		v.cost, err = e.pgCost(ctx, func() int64 {
-			v.s = drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
-				if seq >= int64(len(v.holds)) {
-					return errExhausted
-				}
-				_, err := v.eng.Confirm(ctx, v.holds[seq], engine.ConfirmOptions{})
-				return err
-			})
-			return min(v.s.issued, int64(len(v.holds)))
-		})
-		if err != nil {
+	for _, v := range cb.variants {
+		if err := cb.measure(ctx, v); err != nil {
 			return err
 		}
 	}
-	// The raw design on pools of several sizes, as its operator would size it: the
-	// best is the baseline (on 2 cores, 64 connections each in a transaction lose to 8).
-	rawFrom := int64(len(variants)+1) * part
-	rawPrep := part / int64(len(rawPools))
-	var rs stats
-	var rawCost string
-	rawConns := 0
-	for k, conns := range rawPools {
-		pool, err := e.poolOf(ctx, conns)
-		if err != nil {
-			return err
-		}
-		from := rawFrom + int64(k)*rawPrep
-		e.checkpoint(ctx)
-		var s stats
-		cost, err := e.pgCost(ctx, func() int64 {
-			s = drive(ctx, clients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
-				if seq >= rawPrep {
-					return errExhausted
-				}
-				return raw(ctx, pool, from+seq)
-			})
-			return min(s.issued, rawPrep)
-		})
-		pool.Close()
-		if err != nil {
-			return err
-		}
-		e.progress("   raw SQL on %d connections: %.0f/s (p99 %.1f ms)", conns, s.rate(), s.pct(.99))
-		r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: fmt.Sprintf("raw SQL transaction (pgx), %d connections", conns), Clients: clients,
-			OpsPerS: s.rate(), P50ms: s.pct(.5), P99ms: s.pct(.99), Note: refusals(s, cost)})
-		if s.rate() > rs.rate() || rawConns == 0 {
-			rs, rawCost, rawConns = s, cost, conns
-		}
+	rs, rawCost, rawConns, err := cb.rawBest(ctx, r)
+	if err != nil {
+		return err
 	}
-	for _, v := range variants {
-		note := refusals(v.s, v.note, v.cost)
-		r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: v.name, Clients: clients, OpsPerS: v.s.rate(), P50ms: v.s.pct(.5), P99ms: v.s.pct(.99),
-			Ratio: v.s.rate() / rs.rate(), Note: note})
+	for _, v := range cb.variants {
+		r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: v.name, Clients: confirmClients, OpsPerS: v.s.rate(), P50ms: v.s.pct(.5), P99ms: v.s.pct(.99),
+			Ratio: v.s.rate() / rs.rate(), Note: refusals(v.s, v.note, v.cost)})
 		e.progress("   %s: %.0f/s (p99 %.1f ms)", v.name, v.s.rate(), v.s.pct(.99))
 	}
-	r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: "raw SQL transaction (pgx), best pool", Clients: clients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99),
+	r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: "raw SQL transaction (pgx), best pool", Clients: confirmClients, OpsPerS: rs.rate(), P50ms: rs.pct(.5), P99ms: rs.pct(.99),
 		Note: refusals(rs, fmt.Sprintf("%d connections", rawConns), rawCost)})
 	e.progress("   raw SQL, best pool (%d connections): %.0f/s (p99 %.1f ms)", rawConns, rs.rate(), rs.pct(.99))
-	gs := variants[0].s
+	gs := cb.variants[0].s
 	ratio := gs.rate() / rs.rate()
 	r.goal("confirm throughput, group commit / raw SQL transaction (best pool), 200 confirmers", ">= 3.00", ratio, ratio >= 3)
 	p99 := gs.pct(.99) / rs.pct(.99)
 	r.goal("confirm p99, group commit / raw SQL transaction (best pool)", "<= 1.00", p99, p99 <= 1)
 	return nil
+}
+
+// confirmClients is the confirm workload's concurrent confirmers.
+const confirmClients = 200
+
+// confirmVariant is one engine configuration of the confirm workload.
+type confirmVariant struct {
+	name, note string
+	cfg        engine.Config
+	prep       int // holds made for it: more than it confirms in a measurement
+	eng        *engine.Engine
+	holds      []engine.Hold
+	s          stats
+	cost       string // PostgreSQL's CPU and WAL per confirmation
+}
+
+// confirmBench is the confirm workload's set-up: the inventory in parts (history, each
+// engine's holds, the raw SQL's), the engines with their holds made.
+type confirmBench struct {
+	e        *env
+	iv       *inventory
+	part     int64
+	variants []*confirmVariant
+	q        *db.Queries
+}
+
+func (e *env) newConfirmBench(ctx context.Context) (*confirmBench, error) {
+	iv, err := e.newInventory(ctx, "cnf") // shows of its own: the other workloads booked seats of the shared one
+	if err != nil {
+		return nil, err
+	}
+	cb := &confirmBench{e: e, iv: iv, q: db.New(e.pool), variants: []*confirmVariant{
+		{name: "engine.Confirm, group commit", cfg: engine.Config{}, prep: confirmPrep},
+		{name: "engine.Confirm, group commit with savepoints", note: "Config.ConfirmSavepoints", cfg: engine.Config{ConfirmSavepoints: true}, prep: confirmPrep / 2},
+		{name: "engine.Confirm, a transaction each", note: "Config.ConfirmBatch 1", cfg: engine.Config{ConfirmBatch: 1}, prep: confirmPrep / 3},
+	}}
+	cb.part = int64(invShows * invPerShow / (len(cb.variants) + 2))
+	for _, v := range cb.variants {
+		if v.eng, err = e.engine(v.cfg); err != nil {
+			return nil, err
+		}
+		if err := warm(ctx, v.eng, iv.shows...); err != nil {
+			return nil, err
+		}
+	}
+	e.progress("   seeding %d bookings of history", min(cb.part, 5_000))
+	if err := parallel(ctx, 50, int(min(cb.part, 5_000)), func(ctx context.Context, i int) error { return cb.raw(ctx, e.pool, int64(i)) }); err != nil {
+		return nil, err
+	}
+	// VACUUM as well: otherwise autovacuum, woken by the seeded rows, runs during the
+	// first variant's measurement.
+	if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+		return nil, err
+	}
+	for i, v := range cb.variants {
+		if err := cb.prepare(ctx, v, int64(i+1)*cb.part); err != nil {
+			return nil, err
+		}
+	}
+	return cb, nil
+}
+
+// prepare makes v's holds, on the inventory's seats from from on.
+func (cb *confirmBench) prepare(ctx context.Context, v *confirmVariant, from int64) error {
+	v.prep = int(min(int64(v.prep), cb.part))
+	v.holds = make([]engine.Hold, v.prep)
+	return parallel(ctx, 50, v.prep, func(ctx context.Context, j int) error {
+		show, seat := cb.iv.seatOf(from + int64(j))
+		h, err := v.eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
+		v.holds[j] = h
+		return err
+	})
+}
+
+// confirmTxOptions are the engine's bounds and generic plans (engine/backends.go): what
+// it does to its own transactions, the raw design does too.
+var confirmTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL lock_timeout = '2000ms'; SET LOCAL statement_timeout = '5000ms'; SET LOCAL plan_cache_mode = force_generic_plan"}
+
+// raw is the raw design's confirmation of the i-th seat: its fence and its booking in
+// one transaction on pool.
+func (cb *confirmBench) raw(ctx context.Context, pool *pgxpool.Pool, i int64) error {
+	show, seat := cb.iv.seatOf(i)
+	seats := []string{seat}
+	fp := make([]byte, 32)
+	return pgx.BeginTxFunc(ctx, pool, confirmTxOptions, func(tx pgx.Tx) error {
+		qt := cb.q.WithTx(tx)
+		adv, err := qt.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: show, SeatIds: seats, Generation: 1})
+		if err != nil {
+			return err
+		}
+		if len(adv) != 1 {
+			return errors.New("fence refused")
+		}
+		hold := sha256.Sum256([]byte(show + "\x00" + seat)) // one booking per hold: a hash of its own
+		qt.BookingCreate(ctx, []db.BookingCreateParams{{ShowID: show, BookingID: uuid.New(), Generation: 1,
+			Fingerprint: fp, HoldHash: hold[:], SeatIds: seats}}).QueryRow(func(_ int, _ db.BookingCreateRow, e error) { err = e })
+		return err
+	})
+}
+
+// measure confirms v's holds for a measurement and records its stats and cost.
+func (cb *confirmBench) measure(ctx context.Context, v *confirmVariant) error {
+	e := cb.e
+	e.checkpoint(ctx)
+	var err error
+	v.cost, err = e.pgCost(ctx, func() int64 {
+		v.s = drive(ctx, confirmClients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+			if seq >= int64(len(v.holds)) {
+				return errExhausted
+			}
+			_, err := v.eng.Confirm(ctx, v.holds[seq], engine.ConfirmOptions{})
+			return err
+		})
+		return min(v.s.issued, int64(len(v.holds)))
+	})
+	return err
+}
+
+// rawBest runs the raw design on pools of several sizes, as its operator would size
+// it, a row each, and returns the best: the baseline (on 2 cores, 64 connections each
+// in a transaction lose to 8).
+func (cb *confirmBench) rawBest(ctx context.Context, r *Report) (best stats, bestCost string, bestConns int, err error) {
+	e := cb.e
+	rawFrom := int64(len(cb.variants)+1) * cb.part
+	rawPrep := cb.part / int64(len(rawPools))
+	for k, conns := range rawPools {
+		pool, err := e.poolOf(ctx, conns)
+		if err != nil {
+			return best, "", 0, err
+		}
+		from := rawFrom + int64(k)*rawPrep
+		e.checkpoint(ctx)
+		var s stats
+		cost, err := e.pgCost(ctx, func() int64 {
+			s = drive(ctx, confirmClients, e.o.Warmup, e.o.Duration, func(ctx context.Context, seq int64) error {
+				if seq >= rawPrep {
+					return errExhausted
+				}
+				return cb.raw(ctx, pool, from+seq)
+			})
+			return min(s.issued, rawPrep)
+		})
+		pool.Close()
+		if err != nil {
+			return best, "", 0, err
+		}
+		e.progress("   raw SQL on %d connections: %.0f/s (p99 %.1f ms)", conns, s.rate(), s.pct(.99))
+		r.Rows = append(r.Rows, Row{Workload: "confirm", Variant: fmt.Sprintf("raw SQL transaction (pgx), %d connections", conns), Clients: confirmClients,
+			OpsPerS: s.rate(), P50ms: s.pct(.5), P99ms: s.pct(.99), Note: refusals(s, cost)})
+		if s.rate() > best.rate() || bestConns == 0 {
+			best, bestCost, bestConns = s, cost, conns
+		}
+	}
+	return best, bestCost, bestConns, nil
 }
 
 // pgCost runs a drive, which returns how many operations it ran (its warm-up's
