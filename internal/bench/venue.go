@@ -34,15 +34,55 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
-	began := time.Now()
-	if err := eng.CreateShowLayout(ctx, show, venue); err != nil {
+	var t venueTimes
+	if t.created, err = timed(func() error { return eng.CreateShowLayout(ctx, show, venue) }); err != nil {
 		return err
 	}
-	created := time.Since(began)
-	// A third of the seats taken: holds of 1-4 seats, every other one confirmed.
 	e.progress("  holding and selling a third of %d seats", venueSeats)
+	if err := takeAThird(ctx, eng, show, venue); err != nil {
+		return err
+	}
+	if err := e.dropIndex(ctx, show); err != nil {
+		return err
+	}
+	if t.indexed, err = timed(func() error {
+		_, err := eng.HoldBest(ctx, engine.BestRequest{ShowID: show, Count: 1})
+		return err
+	}); err != nil {
+		return err
+	}
+	if t.viewBuilt, err = timed(func() error { _, err := eng.SeatMap(ctx, show); return err }); err != nil {
+		return err
+	}
+	addr, stop, err := serveAPI(eng)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	defer sellAndRelease(ctx, eng, show, venue)()
+	c := &venueClient{url: "http://" + addr, show: show,
+		c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}}
+	if err := e.venueReads(ctx, r, eng, c, t); err != nil {
+		return err
+	}
+	return e.venuePage(ctx, r, c.url+"/shows/"+show)
+}
+
+// venueTimes are how long the venue's set-up steps took.
+type venueTimes struct{ created, indexed, viewBuilt time.Duration }
+
+// timed runs fn and says how long it took.
+func timed(fn func() error) (time.Duration, error) {
+	t := time.Now()
+	err := fn()
+	return time.Since(t), err
+}
+
+// takeAThird takes a third of the venue's seats: holds of 1-4 seats, every other one
+// confirmed.
+func takeAThird(ctx context.Context, eng *engine.Engine, show string, venue []engine.Seat) error {
 	var next atomic.Int64
-	if err := parallel(ctx, 64, venueSeats/3/4, func(ctx context.Context, k int) error {
+	return parallel(ctx, 64, venueSeats/3/4, func(ctx context.Context, k int) error {
 		i := int(next.Add(4)) - 4
 		var ids []string
 		for _, s := range venue[i : i+1+k%4] {
@@ -56,11 +96,12 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 			_, err = eng.Confirm(ctx, h, engine.ConfirmOptions{})
 		}
 		return err
-	}); err != nil {
-		return err
-	}
-	// The best-available index is built with the show; drop it (its completion key and
-	// the seats' metas) so that the first HoldBest builds it again, timed.
+	})
+}
+
+// dropIndex drops the show's best-available index (its completion key and the seats'
+// metas) so that the next HoldBest builds it again.
+func (e *env) dropIndex(ctx context.Context, show string) error {
 	base := showBase(e.prefixes[len(e.prefixes)-1], show)
 	if err := e.rdb.Del(ctx, base+"ixs").Err(); err != nil {
 		return err
@@ -70,28 +111,15 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 			return err
 		}
 	}
-	began = time.Now()
-	if _, err := eng.HoldBest(ctx, engine.BestRequest{ShowID: show, Count: 1}); err != nil {
-		return err
-	}
-	indexed := time.Since(began)
-	began = time.Now()
-	if _, err := eng.SeatMap(ctx, show); err != nil {
-		return err
-	}
-	viewBuilt := time.Since(began)
+	return nil
+}
 
-	addr, stop, err := serveAPI(eng)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	url := "http://" + addr
-	// A seller holds and releases seats in the last third all along: the map changes
-	// (about 200 holds a second), as in a sale.
-	sctx, sellerStop := context.WithCancel(ctx)
-	var sellers sync.WaitGroup
-	sellers.Go(func() {
+// sellAndRelease has a seller hold and release seats in the venue's last third until
+// the returned func is called: the map changes (about 200 holds a second), as in a sale.
+func sellAndRelease(ctx context.Context, eng *engine.Engine, show string, venue []engine.Seat) (stop func()) {
+	sctx, cancel := context.WithCancel(ctx)
+	var seller sync.WaitGroup
+	seller.Go(func() {
 		for k := 0; sctx.Err() == nil; k++ {
 			s := venue[2*venueSeats/3+k%(venueSeats/3)]
 			h, err := eng.Hold(sctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{s.ID}, TTL: time.Minute})
@@ -101,55 +129,59 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
-	defer func() { sellerStop(); sellers.Wait() }()
+	return func() { cancel(); seller.Wait() }
+}
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
-	get := func(ctx context.Context, path string, h http.Header) (int, error) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", url+path, nil)
-		for k, v := range h {
-			req.Header[k] = v
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		n, err := io.Copy(io.Discard, resp.Body)
-		if err == nil && resp.StatusCode != 200 {
-			err = fmt.Errorf("GET %s: %d", path, resp.StatusCode)
-		}
-		return int(n), err
+// venueClient reads one show over HTTP.
+type venueClient struct {
+	url, show string
+	c         *http.Client
+}
+
+var gzipped = http.Header{"Accept-Encoding": {"gzip"}}
+
+// get reads the show's path and says how many bytes came.
+func (c *venueClient) get(ctx context.Context, path string, h http.Header) (int, error) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.url+"/v1/shows/"+c.show+path, nil)
+	for k, v := range h {
+		req.Header[k] = v
 	}
-	gz := http.Header{"Accept-Encoding": {"gzip"}}
-	// Each document's size without and with gzip: the map, the layout by seat and by column.
-	var size [3][2]int // [map, layout, compact layout][plain, gzip]
+	resp, err := c.c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("GET %s: %d", path, resp.StatusCode)
+	}
+	return int(n), err
+}
+
+// sizes is each document's size without and with gzip: [map, layout, compact
+// layout][plain, gzip].
+func (c *venueClient) sizes(ctx context.Context) (size [3][2]int, err error) {
 	for k, path := range []string{"/seats", "/layout", "/layout?format=compact"} {
-		for z, h := range []http.Header{nil, gz} {
-			if size[k][z], err = get(ctx, "/v1/shows/"+show+path, h); err != nil {
-				return err
+		for z, h := range []http.Header{nil, gzipped} {
+			if size[k][z], err = c.get(ctx, path, h); err != nil {
+				return size, err
 			}
 		}
 	}
-	mapPlain, mapZipped := size[0][0], size[0][1]
-	layoutPlain, layoutZipped := size[1][0], size[1][1]
-	compactPlain, compactZipped := size[2][0], size[2][1]
-	seatMap := drive(ctx, 1, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error {
-		_, err := eng.SeatMap(ctx, show)
-		return err
-	})
-	compact := drive(ctx, mapReaders, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error {
-		_, err := get(ctx, "/v1/shows/"+show+"/seats", gz)
-		return err
-	})
-	// The event stream's first event, a snapshot: a new stream's time to it, one at a time.
+	return size, nil
+}
+
+// snapshots opens 50 event streams one after another: a new stream's time to its first
+// event, a snapshot, and that event's size.
+func (c *venueClient) snapshots(ctx context.Context) (stats, int, error) {
 	var snapshot stats
 	snapBytes := 0
-	began = time.Now()
-	for k := 0; k < 50; k++ {
+	began := time.Now()
+	for range 50 {
 		t0 := time.Now()
-		n, err := firstEvent(ctx, url+"/v1/shows/"+show+"/events")
+		n, err := firstEvent(ctx, c.url+"/v1/shows/"+c.show+"/events")
 		if err != nil {
-			return err
+			return snapshot, 0, err
 		}
 		snapshot.lat = append(snapshot.lat, time.Since(t0))
 		snapshot.ops++
@@ -157,23 +189,46 @@ func (e *env) venueWorkload(ctx context.Context, r *Report) error {
 	}
 	snapshot.elapsed = time.Since(began)
 	slices.Sort(snapshot.lat)
-	seats := thousands(venueSeats)
+	return snapshot, snapBytes, nil
+}
+
+// venueReads measures the venue's reads while the seller sells — the documents' sizes,
+// SeatMap in process, the compact map over HTTP, a new stream's snapshot — and adds
+// the workload's rows.
+func (e *env) venueReads(ctx context.Context, r *Report, eng *engine.Engine, c *venueClient, t venueTimes) error {
+	size, err := c.sizes(ctx)
+	if err != nil {
+		return err
+	}
+	mapPlain, mapZipped := size[0][0], size[0][1]
+	seatMap := drive(ctx, 1, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error {
+		_, err := eng.SeatMap(ctx, c.show)
+		return err
+	})
+	compact := drive(ctx, mapReaders, e.o.Warmup, e.o.Duration, func(ctx context.Context, _ int64) error {
+		_, err := c.get(ctx, "/seats", gzipped)
+		return err
+	})
+	snapshot, snapBytes, err := c.snapshots(ctx)
+	if err != nil {
+		return err
+	}
 	r.Rows = append(r.Rows,
-		Row{Workload: "venue scale, " + seats + " seats", Variant: "create the show (PostgreSQL rows, Redis state, the best-available index)", Clients: 1, P50ms: ms(created)},
-		Row{Workload: "", Variant: "the best-available index built again (a third taken), by a HoldBest", Clients: 1, P50ms: ms(indexed)},
-		Row{Workload: "", Variant: "the engine's seat-map view, first read (built from PostgreSQL and Redis)", Clients: 1, P50ms: ms(viewBuilt)},
+		Row{Workload: "venue scale, " + thousands(venueSeats) + " seats", Variant: "create the show (PostgreSQL rows, Redis state, the best-available index)", Clients: 1, P50ms: ms(t.created)},
+		Row{Workload: "", Variant: "the best-available index built again (a third taken), by a HoldBest", Clients: 1, P50ms: ms(t.indexed)},
+		Row{Workload: "", Variant: "the engine's seat-map view, first read (built from PostgreSQL and Redis)", Clients: 1, P50ms: ms(t.viewBuilt)},
 		Row{Workload: "", Variant: "engine.SeatMap, in process", Clients: 1, OpsPerS: seatMap.rate(), P50ms: seatMap.pct(.5), P99ms: seatMap.pct(.99), Note: errNote(seatMap)},
 		Row{Workload: "", Variant: "GET compact map, gzip", Clients: mapReaders, OpsPerS: compact.rate(), P50ms: compact.pct(.5), P99ms: compact.pct(.99),
 			Note: fmt.Sprintf("%s bytes (%s without gzip); the map changes about 200 times a second%s", thousands(mapZipped), thousands(mapPlain), errNote(compact))},
 		Row{Workload: "", Variant: "GET layout (cacheable for good)", Clients: 1,
 			Note: fmt.Sprintf("by seat: %s bytes gzip (%s without); by column (?format=compact, what the page reads): %s bytes gzip (%s without)",
-				thousands(layoutZipped), thousands(layoutPlain), thousands(compactZipped), thousands(compactPlain))},
+				thousands(size[1][1]), thousands(size[1][0]), thousands(size[2][1]), thousands(size[2][0]))},
 		Row{Workload: "", Variant: "SSE: a new stream's snapshot event", Clients: 1, OpsPerS: snapshot.rate(), P50ms: snapshot.pct(.5), P99ms: snapshot.pct(.99),
 			Note: fmt.Sprintf("%s bytes, 50 streams opened one after another", thousands(snapBytes))},
 	)
 	e.progress("  created %v, indexed %v, view %v; map %d B gzip, p99 %.1f ms; snapshot %d B, p50 %.1f ms",
-		created.Round(time.Millisecond), indexed.Round(time.Millisecond), viewBuilt.Round(time.Millisecond), mapZipped, compact.pct(.99), snapBytes, snapshot.pct(.5))
-	return e.venuePage(ctx, r, url+"/shows/"+show)
+		t.created.Round(time.Millisecond), t.indexed.Round(time.Millisecond), t.viewBuilt.Round(time.Millisecond), mapZipped, compact.pct(.99), snapBytes, snapshot.pct(.5))
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
