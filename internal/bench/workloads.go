@@ -685,29 +685,59 @@ func (e *env) usedMemory(ctx context.Context) (float64, error) {
 	return used - clients, nil
 }
 
+// memoryWorkload measures what a live hold and a sold seat cost Redis, what the change
+// feed adds, and the engine's heap and allocations per Hold and Confirm call.
 func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	iv, err := e.inventory(ctx)
 	if err != nil {
 		return err
 	}
-	// Measure in an empty logical database of the same server (one Redis, not a
-	// cluster): there the main dictionary grows from nothing, as it would for the holds
-	// alone, instead of rehashing around the keys earlier workloads left.
-	mrdb, prefix := e.rdb, e.prefix()
-	if c, ok := e.rdb.(*redis.Client); ok {
-		opt := *c.Options()
-		opt.DB = 15
-		mc := redis.NewClient(&opt)
-		defer mc.Close()
-		if n, err := mc.DBSize(ctx).Result(); err == nil && n == 0 {
-			// The database was empty: use the engine's default key prefix, whose key
-			// lengths are what a deployment sees, and empty it again afterwards.
-			mrdb, prefix = mc, "holdfast"
-			defer mc.FlushDB(context.WithoutCancel(ctx))
-		}
+	mrdb, prefix, done := e.emptyRedis(ctx)
+	defer done()
+	if err := e.redisPerHold(ctx, r, iv, mrdb, prefix); err != nil {
+		return err
 	}
-	// Redis bytes per live hold: 100,000 single-seat holds.
-	const holds = 100_000
+	if err := e.redisPerSoldSeat(ctx, r, iv, mrdb, prefix+"m"); err != nil {
+		return err
+	}
+	if err := e.heapPerCall(ctx, r, iv); err != nil {
+		return err
+	}
+	r.goal("Redis bytes per live hold", "<= 200", r.Memory.RedisBytesPerHold, r.Memory.RedisBytesPerHold <= 200)
+	r.goal("Redis bytes per sold seat", "<= 64", r.Memory.RedisBytesPerSoldSeat, r.Memory.RedisBytesPerSoldSeat <= 64)
+	return nil
+}
+
+// memoryHolds is how many single-seat holds the Redis bytes per live hold are over.
+const memoryHolds = 100_000
+
+// emptyRedis is where to measure Redis memory: an empty logical database of the same
+// server (one Redis, not a cluster), where the main dictionary grows from nothing, as it
+// would for the holds alone, instead of rehashing around the keys earlier workloads
+// left — with the engine's default key prefix, whose key lengths are what a deployment
+// sees, emptied again by done. Else the run's own Redis and a fresh prefix.
+func (e *env) emptyRedis(ctx context.Context) (rdb redis.UniversalClient, prefix string, done func()) {
+	c, ok := e.rdb.(*redis.Client)
+	if !ok {
+		return e.rdb, e.prefix(), func() {}
+	}
+	opt := *c.Options()
+	opt.DB = 15
+	mc := redis.NewClient(&opt)
+	if n, err := mc.DBSize(ctx).Result(); err != nil || n != 0 {
+		mc.Close()
+		return e.rdb, e.prefix(), func() {}
+	}
+	return mc, "holdfast", func() {
+		mc.FlushDB(context.WithoutCancel(ctx))
+		mc.Close()
+	}
+}
+
+// redisPerHold is Redis bytes per live hold (memoryHolds single-seat holds), apart from
+// the change feed's entries, which are bounded per show (about 4,096 entries), not per
+// hold; and a show's feed at its bound (10,000 holds on the hot show).
+func (e *env) redisPerHold(ctx context.Context, r *Report, iv *inventory, mrdb redis.UniversalClient, prefix string) error {
 	eng, err := engine.New(e.pool, mrdb, &engine.Config{KeyPrefix: prefix})
 	if err != nil {
 		return err
@@ -720,7 +750,7 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
-	if err := parallel(ctx, 50, holds, func(ctx context.Context, i int) error {
+	if err := parallel(ctx, 50, memoryHolds, func(ctx context.Context, i int) error {
 		show, seat := iv.seatOf(int64(i))
 		_, err := eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
 		return err
@@ -731,8 +761,6 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
-	// Each hold also wrote an entry to its show's change feed, which is bounded per
-	// show (about 4,096 entries), not per hold: counted apart.
 	var feeds float64
 	for _, show := range iv.shows {
 		n, err := mrdb.MemoryUsage(ctx, showBase(prefix, show)+"feed", 0).Result()
@@ -742,9 +770,8 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 		m, _ := mrdb.MemoryUsage(ctx, showBase(prefix, show)+"feed:n", 0).Result()
 		feeds += float64(n + m)
 	}
-	r.Memory.RedisBytesPerHold = (after - before - feeds) / holds
-	r.Memory.RedisFeedBytesPerHold = feeds / holds
-	// A show's feed at its bound: 10,000 holds on the hot show.
+	r.Memory.RedisBytesPerHold = (after - before - feeds) / memoryHolds
+	r.Memory.RedisFeedBytesPerHold = feeds / memoryHolds
 	if err := parallel(ctx, 50, 10_000, func(ctx context.Context, i int) error {
 		_, err := eng.Hold(ctx, engine.HoldRequest{ShowID: "hot", SeatIDs: []string{iv.hot[i]}, TTL: holdTTL})
 		return err
@@ -752,26 +779,30 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 		return err
 	}
 	fb, err := mrdb.MemoryUsage(ctx, prefix+":{hot}:feed", 0).Result()
-	if err != nil {
-		return err
-	}
 	r.Memory.RedisFeedBytesPerShow = float64(fb)
+	return err
+}
 
-	// Redis bytes per sold seat: the marker of 50,000 seats of one show.
+// redisPerSoldSeat is Redis bytes per sold seat: the markers of 50,000 seats of one
+// show, under prefix mp.
+func (e *env) redisPerSoldSeat(ctx context.Context, r *Report, iv *inventory, mrdb redis.UniversalClient, mp string) error {
 	const sold = 50_000
-	mp := prefix + "m"
 	mrdb.Set(ctx, rawGen(mp, "hot"), 0, 0)
-	before, _ = e.usedMemory(ctx)
+	before, _ := e.usedMemory(ctx)
 	if err := parallel(ctx, 50, sold, func(ctx context.Context, i int) error {
 		seat := iv.hot[i]
 		return lua.Mark.Run(ctx, mrdb, rawKeys(mp, "hot", seat, i), "", "-", seat, strconv.Itoa(100_000+i)).Err()
 	}); err != nil {
 		return err
 	}
-	after, _ = e.usedMemory(ctx)
+	after, _ := e.usedMemory(ctx)
 	r.Memory.RedisBytesPerSoldSeat = (after - before) / sold
+	return nil
+}
 
-	// Engine heap and allocations per call, sequential, after a warm-up.
+// heapPerCall is the engine's heap bytes and allocations per Hold and per Confirm
+// call, sequential, each after a warm-up of 100 calls.
+func (e *env) heapPerCall(ctx context.Context, r *Report, iv *inventory) error {
 	heng, err := e.engine(engine.Config{})
 	if err != nil {
 		return err
@@ -781,43 +812,38 @@ func (e *env) memoryWorkload(ctx context.Context, r *Report) error {
 	}
 	const calls = 2000
 	held := make([]engine.Hold, calls)
-	hold := func(i int) error {
-		show, seat := iv.seatOf(int64(holds + i))
+	r.Memory.HoldBytesPerOp, r.Memory.HoldAllocsPerOp, err = perCall(calls, func(i int) error {
+		show, seat := iv.seatOf(int64(memoryHolds + i))
 		h, err := heng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: []string{seat}, TTL: holdTTL})
 		held[i] = h
 		return err
+	})
+	if err != nil {
+		return err
 	}
+	r.Memory.ConfirmBytesPerOp, r.Memory.ConfirmAllocsPerOp, err = perCall(calls, func(i int) error {
+		_, err := heng.Confirm(ctx, held[i], engine.ConfirmOptions{})
+		return err
+	})
+	return err
+}
+
+// perCall runs call(i) for i in [0, n), and returns the heap bytes and allocations of
+// each call past the first 100 (the warm-up).
+func perCall(n int, call func(i int) error) (bytes, allocs float64, err error) {
 	for i := range 100 {
-		if err := hold(i); err != nil {
-			return err
+		if err := call(i); err != nil {
+			return 0, 0, err
 		}
 	}
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	for i := 100; i < calls; i++ {
-		if err := hold(i); err != nil {
-			return err
+	for i := 100; i < n; i++ {
+		if err := call(i); err != nil {
+			return 0, 0, err
 		}
 	}
 	runtime.ReadMemStats(&m1)
-	n := float64(calls - 100)
-	r.Memory.HoldBytesPerOp = float64(m1.TotalAlloc-m0.TotalAlloc) / n
-	r.Memory.HoldAllocsPerOp = float64(m1.Mallocs-m0.Mallocs) / n
-	for i := range 100 {
-		if _, err := heng.Confirm(ctx, held[i], engine.ConfirmOptions{}); err != nil {
-			return err
-		}
-	}
-	runtime.ReadMemStats(&m0)
-	for i := 100; i < calls; i++ {
-		if _, err := heng.Confirm(ctx, held[i], engine.ConfirmOptions{}); err != nil {
-			return err
-		}
-	}
-	runtime.ReadMemStats(&m1)
-	r.Memory.ConfirmBytesPerOp = float64(m1.TotalAlloc-m0.TotalAlloc) / n
-	r.Memory.ConfirmAllocsPerOp = float64(m1.Mallocs-m0.Mallocs) / n
-	r.goal("Redis bytes per live hold", "<= 200", r.Memory.RedisBytesPerHold, r.Memory.RedisBytesPerHold <= 200)
-	r.goal("Redis bytes per sold seat", "<= 64", r.Memory.RedisBytesPerSoldSeat, r.Memory.RedisBytesPerSoldSeat <= 64)
-	return nil
+	k := float64(n - 100)
+	return float64(m1.TotalAlloc-m0.TotalAlloc) / k, float64(m1.Mallocs-m0.Mallocs) / k, nil
 }
