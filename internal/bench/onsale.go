@@ -106,224 +106,228 @@ type timePoint struct {
 // runOnsale runs one open-loop sale on d until every seat is sold or p.timeout,
 // showing its progress on w (nil: none).
 func runOnsale(ctx context.Context, d onsaleDesign, p onsaleParams, seed uint64, w io.Writer) *onsaleResult {
-	res := &onsaleResult{}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	var mu sync.Mutex
-	var wg, buyers sync.WaitGroup
-	var inFlight, booked atomic.Int64
-	soldOut := make(chan struct{})
-	var once sync.Once
+	o := &onsale{s: newSaleRun(ctx, p.timeout), d: d, p: p, seed: seed, res: &onsaleResult{}}
+	defer o.s.cancel()
 	if j, ok := d.(withJobs); ok {
-		jobsCtx, stopJobs := context.WithCancel(ctx)
+		jobsCtx, stopJobs := context.WithCancel(o.s.ctx)
 		defer j.startJobs(jobsCtx)() // started now; at return stopped (below, run first), then waited for
 		defer stopJobs()
 	}
-	start := time.Now()
-	record := func(l *[]time.Duration, d time.Duration) {
-		mu.Lock()
-		*l = append(*l, d)
-		mu.Unlock()
-	}
-	fail := func(err error) {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return
-		}
-		if atomic.AddInt64(&res.errors, 1) == 1 {
-			res.firstErr.Store(err)
-		}
-	}
-	buyer := func(id int64) {
-		defer inFlight.Add(-1)
-		rng := rand.New(rand.NewPCG(seed, uint64(id)))
-		name := "b" + strconv.FormatUint(seed, 36) + "-" + strconv.FormatInt(id, 36) // unique across runs on a show
-		t := time.Now()
-		free, err := d.seatMap(ctx, 64)
-		record(&res.mapLat, time.Since(t))
-		if err != nil {
-			fail(err)
-			return
-		}
-		if len(free) == 0 {
-			return // sold out, or every seat held: a real buyer would wait; this one leaves
-		}
-		n := []int{1, 2, 2, 2, 3, 4, 4, 5, 6}[rng.IntN(9)]
-		var h any
-		firstTry := time.Now()
-		for attempt, shed := 0, 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-			t = time.Now()
-			if rng.IntN(100) < 80 {
-				h, err = d.holdBest(ctx, name, n)
-			} else {
-				pick := slices.Clone(free)
-				rng.Shuffle(len(pick), func(i, j int) { pick[i], pick[j] = pick[j], pick[i] })
-				h, err = d.holdNamed(ctx, name, pick[:min(n, len(pick))])
-			}
-			record(&res.holdLat, time.Since(t))
-			atomic.AddInt64(&res.holdAttempts, 1)
-			if err == nil {
-				record(&res.grantLat, time.Since(firstTry))
-				break
-			}
-			if errors.Is(err, errOnsaleShed) {
-				if shed == 50 { // a real buyer would have left long ago
-					atomic.AddInt64(&res.holdGaveUp, 1)
-					return
-				}
-				// Shed at once (503 with Retry-After over HTTP): try again shortly.
-				atomic.AddInt64(&res.holdShed, 1)
-				shed++
-				attempt--
-				time.Sleep(100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond))))
-				continue
-			}
-			if !errors.Is(err, errOnsaleRefused) {
-				fail(err)
-				return
-			}
-			atomic.AddInt64(&res.refused, 1)
-			h = nil
-			if free, err = d.seatMap(ctx, 64); err != nil || len(free) == 0 {
-				return
-			}
-		}
-		if h == nil {
-			return
-		}
-		think := p.think/6 + time.Duration(rng.Int64N(int64(p.think)*5/6+1))
-		select {
-		case <-time.After(think):
-		case <-ctx.Done():
-			return
-		}
-		r := rng.IntN(100)
-		if p.noConfirms {
-			r = 85 // release, so that the inventory lasts
-		}
-		switch {
-		case r < 80:
-			key := uuid.NewString()
-			confirm := func() (int, error) {
-				for {
-					attempt := time.Now()
-					seats, err := d.confirm(ctx, name, h, key)
-					if !errors.Is(err, errOnsaleShed) || ctx.Err() != nil {
-						return seats, err
-					}
-					// Shed before the database (503 with Retry-After over HTTP): try
-					// again shortly, as a client would, while the hold lives.
-					record(&res.shedLat, time.Since(attempt))
-					atomic.AddInt64(&res.shed, 1)
-					time.Sleep(100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond))))
-				}
-			}
-			t = time.Now()
-			seats, err := confirm()
-			record(&res.confLat, time.Since(t))
-			if err == nil && rng.IntN(100) < 10 { // the response was lost: the client retries
-				_, err = confirm()
-			}
-			switch {
-			case err == nil:
-				atomic.AddInt64(&res.bookings, 1)
-				if booked.Add(int64(seats)) >= int64(p.seats) {
-					once.Do(func() { res.soldOutAfter = time.Since(start); close(soldOut) })
-				}
-			case errors.Is(err, errOnsaleRefused):
-				atomic.AddInt64(&res.confRefused, 1)
-			default:
-				fail(err)
-			}
-		case r < 90:
-			if err := d.release(ctx, h); err != nil && !errors.Is(err, errOnsaleRefused) {
-				fail(err)
-			}
-		}
-		// else: abandoned; the hold expires by itself
-	}
-	// Arrivals: a ramp to the rate over 2 s, a spike for 2 s, then the rate.
-	rateAt := func(t time.Duration) float64 {
-		switch {
-		case !p.ramp:
-			return p.rate
-		case t < 2*time.Second:
-			return p.rate * t.Seconds() / 2
-		case t < 4*time.Second:
-			return p.rate * p.spike
-		}
-		return p.rate
-	}
 	if w != nil {
-		stopShow := make(chan struct{})
-		var shown sync.WaitGroup
-		shown.Go(func() {
-			progress.Show(w, stopShow, "seats sold", p.seats, func() int { return int(booked.Load()) }, func() string {
-				return fmt.Sprintf("buyers %d, in flight %d, hold attempts %d", atomic.LoadInt64(&res.arrived), inFlight.Load(), atomic.LoadInt64(&res.holdAttempts))
-			})
-		})
-		defer func() { close(stopShow); shown.Wait() }()
+		defer o.showProgress(w)()
 	}
-	sample := time.NewTicker(250 * time.Millisecond)
-	defer sample.Stop()
-	wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-sample.C:
-				mu.Lock()
-				res.timeline = append(res.timeline, timePoint{now.Sub(start), booked.Load()})
-				mu.Unlock()
-			}
-		}
+	o.s.every(250*time.Millisecond, func(at time.Duration) bool {
+		o.mu.Lock()
+		o.res.timeline = append(o.res.timeline, timePoint{at, o.booked.Load()})
+		o.mu.Unlock()
+		return true
 	})
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	var owed float64
-	last := start
-arrivals:
-	for {
-		select {
-		case <-ctx.Done():
-			break arrivals
-		case <-soldOut:
-			break arrivals
-		case now := <-tick.C:
-			if p.arrivals > 0 && now.Sub(start) >= p.arrivals {
-				break arrivals
-			}
-			owed += rateAt(now.Sub(start)) * now.Sub(last).Seconds()
-			last = now
-			for ; owed >= 1; owed-- {
-				id := atomic.AddInt64(&res.arrived, 1)
-				if inFlight.Load() >= int64(p.maxBuyers) {
-					res.turnedAway++
-					continue
-				}
-				inFlight.Add(1)
-				buyers.Go(func() { buyer(id) })
-			}
-		}
-	}
-	if res.soldOutAfter == 0 {
-		// Arrivals stop; buyers in flight finish (the last seats may sell now).
-		done := make(chan struct{})
-		go func() { buyers.Wait(); close(done) }()
-		select {
-		case <-soldOut:
-		case <-ctx.Done():
-		case <-done:
-		}
-	}
-	cancel()
-	buyers.Wait()
-	wg.Wait()
-	res.elapsed = time.Since(start)
-	res.seatsSold = booked.Load()
+	o.s.arrive(o.due(), o.admit)
+	// Arrivals stop; buyers in flight finish (the last seats may sell now).
+	o.s.waitUntil(o.s.buyersDone())
+	res := o.res
+	res.elapsed = o.s.finish()
+	res.soldOutAfter = o.s.soldAt
+	res.seatsSold = o.booked.Load()
 	for _, l := range [][]time.Duration{res.mapLat, res.holdLat, res.confLat, res.shedLat, res.grantLat} {
 		slices.Sort(l)
 	}
 	return res
+}
+
+// onsale is one open-loop sale: its buyers' model on the sale harness.
+type onsale struct {
+	s                *saleRun
+	d                onsaleDesign
+	p                onsaleParams
+	seed             uint64
+	res              *onsaleResult
+	mu               sync.Mutex // res's latencies and timeline
+	inFlight, booked atomic.Int64
+}
+
+// due is the arrivals: a ramp to the rate over 2 s, a spike for 2 s, then the rate, until
+// p.arrivals (if set).
+func (o *onsale) due() func(at time.Duration, arrived int) (int, bool) {
+	var owed float64
+	var last time.Duration
+	return func(at time.Duration, arrived int) (int, bool) {
+		if o.p.arrivals > 0 && at >= o.p.arrivals {
+			return arrived, false
+		}
+		owed += o.rateAt(at) * (at - last).Seconds()
+		last = at
+		n := int(owed)
+		owed -= float64(n)
+		return arrived + n, true
+	}
+}
+
+func (o *onsale) rateAt(t time.Duration) float64 {
+	switch {
+	case !o.p.ramp:
+		return o.p.rate
+	case t < 2*time.Second:
+		return o.p.rate * t.Seconds() / 2
+	case t < 4*time.Second:
+		return o.p.rate * o.p.spike
+	}
+	return o.p.rate
+}
+
+// admit is an arrival's turn, or nil when p.maxBuyers are in flight (turned away).
+func (o *onsale) admit(int) func() {
+	id := atomic.AddInt64(&o.res.arrived, 1)
+	if o.inFlight.Load() >= int64(o.p.maxBuyers) {
+		o.res.turnedAway++
+		return nil
+	}
+	o.inFlight.Add(1)
+	return func() { o.buyer(id) }
+}
+
+// showProgress shows the sale's progress on w until the returned func is called.
+func (o *onsale) showProgress(w io.Writer) (stop func()) {
+	stopShow := make(chan struct{})
+	var shown sync.WaitGroup
+	shown.Go(func() {
+		progress.Show(w, stopShow, "seats sold", o.p.seats, func() int { return int(o.booked.Load()) }, func() string {
+			return fmt.Sprintf("buyers %d, in flight %d, hold attempts %d", atomic.LoadInt64(&o.res.arrived), o.inFlight.Load(), atomic.LoadInt64(&o.res.holdAttempts))
+		})
+	})
+	return func() { close(stopShow); shown.Wait() }
+}
+
+func (o *onsale) record(l *[]time.Duration, d time.Duration) {
+	o.mu.Lock()
+	*l = append(*l, d)
+	o.mu.Unlock()
+}
+
+func (o *onsale) fail(err error) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return
+	}
+	if atomic.AddInt64(&o.res.errors, 1) == 1 {
+		o.res.firstErr.Store(err)
+	}
+}
+
+// buyer is one buyer: load the map, hold 1-6 seats (best available mostly, some named),
+// think, then confirm (80%), release (10%) or abandon the hold.
+func (o *onsale) buyer(id int64) {
+	defer o.inFlight.Add(-1)
+	rng := rand.New(rand.NewPCG(o.seed, uint64(id)))
+	name := "b" + strconv.FormatUint(o.seed, 36) + "-" + strconv.FormatInt(id, 36) // unique across runs on a show
+	h := o.hold(rng, name)
+	if h == nil || !o.s.think(rng, o.p.think) {
+		return
+	}
+	r := rng.IntN(100)
+	if o.p.noConfirms {
+		r = 85 // release, so that the inventory lasts
+	}
+	switch {
+	case r < 80:
+		o.buy(rng, name, h)
+	case r < 90:
+		if err := o.d.release(o.s.ctx, h); err != nil && !errors.Is(err, errOnsaleRefused) {
+			o.fail(err)
+		}
+	}
+	// else: abandoned; the hold expires by itself
+}
+
+// hold loads the seat map and tries to hold 1-6 seats, three times at most (a shed try
+// not counted, 50 at most); nil when nothing was held.
+func (o *onsale) hold(rng *rand.Rand, name string) any {
+	ctx := o.s.ctx
+	t := time.Now()
+	free, err := o.d.seatMap(ctx, 64)
+	o.record(&o.res.mapLat, time.Since(t))
+	if err != nil {
+		o.fail(err)
+		return nil
+	}
+	if len(free) == 0 {
+		return nil // sold out, or every seat held: a real buyer would wait; this one leaves
+	}
+	n := []int{1, 2, 2, 2, 3, 4, 4, 5, 6}[rng.IntN(9)]
+	firstTry := time.Now()
+	for attempt, shed := 0, 0; attempt < 3 && ctx.Err() == nil; attempt++ {
+		t = time.Now()
+		var h any
+		if rng.IntN(100) < 80 {
+			h, err = o.d.holdBest(ctx, name, n)
+		} else {
+			pick := slices.Clone(free)
+			rng.Shuffle(len(pick), func(i, j int) { pick[i], pick[j] = pick[j], pick[i] })
+			h, err = o.d.holdNamed(ctx, name, pick[:min(n, len(pick))])
+		}
+		o.record(&o.res.holdLat, time.Since(t))
+		atomic.AddInt64(&o.res.holdAttempts, 1)
+		switch {
+		case err == nil:
+			o.record(&o.res.grantLat, time.Since(firstTry))
+			return h
+		case errors.Is(err, errOnsaleShed):
+			if shed == 50 { // a real buyer would have left long ago
+				atomic.AddInt64(&o.res.holdGaveUp, 1)
+				return nil
+			}
+			// Shed at once (503 with Retry-After over HTTP): try again shortly.
+			atomic.AddInt64(&o.res.holdShed, 1)
+			shed++
+			attempt--
+			o.s.backOff(rng)
+		case !errors.Is(err, errOnsaleRefused):
+			o.fail(err)
+			return nil
+		default:
+			atomic.AddInt64(&o.res.refused, 1)
+			if free, err = o.d.seatMap(ctx, 64); err != nil || len(free) == 0 {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// buy confirms h, and one time in ten again as if the reply was lost.
+func (o *onsale) buy(rng *rand.Rand, name string, h any) {
+	key := uuid.NewString()
+	t := time.Now()
+	seats, err := o.confirm(rng, name, h, key)
+	o.record(&o.res.confLat, time.Since(t))
+	if err == nil && rng.IntN(100) < 10 { // the response was lost: the client retries
+		_, err = o.confirm(rng, name, h, key)
+	}
+	switch {
+	case err == nil:
+		atomic.AddInt64(&o.res.bookings, 1)
+		if o.booked.Add(int64(seats)) >= int64(o.p.seats) {
+			o.s.markSoldOut()
+		}
+	case errors.Is(err, errOnsaleRefused):
+		atomic.AddInt64(&o.res.confRefused, 1)
+	default:
+		o.fail(err)
+	}
+}
+
+// confirm confirms h under key, trying again shortly after a shed (503 with Retry-After
+// over HTTP), as a client would, while the hold lives.
+func (o *onsale) confirm(rng *rand.Rand, name string, h any, key string) (int, error) {
+	for {
+		attempt := time.Now()
+		seats, err := o.d.confirm(o.s.ctx, name, h, key)
+		if !errors.Is(err, errOnsaleShed) || o.s.ctx.Err() != nil {
+			return seats, err
+		}
+		o.record(&o.res.shedLat, time.Since(attempt))
+		atomic.AddInt64(&o.res.shed, 1)
+		o.s.backOff(rng)
+	}
 }
 
 // checkpoint writes PostgreSQL's dirty pages out now (CHECKPOINT), so that the
