@@ -227,355 +227,349 @@ const fairSaleTail = 10 * time.Second
 
 // runFairSale runs one variant on show (created on eng).
 func runFairSale(ctx context.Context, eng *engine.Engine, show string, p fairParams, room bool, seed uint64, e *env) (*fairResult, error) {
-	res := &fairResult{}
+	f := &fairSale{eng: eng, show: show, p: p, room: room, seed: seed, res: &fairResult{}}
 	rules := engine.SaleRules{HolderLimit: p.limit}
-	start := time.Now()
 	if room {
-		rules.Queue = &engine.WaitingRoom{OpensAt: start}
+		rules.Queue = &engine.WaitingRoom{OpensAt: time.Now()}
 	}
 	if err := eng.SetSaleRules(ctx, show, rules); err != nil {
 		return nil, err
 	}
-	hf, err := newOnsaleHoldfast(ctx, e, eng, show, p.holdTTL)
-	if err != nil {
+	var err error
+	if f.hf, err = newOnsaleHoldfast(ctx, e, eng, show, p.holdTTL); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	soldOut := make(chan struct{})
-	var once, once99 sync.Once
-	sold := func(n int) {
-		total := res.seatsSold.Add(int64(n))
-		if total*100 >= int64(p.seats)*99 {
-			once99.Do(func() { res.at99ns.Store(int64(time.Since(start))) })
-		}
-		if total >= int64(p.seats) {
-			once.Do(func() { res.soldOutAfter = time.Since(start); close(soldOut) })
-		}
-	}
-	var wg sync.WaitGroup
-	sleep := func(d time.Duration) bool {
-		select {
-		case <-time.After(d):
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-
-	// hold tries to hold n seats for holder, a few times; it returns the hold, or
-	// nothing when nothing fitted (found) or the holder gave up.
-	hold := func(rng *rand.Rand, holder string, n int, honest bool) (h engine.Hold, ok bool) {
-		for attempt, shed := 0, 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-			t := time.Now()
-			var err error
-			var free []int
-			if honest && rng.IntN(100) >= 80 { // some pick seats on the map
-				var merr error
-				if free, merr = hf.seatMap(ctx, 64); merr != nil {
-					res.fail(merr)
-					return h, false
-				}
-			}
-			if len(free) == 0 { // the rest, and those who see nothing free, ask for the best
-				h, err = eng.HoldBest(ctx, engine.BestRequest{ShowID: show, Count: n, TTL: p.holdTTL, HolderID: holder})
-			} else {
-				pick := slices.Clone(free)
-				rng.Shuffle(len(pick), func(i, j int) { pick[i], pick[j] = pick[j], pick[i] })
-				ids := make([]string, min(n, len(pick)))
-				for i := range ids {
-					ids[i] = hf.ids[pick[i]]
-				}
-				h, err = eng.Hold(ctx, engine.HoldRequest{ShowID: show, SeatIDs: ids, TTL: p.holdTTL, HolderID: holder})
-			}
-			if honest {
-				res.record(&res.holdLat, time.Since(t))
-				if res.arrivalsOver.Load() {
-					res.record(&res.holdLatAfter, time.Since(t))
-				}
-			}
-			var su *engine.SeatsUnavailableError
-			switch {
-			case err == nil:
-				return h, true
-			case errors.Is(err, engine.ErrOverloaded):
-				if shed == 50 {
-					res.gaveUp.Add(1)
-					return h, false
-				}
-				res.shed.Add(1)
-				shed++
-				attempt--
-				if !sleep(100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))) {
-					return h, false
-				}
-			case errors.Is(err, engine.ErrNotAdmitted):
-				if !honest {
-					res.botRefused.Add(1)
-					return h, false
-				}
-				res.fail(fmt.Errorf("an admitted buyer: %w", err))
-				return h, false
-			case errors.As(err, &su):
-				if len(su.SeatIDs) == 0 { // best available: nothing fits n
-					if honest {
-						res.short.Add(1)
-					}
-					if su.Available == 0 {
-						return h, false
-					}
-					n = min(n, su.Available) // take what is left
-				} else if honest {
-					res.taken.Add(1)
-				}
-			case errors.Is(err, engine.ErrHolderLimit):
-				return h, false
-			default:
-				res.fail(err)
-				return h, false
-			}
-			if !honest {
-				holder = "bot-" + uuid.NewString() // a fresh id for each try
-			}
-		}
-		return h, false
-	}
-
-	confirm := func(h engine.Hold) (int, bool) {
-		for ctx.Err() == nil {
-			b, err := eng.Confirm(ctx, h, engine.ConfirmOptions{IdempotencyKey: uuid.NewString()})
-			switch {
-			case err == nil:
-				return len(b.SeatIDs), true
-			case errors.Is(err, engine.ErrOverloaded):
-				if !sleep(100 * time.Millisecond) {
-					return 0, false
-				}
-			case errors.Is(err, engine.ErrHoldLost), errors.Is(err, engine.ErrStaleGeneration), errors.Is(err, engine.ErrSeatsUnavailable):
-				return 0, false
-			default:
-				res.fail(err)
-				return 0, false
-			}
-		}
-		return 0, false
-	}
-
-	// buy is an honest buyer's turn: hold 1–6 seats, think, then confirm (most) or
-	// release.
-	buy := func(rng *rand.Rand, holder string) {
-		res.admitted.Add(1)
-		n := 1 + rng.IntN(6)
-		h, ok := hold(rng, holder, n, true)
-		if !ok {
-			if ctx.Err() == nil {
-				res.wasted.Add(1)
-			}
-			return
-		}
-		if !sleep(p.think/6 + time.Duration(rng.Int64N(int64(p.think)*5/6+1))) {
-			return
-		}
-		if rng.IntN(100) < 90 {
-			if seats, ok := confirm(h); ok {
-				sold(seats)
-			}
-			return
-		}
-		if err := eng.Release(ctx, h); err != nil && !errors.Is(err, engine.ErrHoldLost) {
-			res.fail(err)
-		}
-	}
-
-	bot := func(rng *rand.Rand) {
-		res.botAttempts.Add(1)
-		h, ok := hold(rng, "bot-"+uuid.NewString(), 6, false)
-		if !ok {
-			return
-		}
-		res.botHolds.Add(1)
-		if seats, ok := confirm(h); ok {
-			res.botSeats.Add(int64(seats))
-			sold(seats)
-		}
-	}
-
-	// The room: buyers wait for their turn on the room's state, read by one reader.
-	type waiter struct {
-		holder string
-		target int64 // admitted_total at which it is their turn
-		rng    *rand.Rand
-		since  time.Time
-	}
-	var wmu sync.Mutex
-	var waiting []waiter
-	var admittedTotal, queueLen atomic.Int64
-	var enter func(w waiter)
-	enter = func(w waiter) {
-		defer wg.Done()
-		for tries := 0; ctx.Err() == nil; tries++ {
-			t, err := eng.Ticket(ctx, show, w.holder)
-			switch {
-			case errors.Is(err, engine.ErrNotFound): // out of the room: join again
-				t, err = eng.Join(ctx, show, w.holder)
-			case err != nil:
-				res.fail(err)
-				return
-			}
-			if err != nil {
-				res.fail(err)
-				return
-			}
-			if t.Admitted {
-				res.record(&res.waitLat, time.Since(w.since))
-				buy(w.rng, w.holder)
-				return
-			}
-			if t.SoldOut || tries > 20 {
-				// Back to waiting, at the place the ticket says.
-				wmu.Lock()
-				waiting = append(waiting, waiter{w.holder, t.Position + t.AdmittedTotal, w.rng, w.since})
-				wmu.Unlock()
-				return
-			}
-			if !sleep(50 * time.Millisecond) {
-				return
-			}
-		}
-	}
+	f.s = newSaleRun(ctx, p.timeout)
+	defer f.s.cancel()
 	if room {
-		wg.Go(func() {
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-soldOut:
-					return
-				case <-tick.C:
-				}
-				q, err := eng.Queue(ctx, show)
-				if err != nil {
-					res.fail(err)
-					continue
-				}
-				admittedTotal.Store(q.AdmittedTotal)
-				queueLen.Store(q.Waiting)
-				wmu.Lock()
-				var due []waiter
-				keep := waiting[:0]
-				for _, w := range waiting {
-					if w.target <= q.AdmittedTotal {
-						due = append(due, w)
-					} else {
-						keep = append(keep, w)
-					}
-				}
-				waiting = keep
-				wmu.Unlock()
-				for _, w := range due {
-					wg.Add(1)
-					go enter(w)
-				}
-			}
-		})
+		f.s.every(50*time.Millisecond, f.admitWaiting)
 	}
-
-	// The timeline, every 250 ms.
-	wg.Go(func() {
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				res.mu.Lock()
-				res.timeline = append(res.timeline, fairPoint{now.Sub(start), queueLen.Load(), admittedTotal.Load(), res.seatsSold.Load()})
-				res.mu.Unlock()
-				select {
-				case <-soldOut:
-					return
-				default:
-				}
-			}
-		}
-	})
-
-	// Arrivals, evenly over p.over.
+	f.s.every(250*time.Millisecond, f.sample)
 	every := p.over / time.Duration(p.arrivals)
-	tick := time.NewTicker(5 * time.Millisecond)
-	var buyers sync.WaitGroup
-	arrived := 0
-arrivals:
-	for arrived < p.arrivals {
-		select {
-		case <-ctx.Done():
-			break arrivals
-		case <-soldOut:
-			break arrivals
-		case now := <-tick.C:
-			for due := int(now.Sub(start) / every); arrived < min(due, p.arrivals); arrived++ {
-				id := arrived
-				rng := rand.New(rand.NewPCG(seed, uint64(id)))
-				if rng.Float64() < p.bots {
-					buyers.Go(func() { bot(rng) })
-					continue
-				}
-				res.buyers.Add(1)
-				holder := "buyer-" + strconv.FormatUint(seed, 36) + "-" + strconv.Itoa(id)
-				if !room {
-					buyers.Go(func() { buy(rng, holder) })
-					continue
-				}
-				buyers.Go(func() {
-					since := time.Now()
-					t, err := eng.Join(ctx, show, holder)
-					if err != nil {
-						res.fail(err)
-						return
-					}
-					if t.Admitted {
-						res.record(&res.waitLat, 0)
-						buy(rng, holder)
-						return
-					}
-					wmu.Lock()
-					waiting = append(waiting, waiter{holder, t.Position + t.AdmittedTotal, rng, since})
-					wmu.Unlock()
-				})
-			}
-		}
-	}
-	tick.Stop()
-	res.arrivalsOver.Store(true)
-	// Arrivals are over: the sale runs until it sells out, times out, or is 99% sold
-	// for fairSaleTail (the last seats may never sell: buyers who found nothing left).
-	tail := time.NewTicker(100 * time.Millisecond)
-wait:
-	for {
-		select {
-		case <-soldOut:
-			break wait
-		case <-ctx.Done():
-			break wait
-		case <-tail.C:
-			if at := res.at99(); at > 0 && time.Since(start) > at+fairSaleTail {
-				break wait
-			}
-		}
-	}
-	tail.Stop()
-	cancel()
-	buyers.Wait()
-	wg.Wait()
-	res.elapsed = time.Since(start)
-	wmu.Lock()
-	res.stillWaiting = int64(len(waiting))
-	wmu.Unlock()
+	f.s.arrive(func(at time.Duration, _ int) (int, bool) {
+		n := min(int(at/every), p.arrivals)
+		return n, n < p.arrivals
+	}, f.admit)
+	f.res.arrivalsOver.Store(true)
+	f.tail()
+	res := f.res
+	res.elapsed = f.s.finish()
+	res.soldOutAfter = f.s.soldAt
+	f.wmu.Lock()
+	res.stillWaiting = int64(len(f.waiting))
+	f.wmu.Unlock()
 	slices.Sort(res.holdLat)
 	slices.Sort(res.holdLatAfter)
 	slices.Sort(res.waitLat)
 	return res, nil
+}
+
+// fairSale is one variant of the fair on-sale: its buyers' and bots' model on the sale
+// harness.
+type fairSale struct {
+	s    *saleRun
+	eng  *engine.Engine
+	hf   *onsaleHoldfast
+	show string
+	p    fairParams
+	room bool
+	seed uint64
+	res  *fairResult
+	// The room: buyers wait for their turn on the room's state, read by one reader.
+	wmu                     sync.Mutex
+	waiting                 []waiter
+	admittedTotal, queueLen atomic.Int64
+	once99                  sync.Once
+}
+
+// waiter is an honest buyer waiting in the room.
+type waiter struct {
+	holder string
+	target int64 // admitted_total at which it is their turn
+	rng    *rand.Rand
+	since  time.Time
+}
+
+// tail waits, once the arrivals are over, until the sale sells out, times out, or has
+// been 99% sold for fairSaleTail (the last seats may never sell: buyers who found
+// nothing left).
+func (f *fairSale) tail() {
+	tail := time.NewTicker(100 * time.Millisecond)
+	defer tail.Stop()
+	for !f.s.over() {
+		<-tail.C
+		if at := f.res.at99(); at > 0 && f.s.since() > at+fairSaleTail {
+			return
+		}
+	}
+}
+
+// sold counts n seats sold, and the times 99% and all of them were.
+func (f *fairSale) sold(n int) {
+	total := f.res.seatsSold.Add(int64(n))
+	if total*100 >= int64(f.p.seats)*99 {
+		f.once99.Do(func() { f.res.at99ns.Store(int64(f.s.since())) })
+	}
+	if total >= int64(f.p.seats) {
+		f.s.markSoldOut()
+	}
+}
+
+// sample adds a point to the timeline, until the sale sells out.
+func (f *fairSale) sample(at time.Duration) bool {
+	f.res.mu.Lock()
+	f.res.timeline = append(f.res.timeline, fairPoint{at, f.queueLen.Load(), f.admittedTotal.Load(), f.res.seatsSold.Load()})
+	f.res.mu.Unlock()
+	select {
+	case <-f.s.soldOut:
+		return false
+	default:
+		return true
+	}
+}
+
+// admit is the id-th arrival: a bot, or an honest buyer who buys at once (no room) or
+// joins the room.
+func (f *fairSale) admit(id int) func() {
+	rng := rand.New(rand.NewPCG(f.seed, uint64(id)))
+	if rng.Float64() < f.p.bots {
+		return func() { f.bot(rng) }
+	}
+	f.res.buyers.Add(1)
+	holder := "buyer-" + strconv.FormatUint(f.seed, 36) + "-" + strconv.Itoa(id)
+	if !f.room {
+		return func() { f.buy(rng, holder) }
+	}
+	return func() { f.join(rng, holder) }
+}
+
+// join has an honest buyer join the room: buy if admitted at once, else wait.
+func (f *fairSale) join(rng *rand.Rand, holder string) {
+	since := time.Now()
+	t, err := f.eng.Join(f.s.ctx, f.show, holder)
+	if err != nil {
+		f.res.fail(err)
+		return
+	}
+	if t.Admitted {
+		f.res.record(&f.res.waitLat, 0)
+		f.buy(rng, holder)
+		return
+	}
+	f.wait(waiter{holder, t.Position + t.AdmittedTotal, rng, since})
+}
+
+func (f *fairSale) wait(w waiter) {
+	f.wmu.Lock()
+	f.waiting = append(f.waiting, w)
+	f.wmu.Unlock()
+}
+
+// admitWaiting is the room's one reader: it reads the room's state and lets in the
+// waiters whose turn has come, until the sale sells out.
+func (f *fairSale) admitWaiting(time.Duration) bool {
+	select {
+	case <-f.s.soldOut:
+		return false
+	default:
+	}
+	q, err := f.eng.Queue(f.s.ctx, f.show)
+	if err != nil {
+		f.res.fail(err)
+		return true
+	}
+	f.admittedTotal.Store(q.AdmittedTotal)
+	f.queueLen.Store(q.Waiting)
+	f.wmu.Lock()
+	var due []waiter
+	keep := f.waiting[:0]
+	for _, w := range f.waiting {
+		if w.target <= q.AdmittedTotal {
+			due = append(due, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	f.waiting = keep
+	f.wmu.Unlock()
+	for _, w := range due {
+		f.s.bg.Go(func() { f.enter(w) })
+	}
+	return true
+}
+
+// enter is a waiter whose turn came: it checks its ticket (joining again if it is out
+// of the room) until admitted, then buys; or, sold out or after 20 tries, waits again
+// at the place the ticket says.
+func (f *fairSale) enter(w waiter) {
+	for tries := 0; f.s.ctx.Err() == nil; tries++ {
+		t, err := f.eng.Ticket(f.s.ctx, f.show, w.holder)
+		if errors.Is(err, engine.ErrNotFound) { // out of the room: join again
+			t, err = f.eng.Join(f.s.ctx, f.show, w.holder)
+		}
+		if err != nil {
+			f.res.fail(err)
+			return
+		}
+		if t.Admitted {
+			f.res.record(&f.res.waitLat, time.Since(w.since))
+			f.buy(w.rng, w.holder)
+			return
+		}
+		if t.SoldOut || tries > 20 {
+			f.wait(waiter{w.holder, t.Position + t.AdmittedTotal, w.rng, w.since})
+			return
+		}
+		if !f.s.sleep(50 * time.Millisecond) {
+			return
+		}
+	}
+}
+
+// buy is an honest buyer's turn: hold 1–6 seats, think, then confirm (most) or
+// release.
+func (f *fairSale) buy(rng *rand.Rand, holder string) {
+	f.res.admitted.Add(1)
+	h, ok := f.hold(rng, holder, 1+rng.IntN(6), true)
+	if !ok {
+		if f.s.ctx.Err() == nil {
+			f.res.wasted.Add(1)
+		}
+		return
+	}
+	if !f.s.think(rng, f.p.think) {
+		return
+	}
+	if rng.IntN(100) < 90 {
+		if seats, ok := f.confirm(h); ok {
+			f.sold(seats)
+		}
+		return
+	}
+	if err := f.eng.Release(f.s.ctx, h); err != nil && !errors.Is(err, engine.ErrHoldLost) {
+		f.res.fail(err)
+	}
+}
+
+// bot holds 6 seats under a fresh holder id, never joining the room, and confirms.
+func (f *fairSale) bot(rng *rand.Rand) {
+	f.res.botAttempts.Add(1)
+	h, ok := f.hold(rng, "bot-"+uuid.NewString(), 6, false)
+	if !ok {
+		return
+	}
+	f.res.botHolds.Add(1)
+	if seats, ok := f.confirm(h); ok {
+		f.res.botSeats.Add(int64(seats))
+		f.sold(seats)
+	}
+}
+
+// hold tries to hold n seats for holder, a few times; it returns the hold, or nothing
+// when nothing fitted or the holder gave up. A bot takes a fresh id for each try.
+func (f *fairSale) hold(rng *rand.Rand, holder string, n int, honest bool) (engine.Hold, bool) {
+	for attempt, shed := 0, 0; attempt < 3 && f.s.ctx.Err() == nil; attempt++ {
+		t := time.Now()
+		h, err := f.tryHold(rng, holder, n, honest)
+		if honest {
+			f.res.record(&f.res.holdLat, time.Since(t))
+			if f.res.arrivalsOver.Load() {
+				f.res.record(&f.res.holdLatAfter, time.Since(t))
+			}
+		}
+		var su *engine.SeatsUnavailableError
+		switch {
+		case err == nil:
+			return h, true
+		case errors.Is(err, engine.ErrOverloaded):
+			if shed == 50 {
+				f.res.gaveUp.Add(1)
+				return h, false
+			}
+			f.res.shed.Add(1)
+			shed++
+			attempt--
+			if !f.s.backOff(rng) {
+				return h, false
+			}
+		case errors.Is(err, engine.ErrNotAdmitted):
+			if !honest {
+				f.res.botRefused.Add(1)
+				return h, false
+			}
+			f.res.fail(fmt.Errorf("an admitted buyer: %w", err))
+			return h, false
+		case errors.As(err, &su):
+			if n = f.refusedSeats(su, n, honest); n == 0 {
+				return h, false
+			}
+		case errors.Is(err, engine.ErrHolderLimit):
+			return h, false
+		default:
+			f.res.fail(err)
+			return h, false
+		}
+		if !honest {
+			holder = "bot-" + uuid.NewString() // a fresh id for each try
+		}
+	}
+	return engine.Hold{}, false
+}
+
+// refusedSeats counts a hold refused for its seats and returns how many to ask for next:
+// what is left when best-available found nothing to fit n (0: nothing left).
+func (f *fairSale) refusedSeats(su *engine.SeatsUnavailableError, n int, honest bool) int {
+	if len(su.SeatIDs) > 0 { // named seats taken
+		if honest {
+			f.res.taken.Add(1)
+		}
+		return n
+	}
+	if honest {
+		f.res.short.Add(1)
+	}
+	return min(n, su.Available) // take what is left
+}
+
+// tryHold is one try: some honest buyers pick seats on the map; the rest, and those who
+// see nothing free, ask for the best.
+func (f *fairSale) tryHold(rng *rand.Rand, holder string, n int, honest bool) (engine.Hold, error) {
+	var free []int
+	if honest && rng.IntN(100) >= 80 {
+		var err error
+		if free, err = f.hf.seatMap(f.s.ctx, 64); err != nil {
+			return engine.Hold{}, err
+		}
+	}
+	if len(free) == 0 {
+		return f.eng.HoldBest(f.s.ctx, engine.BestRequest{ShowID: f.show, Count: n, TTL: f.p.holdTTL, HolderID: holder})
+	}
+	pick := slices.Clone(free)
+	rng.Shuffle(len(pick), func(i, j int) { pick[i], pick[j] = pick[j], pick[i] })
+	ids := make([]string, min(n, len(pick)))
+	for i := range ids {
+		ids[i] = f.hf.ids[pick[i]]
+	}
+	return f.eng.Hold(f.s.ctx, engine.HoldRequest{ShowID: f.show, SeatIDs: ids, TTL: f.p.holdTTL, HolderID: holder})
+}
+
+// confirm confirms h, trying again after a shed while the sale lasts; the seats booked.
+func (f *fairSale) confirm(h engine.Hold) (int, bool) {
+	for f.s.ctx.Err() == nil {
+		b, err := f.eng.Confirm(f.s.ctx, h, engine.ConfirmOptions{IdempotencyKey: uuid.NewString()})
+		switch {
+		case err == nil:
+			return len(b.SeatIDs), true
+		case errors.Is(err, engine.ErrOverloaded):
+			if !f.s.sleep(100 * time.Millisecond) {
+				return 0, false
+			}
+		case errors.Is(err, engine.ErrHoldLost), errors.Is(err, engine.ErrStaleGeneration), errors.Is(err, engine.ErrSeatsUnavailable):
+			return 0, false
+		default:
+			f.res.fail(err)
+			return 0, false
+		}
+	}
+	return 0, false
 }
