@@ -148,8 +148,8 @@ func (e *Engine) settleLoop() {
 	defer t.Stop()
 	for {
 		todo, more := e.dueSettlements()
-		for _, u := range todo {
-			s.wg.Go(func() { e.settleBatch(u) })
+		if len(todo) > 0 {
+			s.wg.Go(func() { e.settleBatches(todo) })
 		}
 		if !more {
 			return
@@ -202,40 +202,72 @@ func (s *settler) finished(u *unsettled, settled bool) {
 	}
 }
 
-// settleBatch is one try at settling u on the server the pool reaches (see the top of
-// this file), its reservations lengthened first when due.
-func (e *Engine) settleBatch(u *unsettled) {
-	settled := false
-	defer func() { e.settling.finished(u, settled) }()
-	if time.Since(u.lengthened) >= e.reserveLife()/3 {
-		// The settler's own checks, each under a nonce later than any check of u's so
-		// far: a give-back still owed for one of those (its reply was lost) leaves the
-		// reservation alone.
-		for _, r := range u.members {
-			r.nonce = newNonce()
+// settleBatches is one try at settling the batches todo on the server the pool reaches
+// (see the top of this file): their reservations lengthened first where due, each
+// batch's outcome read there on one connection (a failover leaves every batch to
+// settle at once: one connection, not one each, from a pool the retries also use),
+// then the bookings found marked sold and those absent committed again, all at once.
+func (e *Engine) settleBatches(todo []*unsettled) {
+	settled := make([]bool, len(todo))
+	defer func() {
+		for i, u := range todo {
+			e.settling.finished(u, settled[i])
 		}
-		by := time.Now().Add(markSoldTimeout)
-		lctx, cancel := context.WithDeadline(e.viewCtx, by)
-		e.runScripts(lctx, e.reserveCalls(u.members, by))
-		cancel()
-		u.lengthened = time.Now()
+	}()
+	for _, u := range todo {
+		e.lengthen(u)
 	}
 	ctx, cancel := context.WithTimeout(e.viewCtx, resolveTimeout)
 	defer cancel()
-	conn, err := e.pool.Acquire(ctx)
-	if err != nil {
+	outs, ok := e.outcomes(ctx, todo)
+	if !ok {
 		return
 	}
-	_, out, _, err := e.settleOn(ctx, conn, u.ran, u.members[0].id, false)
-	conn.Release()
-	switch out {
-	case outcomeBooked:
-		settled = true
-		e.bookedAfterAll(ctx, u)
-	case outcomeAbsent:
-		settled = true
-		e.commitAgain(u)
+	var wg sync.WaitGroup
+	for i, u := range todo {
+		switch outs[i] {
+		case outcomeBooked:
+			settled[i] = true
+			wg.Go(func() { e.bookedAfterAll(ctx, u) })
+		case outcomeAbsent:
+			settled[i] = true
+			wg.Go(func() { e.commitAgain(u) })
+		}
 	}
+	wg.Wait()
+}
+
+// outcomes reads what the server the pool reaches has of each batch, on one
+// connection; ok is false when none could be acquired.
+func (e *Engine) outcomes(ctx context.Context, todo []*unsettled) (outs []outcome, ok bool) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false
+	}
+	defer conn.Release()
+	outs = make([]outcome, len(todo))
+	for i, u := range todo {
+		_, outs[i], _, _ = e.settleOn(ctx, conn, u.ran, u.members[0].id, false)
+	}
+	return outs, true
+}
+
+// lengthen lengthens u's holds' reservations when a third of their life has passed
+// since it last did: the settler's own checks, each under a nonce later than any check
+// of u's so far (a give-back still owed for one of those, its reply lost, leaves the
+// reservation alone).
+func (e *Engine) lengthen(u *unsettled) {
+	if time.Since(u.lengthened) < e.reserveLife()/3 {
+		return
+	}
+	for _, r := range u.members {
+		r.nonce = newNonce()
+	}
+	by := time.Now().Add(markSoldTimeout)
+	lctx, cancel := context.WithDeadline(e.viewCtx, by)
+	e.runScripts(lctx, e.reserveCalls(u.members, by))
+	cancel()
+	u.lengthened = time.Now()
 }
 
 // bookedAfterAll writes the sold markers of u's bookings, which the server has: they
