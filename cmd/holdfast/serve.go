@@ -309,7 +309,7 @@ func announce(f *serveFlags, opts httpapi.Options, l *listeners, log *slog.Logge
 		log.Warn(warning)
 	}
 	if f.demoShow != "" {
-		printWalkthrough(stdout, l.scheme, l.public.String(), f.adminAddr, f.demoShow, opts.HolderAuth != nil)
+		printWalkthrough(stdout, l.scheme, l.public.String(), f.demoShow, opts.HolderAuth != nil)
 	}
 	log.Info("serving", "addr", l.public.String(), "admin_addr", f.adminAddr, "tls", l.scheme == "https", "signed_holders", opts.HolderAuth != nil)
 }
@@ -397,7 +397,7 @@ func loopbackAddr(addr string) bool {
 }
 
 // printWalkthrough shows a new user the API in three curl commands.
-func printWalkthrough(w io.Writer, scheme, addr, adminAddr, show string, signed bool) {
+func printWalkthrough(w io.Writer, scheme, addr, show string, signed bool) {
 	if signed {
 		fmt.Fprintf(w, `
 The seat map, live: %[1]s://%[2]s/shows/%[3]s (it gets a signed demo identity)
@@ -405,7 +405,6 @@ Holders are signed: send Authorization: Bearer <JWT> (sub the holder, exp requir
 `, scheme, addr, show)
 		return
 	}
-	_ = adminAddr
 	fmt.Fprintf(w, `
 The seat map, live: http://%[1]s/shows/%[2]s
 
