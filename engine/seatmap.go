@@ -303,7 +303,7 @@ func (e *Engine) watch(ctx context.Context, showID string, from uint64, resume f
 		return e.pollWatch(ctx, sh)
 	}
 	defer v.watches.Add(-1)
-	if _, err := v.read(ctx); err != nil { // wait for the first build
+	if err := v.awaitBuilt(ctx); err != nil {
 		return nil, err
 	}
 	if from != 0 {
@@ -318,12 +318,11 @@ func (e *Engine) watch(ctx context.Context, showID string, from uint64, resume f
 	default:
 	}
 	evs, resumed := resume(v)
-	if resumed && len(evs) <= watchBuffer {
-		for _, ev := range evs {
-			w.ch <- ev
-		}
-	} else {
-		w.ch <- v.snapshotEvent(1)
+	if !resumed || len(evs) > watchBuffer {
+		evs = v.firstEvents()
+	}
+	for _, ev := range evs {
+		w.ch <- ev
 	}
 	v.subs[w] = struct{}{}
 	v.watches.Add(1)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -43,9 +44,10 @@ const (
 	// within what the process can write.
 	feedInterval         = 20 * time.Millisecond
 	feedIntervalPerWatch = 20 * time.Microsecond
-	feedCount            = 1000 // entries per XREAD
-	ringBatches          = 4096 // change batches kept for WatchSeatMap resumes
-	watchBuffer          = 64   // events a watcher may fall behind before it is resynced
+	feedCount            = 1000        // entries per XREAD
+	ringBatches          = 4096        // change batches kept for WatchSeatMap resumes
+	watchBuffer          = 64          // events a watcher may fall behind before it is resynced
+	snapshotReuse        = time.Second // how old a map a new watcher may start from (firstEvents)
 	ownWriteWait         = time.Second
 	resumeWait           = time.Second   // for the client's feed position (WatchSeatMapFrom)
 	staleAfter           = 3 * feedBlock // AsOf older than this makes a map Stale
@@ -145,10 +147,18 @@ type view struct {
 	adv       chan struct{} // closed and replaced at each publication
 	wake      chan struct{} // pokes the expiry loop
 
-	snap     atomic.Pointer[SeatMap] // the published map; nil until built or after a change
-	applied  atomic.Uint64           // streamPos of the last entry applied
-	want     atomic.Uint64           // streamPos of this engine's own last write
-	lastUsed atomic.Int64            // unix ns of the last read
+	snap atomic.Pointer[SeatMap] // the published map; nil until built or after a change
+	// lastSnap is the last map built (kept after a change) with the feed position and
+	// the time it was built at: a new watcher starts from it and the changes since,
+	// while it is recent (firstEvents).
+	lastSnap struct {
+		m   *SeatMap
+		pos uint64
+		at  time.Time
+	}
+	applied  atomic.Uint64 // streamPos of the last entry applied
+	want     atomic.Uint64 // streamPos of this engine's own last write
+	lastUsed atomic.Int64  // unix ns of the last read
 	watches  atomic.Int32
 	resync   atomic.Bool // a rebuild is asked for
 
@@ -789,6 +799,38 @@ func (v *view) expire(ctx context.Context) {
 	}
 }
 
+// awaitBuilt waits for the map to be built (as long as ctx allows: a 100,000-seat map
+// takes a while) and for this engine's own writes to be in it (briefly), unless its
+// build failed already (Redis or PostgreSQL down): that is reported at once, and an
+// answer never waits for an outage to end.
+func (v *view) awaitBuilt(ctx context.Context) error {
+	v.lastUsed.Store(time.Now().UnixNano())
+	select {
+	case <-v.ready:
+	case <-v.tried:
+	case <-ctx.Done():
+		return unavailable("redis", ctx.Err())
+	}
+	if v.want.Load() > v.applied.Load() {
+		v.await(ctx, ownWriteWait, func() bool { return v.want.Load() <= v.applied.Load() })
+	}
+	v.mu.Lock()
+	built, asOf, ferr := v.built, v.asOf, v.err
+	v.mu.Unlock()
+	if built && !asOf.IsZero() {
+		return nil
+	}
+	if ferr != nil {
+		return v.e.redisErr(ferr)
+	}
+	select {
+	case <-v.ready:
+		return unavailable("redis", errors.New("the seat map view stopped"))
+	default:
+		return unavailable("redis", errors.New("the seat map is still being built"))
+	}
+}
+
 // snapshotLocked returns the published map, building it when a change made the last
 // one old. Caller holds mu.
 func (v *view) snapshotLocked() *SeatMap {
@@ -804,42 +846,47 @@ func (v *view) snapshotLocked() *SeatMap {
 		}
 	}
 	v.snap.Store(m)
+	v.lastSnap.m, v.lastSnap.pos, v.lastSnap.at = m, v.feedPos(), time.Now()
 	return m
+}
+
+// firstEvents are a new watcher's first events: the last map built, when it is at
+// most snapshotReuse old and the batches published since it fit in the watcher's
+// buffer, followed by those batches (the events every other watcher got); else a
+// snapshot of the map now. Connects that come faster than the map changes (a reconnect
+// storm on a busy show) then cost a snapshot a second, not one per version. Caller
+// holds mu.
+func (v *view) firstEvents() []SeatMapEvent {
+	last := v.lastSnap
+	if last.m == nil || time.Since(last.at) > snapshotReuse {
+		return []SeatMapEvent{v.snapshotEvent(1)}
+	}
+	evs := []SeatMapEvent{{Version: last.m.Version, Position: last.pos, Snapshot: last.m, Merged: 1}}
+	if last.m.Version == v.version {
+		return evs
+	}
+	i, found := slices.BinarySearchFunc(v.ring, last.m.Version, func(b batch, ver uint64) int { return cmp.Compare(b.version, ver) })
+	if !found || len(v.ring)-i > watchBuffer {
+		return []SeatMapEvent{v.snapshotEvent(1)}
+	}
+	for _, b := range v.ring[i+1:] {
+		evs = append(evs, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes, Merged: 1})
+	}
+	return evs
 }
 
 // read returns the published map with its freshness. It waits (briefly) for this
 // engine's own writes to be in the map, so that a process reads what it wrote.
 func (v *view) read(ctx context.Context) (*SeatMap, error) {
-	v.lastUsed.Store(time.Now().UnixNano())
-	// A map not built yet is waited for (as long as ctx allows: a 100,000-seat map
-	// takes a while), unless its build failed already (Redis or PostgreSQL down): that
-	// is reported at once, and an answer never waits for an outage to end.
-	select {
-	case <-v.ready:
-	case <-v.tried:
-	case <-ctx.Done():
-		return nil, unavailable("redis", ctx.Err())
-	}
-	if v.want.Load() > v.applied.Load() {
-		v.await(ctx, ownWriteWait, func() bool { return v.want.Load() <= v.applied.Load() })
+	if err := v.awaitBuilt(ctx); err != nil {
+		return nil, err
 	}
 	// Under the lock: an entry counted as applied is published in the same critical
-	// section, so the snapshot taken here has every write the wait above waited for.
+	// section, so the snapshot taken here has every write awaitBuilt waited for.
 	v.mu.Lock()
 	m := v.snapshotLocked()
-	built, asOf, healthy, ferr := v.built, v.asOf, v.healthy, v.err
+	asOf, healthy := v.asOf, v.healthy
 	v.mu.Unlock()
-	if !built || asOf.IsZero() {
-		if ferr != nil {
-			return nil, v.e.redisErr(ferr)
-		}
-		select {
-		case <-v.ready:
-			return nil, unavailable("redis", errors.New("the seat map view stopped"))
-		default:
-			return nil, unavailable("redis", errors.New("the seat map is still being built"))
-		}
-	}
 	select {
 	case <-v.done:
 		healthy = false // dropped while this read began: no longer followed

@@ -565,6 +565,62 @@ func TestSnapshotsEncodedOncePerVersion(t *testing.T) {
 	}
 }
 
+// TestReconnectsWhileTheMapChanges: streams that connect one after another while the
+// map changes between them (a reconnect storm on a busy show) start from the last
+// snapshot built within a second and the changes since it, so snapshots are encoded
+// about once a second, not once per version; and each stream's first events give the
+// map as it is (every hold made before it connected shows held).
+func TestReconnectsWhileTheMapChanges(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/busy", "", "", map[string]any{"seats": seats(500)}), 201, "")
+	at := a.layoutIndex("busy")
+	const connects = 20
+	start := time.Now()
+	for k := range connects {
+		seat := fmt.Sprintf("A%d", k+1)
+		a.want(a.do("POST", "/v1/shows/busy/holds", fmt.Sprintf("h%d", k), "", map[string]any{"seats": []string{seat}}), 201, "")
+		st, _ := a.openEvents("busy", "")
+		states := st.mapAfter(func(states []byte) bool { return states[at[seat]] == 'h' }, 5*time.Second)
+		st.close()
+		for j := range k + 1 {
+			if states[at[fmt.Sprintf("A%d", j+1)]] != 'h' {
+				t.Fatalf("connect %d: A%d (held before it) is %q in the stream's map", k, j+1, states[at[fmt.Sprintf("A%d", j+1)]])
+			}
+		}
+	}
+	// A snapshot a second at most (and the first), however many versions went by.
+	if n, most := a.s.events.encodes.Load(), int64(time.Since(start)/time.Second)+1; n > most || n >= connects {
+		t.Fatalf("%d connects at %d versions in %v encoded %d snapshots, want at most %d", connects, connects, time.Since(start), n, most)
+	}
+}
+
+// mapAfter applies the stream's events (a snapshot, then changes) until done holds for
+// the map they give, and returns it.
+func (s *sseStream) mapAfter(done func(states []byte) bool, within time.Duration) []byte {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	var states []byte
+	for {
+		ev := s.next(time.Until(deadline))
+		switch ev.event {
+		case "snapshot":
+			states = []byte(ev.data["states"].(string))
+		case "changes":
+			if states == nil {
+				s.t.Fatalf("changes before a snapshot: %+v", ev)
+			}
+			for _, c := range ev.data["changes"].([]any) {
+				m := c.(map[string]any)
+				states[int(m["i"].(float64))] = m["s"].(string)[0]
+			}
+		}
+		if states != nil && done(states) {
+			return states
+		}
+	}
+}
+
 // TestReadsEncodedOnce: a layout is encoded once per show, a seat map once per version
 // (each form), and revalidation is 304 without a body.
 func TestReadsEncodedOnce(t *testing.T) {

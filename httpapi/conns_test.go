@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
@@ -75,33 +76,49 @@ func TestNeverReadingStreamsCannotHoldEverySlot(t *testing.T) {
 	}
 }
 
-// TestRefusedStreamsAreCheap: a reconnect storm's refusals each close their connection
-// and are logged sampled (all counted), so that refusing costs the server little.
+// TestRefusedStreamsAreCheap: a reconnect storm's refusals are logged sampled (all
+// counted); a client's refusal closes its connection, while a trusted proxy's stays
+// open for the proxy's next clients (no accept and close per refusal).
 func TestRefusedStreamsAreCheap(t *testing.T) {
 	t.Parallel()
-	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{TrustedProxies: loopback, StreamConnectRate: 0.001})
-	a.want(a.do("PUT", "/v1/shows/s", "", "", map[string]any{"seats": seats(5)}), 201, "")
-	st, _ := a.openEvents("s", "")
-	st.next(5 * time.Second)
-	st.close()
-	for i := range 200 {
-		r, _ := http.NewRequest("GET", a.srv.URL+"/v1/shows/s/events", nil)
-		r.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i%250))
-		resp, err := a.srv.Client().Do(r)
-		if err != nil {
-			t.Fatal(err)
+	for _, proxied := range []bool{false, true} {
+		opts := Options{StreamConnectRate: 0.001}
+		if proxied {
+			opts.TrustedProxies = loopback
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 503 || !resp.Close {
-			t.Fatalf("refused connect %d: %d, Connection: close %v", i, resp.StatusCode, resp.Close)
+		a := newAPI(t, testsvc.Redis(t), engine.Config{}, opts)
+		a.want(a.do("PUT", "/v1/shows/s", "", "", map[string]any{"seats": seats(5)}), 201, "")
+		st, _ := a.openEvents("s", "")
+		st.next(5 * time.Second)
+		st.close()
+		fresh := 0 // connections the client had to open
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+			if !i.Reused {
+				fresh++
+			}
+		}}
+		for i := range 200 {
+			r, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", a.srv.URL+"/v1/shows/s/events", nil)
+			r.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i%250))
+			resp, err := a.srv.Client().Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 503 || resp.Close == proxied {
+				t.Fatalf("proxied %v: refused connect %d: %d, Connection: close %v", proxied, i, resp.StatusCode, resp.Close)
+			}
 		}
-	}
-	if n := testCounter(t, a, `holdfast_http_refused_total{reason="stream-connects"}`); n != 200 {
-		t.Fatalf("refusals counted: %v, want 200", n)
-	}
-	if n := strings.Count(a.logs.String(), `"status":503`); n == 0 || n > 50 {
-		t.Fatalf("%d of 200 refused connects logged, want a sample", n)
+		if want := map[bool]int{false: 200, true: 1}[proxied]; fresh != want {
+			t.Fatalf("proxied %v: 200 refusals took %d connections, want %d", proxied, fresh, want)
+		}
+		if n := testCounter(t, a, `holdfast_http_refused_total{reason="stream-connects"}`); n != 200 {
+			t.Fatalf("refusals counted: %v, want 200", n)
+		}
+		if n := strings.Count(a.logs.String(), `"status":503`); n == 0 || n > 50 {
+			t.Fatalf("%d of 200 refused connects logged, want a sample", n)
+		}
 	}
 }
 

@@ -93,26 +93,38 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, reason, detail s
 }
 
 // refusal answers a request a limit refused: counted by reason, its log line sampled,
-// and its connection closed (a refused client does not keep a connection idle for
-// its next try; a reconnect costs it more than us).
+// and a client's connection closed (a refused client does not keep a connection idle
+// for its next try; a reconnect costs it more than us). A trusted proxy's connection
+// stays open: it carries other clients, and closing it would only make the proxy
+// connect again for the next of them.
 func (s *Server) refusal(w http.ResponseWriter, r *http.Request, reason string, status int, retryAfter, typ, title, detail string) {
 	s.refused.WithLabelValues(reason).Inc()
 	sampleLog(r, logRefused)
 	h := w.Header()
 	h.Set("Retry-After", retryAfter)
-	h.Set("Connection", "close")
+	if !s.viaTrustedProxy(r) {
+		h.Set("Connection", "close")
+	}
 	writeProblem(w, status, typ, title, detail)
+}
+
+// viaTrustedProxy reports whether r came on a trusted proxy's connection.
+func (s *Server) viaTrustedProxy(r *http.Request) bool {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && len(s.opts.TrustedProxies) > 0 && s.trusted(ap.Addr())
 }
 
 // connectRefusal is the answer to an event stream connect past StreamConnectRate,
 // made once: a reconnect storm's refusals are answered before the routes (see
 // refusedConnect).
 type connectRefusal struct {
-	header   http.Header // every response's headers and the refusal's, shared read-only
-	body     []byte
-	refused  prometheus.Counter // holdfast_http_refused_total{reason="stream-connects"}
-	requests prometheus.Counter // holdfast_http_requests_total of the route, 503
-	latency  prometheus.Observer
+	// header is every response's headers and the refusal's, shared read-only; proxied
+	// the same without Connection: close (see refusal).
+	header, proxied http.Header
+	body            []byte
+	refused         prometheus.Counter // holdfast_http_refused_total{reason="stream-connects"}
+	requests        prometheus.Counter // holdfast_http_requests_total of the route, 503
+	latency         prometheus.Observer
 }
 
 const (
@@ -124,12 +136,13 @@ func (s *Server) newConnectRefusal() *connectRefusal {
 	h := http.Header{}
 	s.setCommonHeaders(h)
 	h.Set("Retry-After", "2")
-	h.Set("Connection", "close")
 	h.Set("Content-Type", "application/problem+json")
+	proxied := h.Clone()
+	h.Set("Connection", "close")
 	body, _ := json.Marshal(problemJSON{Type: problemPrefix + "too-many-streams", Title: "Too many event streams",
 		Status: http.StatusServiceUnavailable, Detail: connectDetail})
 	body = append(body, '\n')
-	return &connectRefusal{header: h, body: body, refused: s.refused.WithLabelValues("stream-connects"),
+	return &connectRefusal{header: h, proxied: proxied, body: body, refused: s.refused.WithLabelValues("stream-connects"),
 		requests: s.requests.WithLabelValues(eventsRoute, "503"), latency: s.latency.WithLabelValues(eventsRoute)}
 }
 
@@ -146,8 +159,11 @@ func (s *Server) refusedConnect(w http.ResponseWriter, r *http.Request) bool {
 	}
 	start := time.Now()
 	c := s.connect
-	h := w.Header()
-	for k, v := range c.header {
+	h, answer := w.Header(), c.header
+	if s.viaTrustedProxy(r) {
+		answer = c.proxied
+	}
+	for k, v := range answer {
 		h[k] = v
 	}
 	h[RequestIDHeader] = []string{newRequestID()}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -27,9 +28,14 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	var backends backendFlags
 	seats := fs.Int("seats", 100_000, "seats of the show attacked (and sold by honest buyers meanwhile)")
 	only := fs.String("attacks", "", "comma-separated words: run only the attacks whose name contains one (for example \"reconnect,keep-alive\")")
+	storm := fs.String("storm", "", "run only a reconnect storm's clients against this event-stream URL and print what they got as JSON (abuse runs its storm so, in a process of its own)")
+	attackerNice := fs.Int("attacker-nice", 19, "niceness of the reconnect storm's process (0: the servers' priority; an attacker on other machines takes none of their CPU)")
 	backends.register(fs, true)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
+	}
+	if *storm != "" {
+		return json.NewEncoder(stdout).Encode(abuse.Storm(ctx, *storm))
 	}
 	if backends.databaseURL == "" || backends.redisURL == "" {
 		return usageErr("DATABASE_URL and REDIS_URL must be set (make services prints them)")
@@ -81,12 +87,31 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 		return strings.Replace(public, "[::]", "127.0.0.1", 1), err // an address on every interface: reached on loopback
 	}
 	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: sign("hoarder"), Show: show,
-		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Only: onlyList(*only)})
+		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Detached: detached(exe, *attackerNice), Only: onlyList(*only)})
 	fmt.Fprintln(stdout, "\n| attack | measured |\n|---|---|")
 	for _, r := range rows {
 		fmt.Fprintf(stdout, "| %s | %s |\n", r.Attack, r.Result)
 	}
 	return err
+}
+
+// detached runs exe abuse with args in a process of its own under nice(1) at nice
+// (below the servers' and the honest buyers' priority) and returns its output and the
+// CPU it used.
+func detached(exe string, nice int) func(ctx context.Context, args ...string) ([]byte, float64, error) {
+	return func(ctx context.Context, args ...string) ([]byte, float64, error) {
+		argv := append([]string{"nice", "-n", fmt.Sprint(nice), exe, "abuse"}, args...)
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL=", "REDIS_URL=") // the storm needs neither
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, 0, fmt.Errorf("%v: %v: %s", argv, err, stderr.String())
+		}
+		st := cmd.ProcessState
+		return out, (st.UserTime() + st.SystemTime()).Seconds(), nil
+	}
 }
 
 // servers starts the holdfast serve processes the attacks run against: this

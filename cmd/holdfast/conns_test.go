@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -222,4 +225,124 @@ func TestTrustedProxyConnectionsNotCapped(t *testing.T) {
 	if served["127.0.6.5"] != 10 || served["127.0.6.66"] != 4 {
 		t.Fatalf("connections served: %v, want all 10 of the proxy's and 4 of the other address's", served)
 	}
+}
+
+// TestReconnectStormFromSeveralAddresses: a reconnect storm over real sockets from eight
+// loopback addresses (no proxy) meets the limits: every connect is either served, its
+// first event a snapshot, or refused (503 past the streams opened per second, 429 past
+// an address's reads) with its connection closed by the server; and an honest buyer on
+// another address holds and confirms meanwhile, every request answered 201.
+func TestReconnectStormFromSeveralAddresses(t *testing.T) {
+	t.Parallel()
+	base, _, _ := startServe(t, migratedEnv(t, nil), "--demo-show", "storm", "--demo-seats", "2000")
+	addr := strings.TrimPrefix(base, "http://")
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var served, refused atomic.Int64
+	wrong := make(chan string, 8)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.0.7.%d", w+1))}, Timeout: 5 * time.Second}
+			for ctx.Err() == nil {
+				c, err := d.DialContext(ctx, "tcp", addr)
+				if err != nil {
+					continue // the storm's own dial (its ports, the backlog): not an answer
+				}
+				outcome := stormConnect(c)
+				c.Close()
+				switch outcome {
+				case "served":
+					served.Add(1)
+				case "refused":
+					refused.Add(1)
+				default:
+					select {
+					case wrong <- outcome:
+					default:
+					}
+					cancel()
+				}
+			}
+		}()
+	}
+	// The honest buyer, until the storm has been refused a good many times.
+	honest := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.7.100")}}).DialContext}}
+	confirmed := 0
+	for i := 0; ctx.Err() == nil && (refused.Load() < 500 || confirmed < 20); i++ {
+		hdr := http.Header{"Holder-Id": {fmt.Sprintf("honest-%d", i)}}
+		st, hold := sendWith(t, honest, "POST", base+"/v1/shows/storm/holds", hdr, `{"count":1}`)
+		if st != 201 {
+			t.Fatalf("honest hold %d during the storm: %d %s", i, st, hold)
+		}
+		hdr.Set("Idempotency-Key", fmt.Sprintf("k-%d", i))
+		if st, body := sendWith(t, honest, "POST", base+"/v1/bookings", hdr, string(hold)); st != 201 {
+			t.Fatalf("honest confirmation %d during the storm: %d %s", i, st, body)
+		}
+		confirmed++
+	}
+	cancel()
+	wg.Wait()
+	select {
+	case w := <-wrong:
+		t.Fatalf("a storm connect: %s", w)
+	default:
+	}
+	if refused.Load() < 500 || served.Load() == 0 {
+		t.Fatalf("in 60 s the storm was served %d times and refused %d, want some of each (500 refused)", served.Load(), refused.Load())
+	}
+	t.Logf("storm: %d served, %d refused; honest: %d confirmed", served.Load(), refused.Load(), confirmed)
+}
+
+// stormConnect asks for the stream on c: "served" when its first event is a snapshot,
+// "refused" when a refusal's connection is closed by the server, else what went wrong.
+func stormConnect(c net.Conn) string {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /v1/shows/storm/events HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return "refused" // closed at accept (an address's connections past its cap)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return fmt.Sprintf("no answer: %v", err)
+	}
+	switch resp.StatusCode {
+	case 200:
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return fmt.Sprintf("a served stream ended before its first event: %v", err)
+			}
+			if strings.HasPrefix(l, "event: ") {
+				if l != "event: snapshot\n" {
+					return "a served stream's first event: " + l
+				}
+				return "served"
+			}
+		}
+	case 503, 429:
+		body, _ := io.ReadAll(resp.Body)
+		if !resp.Close || !closedByServer(c, br) {
+			return fmt.Sprintf("a refusal (%d %s) left its connection open", resp.StatusCode, body)
+		}
+		return "refused"
+	}
+	return fmt.Sprintf("answered %d", resp.StatusCode)
+}
+
+// sendWith sends one request with client and returns its status and body.
+func sendWith(t *testing.T, client *http.Client, method, url string, h http.Header, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	req.Header = h.Clone()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }

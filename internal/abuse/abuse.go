@@ -9,7 +9,6 @@
 package abuse
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -46,6 +45,9 @@ type Options struct {
 	OperatorToken  string
 	Sign           func(holder string) string
 	Serve          func(ctx context.Context, extra ...string) (string, error)
+	// Detached runs holdfast abuse with args in a process of its own at a lower CPU
+	// priority and returns what it printed and the CPU seconds it used.
+	Detached func(ctx context.Context, args ...string) (out []byte, cpu float64, err error)
 	// Only, when set, runs only the attacks whose name contains one of these.
 	Only []string
 }
@@ -451,40 +453,6 @@ func (r *runner) slowReaders(ctx context.Context) string {
 	time.Sleep(12 * time.Second)
 	after := r.gauge(ctx, "holdfast_http_event_streams")
 	return fmt.Sprintf("streams open: %.0f before the load, %.0f when it stopped, %.0f 12 s later (the never-reading ones cut)", before, during, after)
-}
-
-func (r *runner) reconnectStorm(ctx context.Context) string {
-	var c counts
-	var n atomic.Int64
-	res := r.during(ctx, func() {
-		flood(ctx, 32, 8*time.Second, func(ctx context.Context, w, i int) {
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			q, _ := http.NewRequestWithContext(sctx, "GET", r.o.URL+"/v1/shows/"+r.o.Show+"/events", nil)
-			q.Header.Set("X-Forwarded-For", fmt.Sprintf("100.80.%d.%d", w, i%250))
-			resp, err := r.c.Do(q)
-			if err != nil {
-				cancel()
-				if ctx.Err() == nil {
-					c.add(0)
-				}
-				return
-			}
-			if resp.StatusCode == 200 {
-				br := bufio.NewReader(resp.Body)
-				for {
-					l, err := br.ReadString('\n')
-					if err != nil || strings.HasPrefix(l, "data: ") {
-						break
-					}
-				}
-				n.Add(1)
-			}
-			c.add(resp.StatusCode)
-			resp.Body.Close()
-			cancel()
-		})
-	})
-	return fmt.Sprintf("%.0f snapshots/s served (%s); %s", float64(n.Load())/8, c.String(), res)
 }
 
 func (r *runner) rotatingReads(ctx context.Context) string {
