@@ -153,7 +153,7 @@ check-deploy: ## As root: install promtool and buildah, build the .deb and the i
 # make run and make demo are one machine playing every buyer, from one address: the
 # per-address limits (meant for a crowd of real clients) are lifted for them.
 LOCAL_LIMITS = --addr-rate-limit 1000000 --addr-rate-burst 1000000 --read-rate-limit 1000000 \
-	--read-rate-burst 1000000 --max-seats-per-addr 1000000 --max-streams-per-addr 1000
+	--read-rate-burst 1000000 --max-seats-per-addr 1000000 --max-streams-per-addr 1000 --max-conns-per-addr 2000
 
 run: build ## Start PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL are set), migrate, serve the demo show on LISTEN_ADDR (127.0.0.1:8080)
 	@$(with-services) $(with-operator-token) ./$(BIN) migrate up && exec ./$(BIN) serve --demo-show demo $(LOCAL_LIMITS)
