@@ -50,7 +50,7 @@ lint-openapi: ## Lint httpapi/openapi.yaml with Redocly CLI $(REDOCLY_VERSION) (
 
 verify: ## Fail on drift (sqlc diff and vet, go mod tidy, gofmt, go vet), on a tracked file over 1 MB or a committed binary, and on a function over 80 lines
 	./internal/checks/tree.sh
-	go run ./internal/checks/funclen -allow internal/checks/funclen/allow.txt engine httpapi cmd internal/bench
+	go run ./internal/checks/funclen engine httpapi cmd internal/bench
 	$(SQLC) diff
 	$(SQLC) vet
 	@tmp="$$(mktemp)"; trap 'rm -f "$$tmp"' EXIT; $(OAPI_CODEGEN) -o "$$tmp" httpapi/openapi.yaml && \

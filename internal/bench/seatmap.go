@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -13,8 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,8 +26,8 @@ import (
 // read by 16 readers in one process through the previous design (every claim from
 // PostgreSQL and a PTTL per unsold seat from Redis, per read: kept here as
 // seatsDirect), the shared SeatMap snapshot and Seats; then over HTTP (the compact map
-// and its 304 against /livez on the same server); then the change feed to 1,000 SSE
-// subscribers while a sale runs.
+// and its 304 against /livez on the same server). The change feed to its SSE
+// subscribers is feed.go's.
 
 const (
 	mapSeats   = 20_000
@@ -430,246 +427,6 @@ func (e *env) seatMapHTTP(ctx context.Context, r *Report, eng *engine.Engine, sh
 	return nil
 }
 
-// subscriber is one SSE client of the feed workload: it keeps its own map from the
-// events and the lag of each change it saw.
-type subscriber struct {
-	mu         sync.Mutex
-	states     []byte
-	lags       []time.Duration // from just before the Hold call
-	fromReturn []time.Duration // from its return
-	events     int
-}
-
-// feedWorkload: 1,000 SSE subscribers on a 5,000-seat show, then 5,000 on a
-// 20,000-seat one, while a sale runs through another engine (another process, as far
-// as the feed goes).
-func (e *env) feedWorkload(ctx context.Context, r *Report) error {
-	if err := e.feedRun(ctx, r, 1000, 5000); err != nil {
-		return err
-	}
-	return e.feedRun(ctx, r, 5000, 20_000)
-}
-
-// feedRun: subscribers SSE streams on one serve process watch a show of seats seats
-// while 8 sellers hold (and release a third of) its seats. Each hold's lag is from just
-// before the Hold call to the subscriber reading the change: an upper bound.
-func (e *env) feedRun(ctx context.Context, r *Report, subscribers, seats int) error {
-	time.Sleep(time.Second) // the previous workload's connections close
-	const sellers = 8
-	show := fmt.Sprintf("feed%d", subscribers)
-	reg := prometheus.NewRegistry()
-	server, err := e.engine(engine.Config{Registerer: reg})
-	if err != nil {
-		return err
-	}
-	ids := make([]string, seats)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("F%05d", i)
-	}
-	if err := server.CreateShow(ctx, show, ids); err != nil {
-		return err
-	}
-	seller, err := engine.New(e.pool, e.rdb, &engine.Config{KeyPrefix: e.prefixes[len(e.prefixes)-1], MaxSeatsPerHolder: 1000})
-	if err != nil {
-		return err
-	}
-	e.opened = append(e.opened, seller)
-	addr, stop, err := serveAPI(server)
-	if err != nil {
-		return err
-	}
-	defer stop()
-
-	// By layout index: unix ns just before its seat's Hold call, and when it returned.
-	started, returned := make([]atomic.Int64, seats), make([]atomic.Int64, seats)
-	index := make([]int, seats) // ids[i]'s layout index (a bare-id show: id order)
-	{
-		lay, err := server.Layout(ctx, show)
-		if err != nil {
-			return err
-		}
-		at := map[string]int{}
-		for i, s := range lay {
-			at[s.ID] = i
-		}
-		for i, id := range ids {
-			index[i] = at[id]
-		}
-	}
-	subs := make([]*subscriber, subscribers)
-	var ready, done sync.WaitGroup
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: subscribers, MaxConnsPerHost: 0}}
-	e.progress("  opening %d event streams", subscribers)
-	var failed atomic.Int64
-	for i := range subs {
-		sub := &subscriber{lags: make([]time.Duration, 0, 1<<14), fromReturn: make([]time.Duration, 0, 1<<14)}
-		subs[i] = sub
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			once := sync.OnceFunc(ready.Done)
-			defer once()
-			req, _ := http.NewRequestWithContext(sctx, "GET", "http://"+addr+"/v1/shows/"+show+"/events", nil)
-			resp, err := client.Do(req)
-			if err != nil || resp.StatusCode != 200 {
-				failed.Add(1)
-				return
-			}
-			defer resp.Body.Close()
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(nil, 1<<20)
-			var event string
-			for sc.Scan() {
-				line := sc.Bytes()
-				switch {
-				case bytes.HasPrefix(line, []byte("event: ")):
-					event = string(line[len("event: "):])
-				case bytes.HasPrefix(line, []byte("data: ")):
-					now := time.Now()
-					sub.mu.Lock()
-					sub.events++
-					if event == "snapshot" {
-						sub.states = []byte(field(line, `"states":"`))
-						sub.mu.Unlock()
-						once()
-						continue
-					}
-					// A thousand clients share these two cores with the server: read only
-					// each change's index and status, not the whole document.
-					for rest := line; ; {
-						at := bytes.Index(rest, []byte(`{"i":`))
-						if at < 0 {
-							break
-						}
-						rest = rest[at+5:]
-						comma := bytes.IndexByte(rest, ',')
-						if comma < 0 {
-							break
-						}
-						i, err := strconv.Atoi(string(rest[:comma]))
-						status := field(rest, `"s":"`)
-						if err != nil || i < 0 || i >= len(sub.states) || status == "" {
-							break
-						}
-						sub.states[i] = status[0]
-						if status == "h" && len(sub.lags) < cap(sub.lags) {
-							if t := started[i].Load(); t != 0 {
-								sub.lags = append(sub.lags, now.Sub(time.Unix(0, t)))
-								d := time.Duration(0) // the change may arrive before Hold returns
-								if r := returned[i].Load(); r != 0 {
-									d = max(0, now.Sub(time.Unix(0, r)))
-								}
-								sub.fromReturn = append(sub.fromReturn, d)
-							}
-						}
-					}
-					sub.mu.Unlock()
-				}
-			}
-		}()
-	}
-	ready.Wait()
-	if n := failed.Load(); n > 0 {
-		return fmt.Errorf("%d of %d event streams failed to open", n, subscribers)
-	}
-	// The sale: sellers hold 1-4 seats at a time, a third of the holds are released.
-	e.progress("  selling while %d subscribers watch", subscribers)
-	var next atomic.Int64
-	var holds atomic.Int64
-	saleCtx, saleStop := context.WithTimeout(ctx, e.o.Duration)
-	defer saleStop()
-	var wg sync.WaitGroup
-	for w := range sellers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 9))
-			for saleCtx.Err() == nil {
-				n := 1 + rng.IntN(4)
-				i := int(next.Add(int64(n))) - n
-				if i+n > seats {
-					return
-				}
-				pick := ids[i : i+n]
-				now := time.Now().UnixNano()
-				for j := range pick {
-					started[index[i+j]].Store(now)
-				}
-				h, err := seller.Hold(saleCtx, engine.HoldRequest{ShowID: show, SeatIDs: pick, TTL: holdTTL})
-				if err != nil {
-					continue
-				}
-				done := time.Now().UnixNano()
-				for j := range pick {
-					returned[index[i+j]].Store(done)
-				}
-				holds.Add(1)
-				if rng.IntN(3) == 0 {
-					_ = seller.Release(saleCtx, h)
-				}
-				time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
-			}
-		})
-	}
-	wg.Wait()
-	// Let the streams drain, then compare every subscriber's map with the engine's
-	// (read again each round: the server's view may still be applying the last holds).
-	engineStates := func() (string, error) {
-		m, err := server.SeatMap(ctx, show)
-		if err != nil {
-			return "", err
-		}
-		b := make([]byte, len(m.States))
-		for i, st := range m.States {
-			b[i] = string(st)[0]
-		}
-		return string(b), nil
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		want, err := engineStates()
-		if err != nil {
-			return err
-		}
-		equal := 0
-		for _, s := range subs {
-			if string(s.statesSnapshot()) == string(want) {
-				equal++
-			}
-		}
-		if equal == subscribers || time.Now().After(deadline) {
-			cancel()
-			done.Wait()
-			var lags, fromReturn []time.Duration
-			events := 0
-			for _, s := range subs {
-				lags = append(lags, s.lags...)
-				fromReturn = append(fromReturn, s.fromReturn...)
-				events += s.events
-			}
-			slices.Sort(lags)
-			slices.Sort(fromReturn)
-			pctOf := func(l []time.Duration, p float64) float64 {
-				if len(l) == 0 {
-					return 0
-				}
-				return float64(l[min(len(l)-1, int(float64(len(l))*p))].Microseconds()) / 1000
-			}
-			pct := func(p float64) float64 { return pctOf(lags, p) }
-			merges := counterValue(reg, "holdfast_seatmap_watch_merges_total")
-			r.Rows = append(r.Rows, Row{Workload: "seat-map feed over SSE", Variant: fmt.Sprintf("hold -> %s subscribers, %s seats", thousands(subscribers), thousands(seats)), Clients: subscribers,
-				OpsPerS: float64(holds.Load()) / e.o.Duration.Seconds(), P50ms: pct(.5), P99ms: pct(.99),
-				Note: fmt.Sprintf("lag from the Hold call; from its return p50 %.1f ms, p99 %.1f ms; %d holds, %d events delivered, %d merged for streams behind; %d/%d subscribers' maps equal the engine's",
-					pctOf(fromReturn, .5), pctOf(fromReturn, .99), holds.Load(), events, int64(merges), equal, subscribers)})
-			r.goal(fmt.Sprintf("seat-map feed: change-to-client lag p99, %s SSE subscribers (ms)", thousands(subscribers)), "<= 250", pct(.99), pct(.99) <= 250 && len(lags) > 0)
-			r.goal(fmt.Sprintf("seat-map feed: subscribers whose final map equals the engine's (of %s)", thousands(subscribers)), fmt.Sprintf("= %d", subscribers), float64(equal), equal == subscribers)
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // counterValue is the value of a counter in reg (0 when it has none).
 func counterValue(reg *prometheus.Registry, name string) float64 {
 	fams, err := reg.Gather()
@@ -691,12 +448,6 @@ func thousands(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
-}
-
-func (s *subscriber) statesSnapshot() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.states)
 }
 
 // field returns the JSON string value after key in line (no escapes in what it reads).

@@ -2,13 +2,10 @@
 // function should read as the steps it takes, and past about 80 lines it is a story.
 // make verify runs it on engine/, httpapi/, cmd/ and internal/bench/. Test files are
 // exempt: a test is a scenario, read top to bottom. A function's length is from its
-// func line to its closing brace; its doc comment does not count.
+// func line to its closing brace; its doc comment does not count. No function is
+// exempt: one over the limit is split into the steps it takes.
 //
-// The functions still longer than the limit are listed in a file (-allow: a line per
-// function, "path name lines"): one of them may not grow, one not listed may not pass
-// the limit, and one that no longer passes it must leave the list.
-//
-//	go run ./internal/checks/funclen [-max 80] [-allow file] dir...
+//	go run ./internal/checks/funclen [-max 80] dir...
 package main
 
 import (
@@ -19,12 +16,9 @@ import (
 	"go/token"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -45,12 +39,7 @@ type long struct {
 func run(args []string, stdout io.Writer) error {
 	flags := flag.NewFlagSet("funclen", flag.ContinueOnError)
 	limit := flags.Int("max", 80, "the most lines a function may have")
-	allowFile := flags.String("allow", "", `file of the functions allowed over the limit, a line each: "path name lines"`)
 	if err := flags.Parse(args); err != nil {
-		return err
-	}
-	allowed, err := readAllowed(*allowFile)
-	if err != nil {
 		return err
 	}
 	if flags.NArg() == 0 {
@@ -65,57 +54,13 @@ func run(args []string, stdout io.Writer) error {
 		found = append(found, got...)
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].lines > found[j].lines })
-	problems := 0
 	for _, f := range found {
-		key := f.pos.Filename + " " + f.name
-		was, ok := allowed[key]
-		delete(allowed, key)
-		switch {
-		case !ok:
-			fmt.Fprintf(stdout, "%s:%d: %s is %d lines, over %d: split it into the steps it takes\n", f.pos.Filename, f.pos.Line, f.name, f.lines, *limit)
-		case f.lines > was:
-			fmt.Fprintf(stdout, "%s:%d: %s grew from %d to %d lines (%s lists it at %d): split it, do not grow it\n", f.pos.Filename, f.pos.Line, f.name, was, f.lines, *allowFile, was)
-		default:
-			continue
-		}
-		problems++
+		fmt.Fprintf(stdout, "%s:%d: %s is %d lines, over %d: split it into the steps it takes\n", f.pos.Filename, f.pos.Line, f.name, f.lines, *limit)
 	}
-	for _, key := range slices.Sorted(maps.Keys(allowed)) {
-		fmt.Fprintf(stdout, "%s: %s lists %s, which is no longer over %d lines (or is gone): remove the line\n", *allowFile, *allowFile, key, *limit)
-		problems++
-	}
-	if problems > 0 {
-		return fmt.Errorf("%d problems with functions over %d lines", problems, *limit)
+	if len(found) > 0 {
+		return fmt.Errorf("%d functions over %d lines", len(found), *limit)
 	}
 	return nil
-}
-
-// readAllowed reads the allow file: "path name lines" a line, # comments. No file is
-// an empty list.
-func readAllowed(path string) (map[string]int, error) {
-	allowed := map[string]int{}
-	if path == "" {
-		return allowed, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	for i, line := range strings.Split(string(b), "\n") {
-		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		n, err := 0, error(nil)
-		if len(f) == 3 {
-			n, err = strconv.Atoi(f[2])
-		}
-		if len(f) != 3 || err != nil {
-			return nil, fmt.Errorf("%s:%d: want \"path name lines\", got %q", path, i+1, line)
-		}
-		allowed[f[0]+" "+f[1]] = n
-	}
-	return allowed, nil
 }
 
 // longFuncs returns the functions of the non-test Go files under dir longer than limit.

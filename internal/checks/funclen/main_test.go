@@ -8,38 +8,32 @@ import (
 	"testing"
 )
 
-// TestFuncLen: a function over the limit fails unless the allow file lists it at its
-// length or more; a listed one that grew fails, and so does a listed one gone short.
+// TestFuncLen: a function over the limit fails, named with its length; one at the
+// limit passes; a test file is exempt, however long.
 func TestFuncLen(t *testing.T) {
 	dir := t.TempDir()
 	long := "package p\n\nfunc long() {\n" + strings.Repeat("\t_ = 1\n", 10) + "}\n\nfunc short() {}\n"
-	src := filepath.Join(dir, "p.go")
-	if err := os.WriteFile(src, []byte(long), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(long), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// A test file is exempt, however long.
 	if err := os.WriteFile(filepath.Join(dir, "p_test.go"), []byte(strings.Replace(long, "long()", "longTest()", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	allow := filepath.Join(dir, "allow.txt")
 	for _, c := range []struct {
-		name, allowed, want string
+		max, want string
 	}{
-		{"not listed", "", "long is 12 lines, over 5"},
-		{"listed at its length", src + " long 12\n", ""},
-		{"grew", src + " long 11\n", "long grew from 11 to 12 lines"},
-		{"listed but short", src + " long 12\n" + src + " short 9\n", "short, which is no longer over 5 lines"},
+		{"5", "long is 12 lines, over 5"},
+		{"12", ""},
 	} {
-		if err := os.WriteFile(allow, []byte(c.allowed), 0o600); err != nil {
-			t.Fatal(err)
-		}
 		var out bytes.Buffer
-		err := run([]string{"-max", "5", "-allow", allow, dir}, &out)
+		err := run([]string{"-max", c.max, dir}, &out)
 		switch {
 		case c.want == "" && err != nil:
-			t.Errorf("%s: %v\n%s", c.name, err, out.String())
+			t.Errorf("-max %s: %v\n%s", c.max, err, out.String())
 		case c.want != "" && (err == nil || !strings.Contains(out.String(), c.want)):
-			t.Errorf("%s: got %v and\n%s\nwant a failure saying %q", c.name, err, out.String(), c.want)
+			t.Errorf("-max %s: got %v and\n%s\nwant a failure saying %q", c.max, err, out.String(), c.want)
+		case strings.Contains(out.String(), "longTest"):
+			t.Errorf("-max %s: a test file's function was counted:\n%s", c.max, out.String())
 		}
 	}
 }
