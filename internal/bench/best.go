@@ -126,7 +126,10 @@ func (e *env) bestSale(ctx context.Context, r *Report) error {
 			rngs[b] = rand.New(rand.NewPCG(uint64(b), uint64(k)))
 		}
 		lat, elapsed := crowd(sctx, e.o.SaleBuyers, func(ctx context.Context, b int) (time.Duration, bool) {
-			return s.attempt(ctx, rngs[b]), s.left.Load() > 0
+			if s.left.Load() <= 0 {
+				return 0, false
+			}
+			return s.attempt(ctx, rngs[b]), true
 		})
 		stopRefresh()
 		cancel()
@@ -184,6 +187,7 @@ func (s *bestSaleRun) refreshEvery(d time.Duration) (stop func()) {
 // pick from the map).
 func (s *bestSaleRun) attempt(ctx context.Context, rng *rand.Rand) time.Duration {
 	n := 1 + rng.IntN(4)
+	t := time.Now() // a pick from the map is part of the attempt
 	var idx []int
 	if s.pick {
 		if idx = s.c.pick(rng, n); len(idx) == 0 {
@@ -191,7 +195,6 @@ func (s *bestSaleRun) attempt(ctx context.Context, rng *rand.Rand) time.Duration
 			return 0
 		}
 	}
-	t := time.Now()
 	h, err := s.hold(ctx, idx, n)
 	d := time.Since(t)
 	s.attempts.Add(1)

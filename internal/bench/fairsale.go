@@ -227,10 +227,11 @@ const fairSaleTail = 10 * time.Second
 
 // runFairSale runs one variant on show (created on eng).
 func runFairSale(ctx context.Context, eng *engine.Engine, show string, p fairParams, room bool, seed uint64, e *env) (*fairResult, error) {
-	f := &fairSale{eng: eng, show: show, p: p, room: room, seed: seed, res: &fairResult{}}
+	f := &fairSale{s: newSaleRun(ctx, p.timeout), eng: eng, show: show, p: p, room: room, seed: seed, res: &fairResult{}}
+	defer f.s.cancel()
 	rules := engine.SaleRules{HolderLimit: p.limit}
 	if room {
-		rules.Queue = &engine.WaitingRoom{OpensAt: time.Now()}
+		rules.Queue = &engine.WaitingRoom{OpensAt: f.s.start}
 	}
 	if err := eng.SetSaleRules(ctx, show, rules); err != nil {
 		return nil, err
@@ -239,8 +240,6 @@ func runFairSale(ctx context.Context, eng *engine.Engine, show string, p fairPar
 	if f.hf, err = newOnsaleHoldfast(ctx, e, eng, show, p.holdTTL); err != nil {
 		return nil, err
 	}
-	f.s = newSaleRun(ctx, p.timeout)
-	defer f.s.cancel()
 	if room {
 		f.s.every(50*time.Millisecond, f.admitWaiting)
 	}
@@ -296,10 +295,16 @@ type waiter struct {
 func (f *fairSale) tail() {
 	tail := time.NewTicker(100 * time.Millisecond)
 	defer tail.Stop()
-	for !f.s.over() {
-		<-tail.C
-		if at := f.res.at99(); at > 0 && f.s.since() > at+fairSaleTail {
+	for {
+		select {
+		case <-f.s.soldOut:
 			return
+		case <-f.s.ctx.Done():
+			return
+		case <-tail.C:
+			if at := f.res.at99(); at > 0 && f.s.since() > at+fairSaleTail {
+				return
+			}
 		}
 	}
 }
