@@ -213,6 +213,10 @@ func (v *env) cancelAll(show string) {
 	}
 }
 
+// busy is a refusal for the shared machine's load (a script or a batch slower than its
+// bound), which is no answer about the inventory: the test goes on without that step.
+func busy(err error) bool { return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOverloaded) }
+
 // TestShrinkConcurrentBuyersNeverOversell: 200 buyers on a 60-place area with 20 seats,
 // each holding places and a seat, then shrinking, confirming, releasing or letting the
 // hold expire at random, all at once: PostgreSQL never sells more than 60 places, sold
@@ -237,17 +241,17 @@ func TestShrinkConcurrentBuyersNeverOversell(t *testing.T) {
 	}
 	var confirmed atomic.Int64
 	var wg sync.WaitGroup
-	for b := range 200 {
+	for buyer := range 200 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(b), 7))
+			r := rand.New(rand.NewPCG(uint64(buyer), 7))
 			seat := seats[r.IntN(len(seats))].ID
 			n := 1 + r.IntN(4)
-			h, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{seat}, HolderID: fmt.Sprint("buyer", b),
+			h, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{seat}, HolderID: fmt.Sprint("buyer", buyer),
 				TTL: 200 * time.Millisecond, Places: []Places{{AreaID: "FLOOR", Count: n}}})
 			if err != nil {
-				if !errors.Is(err, ErrSeatsUnavailable) {
+				if !errors.Is(err, ErrSeatsUnavailable) && !busy(err) {
 					t.Errorf("hold: %v", err)
 				}
 				return
@@ -255,7 +259,7 @@ func TestShrinkConcurrentBuyersNeverOversell(t *testing.T) {
 			if r.IntN(2) == 0 {
 				keep := 1 + r.IntN(n)
 				if h, err = v.e.Shrink(t.Context(), h, nil, []Places{{AreaID: "FLOOR", Count: keep}}); err != nil {
-					if !errors.Is(err, ErrHoldLost) {
+					if !errors.Is(err, ErrHoldLost) && !busy(err) {
 						t.Errorf("shrink: %v", err)
 					}
 					return
@@ -263,13 +267,20 @@ func TestShrinkConcurrentBuyersNeverOversell(t *testing.T) {
 			}
 			switch r.IntN(3) {
 			case 0:
-				if b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err == nil {
+				// Asked again with its key while the answer is unknown: the count of
+				// places confirmed is only what was answered as booked.
+				opts := ConfirmOptions{IdempotencyKey: fmt.Sprint("k", buyer)}
+				b, err := v.e.Confirm(t.Context(), h, opts)
+				for try := 0; busy(err) && try < 20; try++ {
+					b, err = v.e.Confirm(t.Context(), h, opts)
+				}
+				if err == nil {
 					confirmed.Add(int64(b.Places[0].Count))
 				} else if !errors.Is(err, ErrHoldLost) {
 					t.Errorf("confirm: %v", err)
 				}
 			case 1:
-				if err := v.e.Release(t.Context(), h); err != nil && !errors.Is(err, ErrHoldLost) {
+				if err := v.e.Release(t.Context(), h); err != nil && !errors.Is(err, ErrHoldLost) && !busy(err) {
 					t.Errorf("release: %v", err)
 				}
 			}

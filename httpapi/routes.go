@@ -39,6 +39,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/v1/shows/{show}/queue/events", shows(s.getQueueEvents)},
 		{"POST", "/v1/holds/extend", s.limited(s.postExtend)},
 		{"POST", "/v1/holds/release", s.limited(s.postRelease)},
+		{"POST", "/v1/holds/shrink", s.limited(s.postShrink)},
 		{"POST", "/v1/bookings", s.limited(s.postBooking)},
 		{"GET", "/v1/bookings/{id}", s.holderReading(s.getBooking)},
 		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
