@@ -356,6 +356,20 @@ func (a *addrHolds) update(show, addr string, gen int64, until time.Time) {
 	}
 }
 
+// shrink counts a hold (by generation) as n seats from now on: it gave back the rest.
+func (a *addrHolds) shrink(show, addr string, gen int64, n int) {
+	h, ok := a.m.Peek(show + "\x00" + addr)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if x, ok := h.holds[gen]; ok {
+		x.seats = min(x.seats, n)
+		h.holds[gen] = x
+	}
+}
+
 // streamSlots counts open event streams, in all and per client address. A full server
 // makes room for a newcomer when an address holds two streams more than the newcomer
 // would: that address's oldest stream is evicted. Streams that never read hold their

@@ -22,10 +22,6 @@ import (
 
 // routes returns the public and the admin routes, all listed here.
 func (s *Server) routes() (public, admin http.Handler) {
-	type route struct {
-		method, path string
-		h            http.Handler
-	}
 	shows := func(fn http.HandlerFunc) http.HandlerFunc { return s.reading(s.showLookups(fn)) }
 	pub := []route{
 		{"GET", "/v1/shows", s.reading(s.getShows)},
@@ -39,6 +35,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/v1/shows/{show}/queue/events", shows(s.getQueueEvents)},
 		{"POST", "/v1/holds/extend", s.limited(s.postExtend)},
 		{"POST", "/v1/holds/release", s.limited(s.postRelease)},
+		{"POST", "/v1/holds/shrink", s.limited(s.postShrink)},
 		{"POST", "/v1/bookings", s.limited(s.postBooking)},
 		{"GET", "/v1/bookings/{id}", s.holderReading(s.getBooking)},
 		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
@@ -66,40 +63,49 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/readyz", http.HandlerFunc(s.readyzDetailed)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
 	}
-	mux := func(routes []route) http.Handler {
-		mux := http.NewServeMux()
-		allowed := map[string][]string{} // path -> methods, for 405 answers
-		var paths []string
-		for _, r := range routes {
-			mux.Handle(r.method+" "+r.path, r.h)
-			if allowed[r.path] == nil {
-				paths = append(paths, r.path)
-			}
-			allowed[r.path] = append(allowed[r.path], r.method)
+	return s.mux(pub), s.mux(adm)
+}
+
+// route is one method and path pattern and its handler.
+type route struct {
+	method, path string
+	h            http.Handler
+}
+
+// mux serves routes; a listed path asked with another method is a 405 problem naming
+// the allowed ones, any other path a 404 problem.
+func (s *Server) mux(routes []route) http.Handler {
+	mux := http.NewServeMux()
+	allowed := map[string][]string{} // path -> methods, for 405 answers
+	var paths []string
+	for _, r := range routes {
+		mux.Handle(r.method+" "+r.path, r.h)
+		if allowed[r.path] == nil {
+			paths = append(paths, r.path)
 		}
-		// A path with another method is a 405 problem naming the allowed ones (the
-		// method-less pattern is less specific, so it only catches the rest); any other
-		// path is a 404 problem.
-		for _, p := range paths {
-			methods := allowed[p]
-			if slices.Contains(methods, "GET") {
-				methods = append(methods, "HEAD")
-			}
-			allow := strings.Join(methods, ", ")
-			mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-				sampleLog(r, logUnmatched)
-				w.Header().Set("Allow", allow)
-				writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
-					r.Method+" is not allowed here; use "+allow)
-			})
-		}
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			sampleLog(r, logUnmatched)
-			writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
-		})
-		return s.observe(mux)
+		allowed[r.path] = append(allowed[r.path], r.method)
 	}
-	return mux(pub), mux(adm)
+	// A path with another method is a 405 problem naming the allowed ones (the
+	// method-less pattern is less specific, so it only catches the rest); any other
+	// path is a 404 problem.
+	for _, p := range paths {
+		methods := allowed[p]
+		if slices.Contains(methods, "GET") {
+			methods = append(methods, "HEAD")
+		}
+		allow := strings.Join(methods, ", ")
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			sampleLog(r, logUnmatched)
+			w.Header().Set("Allow", allow)
+			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
+				r.Method+" is not allowed here; use "+allow)
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		sampleLog(r, logUnmatched)
+		writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
+	})
+	return s.observe(mux)
 }
 
 // holdJSON is a hold on the wire.

@@ -51,6 +51,8 @@ var (
 	closeLua string
 	//go:embed areas.lua
 	areasLua string
+	//go:embed shrink.lua
+	shrinkLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -82,6 +84,9 @@ var (
 	Close = newScript("", closeLua)
 	// Areas gives Redis a show's areas (capacities) for a rebuild or a new show.
 	Areas = newScript("", areasLua)
+	// Shrink gives back part of a hold and keeps the rest. It only deletes and renames
+	// hold keys, so it runs when Redis is full too, as Release does.
+	Shrink = newScript(" flags=allow-oom", shrinkLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

@@ -398,6 +398,24 @@ type HoldSeats struct {
 	TtlMs *int    `json:"ttl_ms,omitempty"`
 }
 
+// HoldShrink A hold as the server gave it, with what to keep of it.
+type HoldShrink struct {
+	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	Generation int        `json:"generation"`
+	KeepPlaces *[]struct {
+		Area  ID  `json:"area"`
+		Count int `json:"count"`
+	} `json:"keep_places,omitempty"`
+	KeepSeats *[]ID   `json:"keep_seats,omitempty"`
+	Seats     SeatIDs `json:"seats"`
+	Show      ID      `json:"show"`
+
+	// Token A secret; never put it in a URL or a log.
+	Token string `json:"token"`
+	TtlMs *int   `json:"ttl_ms,omitempty"`
+}
+
 // ID defines model for ID.
 type ID = string
 
@@ -607,6 +625,12 @@ type ReleaseHoldParams struct {
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 }
 
+// ShrinkHoldParams defines parameters for ShrinkHold.
+type ShrinkHoldParams struct {
+	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
+	HolderId *Holder `json:"Holder-Id,omitempty"`
+}
+
 // ListShowsParams defines parameters for ListShows.
 type ListShowsParams struct {
 	// After The last item of the page before (its id); none for the first page.
@@ -720,6 +744,9 @@ type ExtendHoldJSONRequestBody = HoldExtend
 
 // ReleaseHoldJSONRequestBody defines body for ReleaseHold for application/json ContentType.
 type ReleaseHoldJSONRequestBody = Hold
+
+// ShrinkHoldJSONRequestBody defines body for ShrinkHold for application/json ContentType.
+type ShrinkHoldJSONRequestBody = HoldShrink
 
 // PutShowJSONRequestBody defines body for PutShow for application/json ContentType.
 type PutShowJSONRequestBody = ShowCreate
@@ -1178,6 +1205,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/holds/release (the `ReleaseHold` operationId).
 	ReleaseHold(ctx context.Context, params *ReleaseHoldParams, body ReleaseHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ShrinkHoldWithBody Give back part of a hold and keep the rest (its owner only)
+	//
+	// Keeps keep_seats and keep_places of the hold under the same token, generation and expiry and gives back the rest, sellable at once; all or nothing. A seat or area the hold does not have, or nothing kept, is 400 invalid-argument; a hold that is not the caller's any more is 410 hold-lost; either way nothing changed. The answer is the hold to present from now on.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
+	ShrinkHoldWithBody(ctx context.Context, params *ShrinkHoldParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ShrinkHold Give back part of a hold and keep the rest (its owner only)
+	//
+	// Keeps keep_seats and keep_places of the hold under the same token, generation and expiry and gives back the rest, sellable at once; all or nothing. A seat or area the hold does not have, or nothing kept, is 400 invalid-argument; a hold that is not the caller's any more is 410 hold-lost; either way nothing changed. The answer is the hold to present from now on.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
+	ShrinkHold(ctx context.Context, params *ShrinkHoldParams, body ShrinkHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListShows Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
 	//
@@ -1638,6 +1683,44 @@ func (c *Client) ReleaseHoldWithBody(ctx context.Context, params *ReleaseHoldPar
 // Corresponds with POST /v1/holds/release (the `ReleaseHold` operationId).
 func (c *Client) ReleaseHold(ctx context.Context, params *ReleaseHoldParams, body ReleaseHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReleaseHoldRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ShrinkHoldWithBody Give back part of a hold and keep the rest (its owner only)
+//
+// Keeps keep_seats and keep_places of the hold under the same token, generation and expiry and gives back the rest, sellable at once; all or nothing. A seat or area the hold does not have, or nothing kept, is 400 invalid-argument; a hold that is not the caller's any more is 410 hold-lost; either way nothing changed. The answer is the hold to present from now on.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
+func (c *Client) ShrinkHoldWithBody(ctx context.Context, params *ShrinkHoldParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewShrinkHoldRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ShrinkHold Give back part of a hold and keep the rest (its owner only)
+//
+// Keeps keep_seats and keep_places of the hold under the same token, generation and expiry and gives back the rest, sellable at once; all or nothing. A seat or area the hold does not have, or nothing kept, is 400 invalid-argument; a hold that is not the caller's any more is 410 hold-lost; either way nothing changed. The answer is the hold to present from now on.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
+func (c *Client) ShrinkHold(ctx context.Context, params *ShrinkHoldParams, body ShrinkHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewShrinkHoldRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2675,6 +2758,61 @@ func NewReleaseHoldRequestWithBody(server string, params *ReleaseHoldParams, con
 	return req, nil
 }
 
+// NewShrinkHoldRequest calls the generic ShrinkHold builder with application/json body
+func NewShrinkHoldRequest(server string, params *ShrinkHoldParams, body ShrinkHoldJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewShrinkHoldRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewShrinkHoldRequestWithBody constructs an http.Request for the ShrinkHold method, with any body, and a specified content type
+func NewShrinkHoldRequestWithBody(server string, params *ShrinkHoldParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/holds/shrink")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.HolderId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListShowsRequest constructs an http.Request for the ListShows method
 func NewListShowsRequest(server string, params *ListShowsParams) (*http.Request, error) {
 	var err error
@@ -3580,6 +3718,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/holds/release (the `ReleaseHold` operationId).
 	ReleaseHoldWithResponse(ctx context.Context, params *ReleaseHoldParams, body ReleaseHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseHoldResponse, error)
+
+	// ShrinkHoldWithBodyWithResponse Give back part of a hold and keep the rest (its owner only)
+	//
+	// Keeps keep_seats and keep_places of the hold under the same token, generation and expiry and gives back the rest, sellable at once; all or nothing. A seat or area the hold does not have, or nothing kept, is 400 invalid-argument; a hold that is not the caller's any more is 410 hold-lost; either way nothing changed. The answer is the hold to present from now on.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
+	ShrinkHoldWithBodyWithResponse(ctx context.Context, params *ShrinkHoldParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ShrinkHoldResponse, error)
+
+	// ShrinkHoldWithResponse Give back part of a hold and keep the rest (its owner only)
+	//
+	// Keeps keep_seats and keep_places of the hold under the same token, generation and expiry and gives back the rest, sellable at once; all or nothing. A seat or area the hold does not have, or nothing kept, is 400 invalid-argument; a hold that is not the caller's any more is 410 hold-lost; either way nothing changed. The answer is the hold to present from now on.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
+	ShrinkHoldWithResponse(ctx context.Context, params *ShrinkHoldParams, body ShrinkHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*ShrinkHoldResponse, error)
 
 	// ListShowsWithResponse Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
 	//
@@ -4855,6 +5011,103 @@ func (r ReleaseHoldResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReleaseHoldResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ShrinkHoldResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Hold
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ShrinkHoldResponse) GetJSON200() *Hold {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSON410() *Problem {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ShrinkHoldResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ShrinkHoldResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ShrinkHoldResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ShrinkHoldResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6188,6 +6441,36 @@ func (c *ClientWithResponses) ReleaseHoldWithResponse(ctx context.Context, param
 	return ParseReleaseHoldResponse(rsp)
 }
 
+// ShrinkHoldWithBodyWithResponse Give back part of a hold and keep the rest (its owner only)
+//
+// Keeps keep_seats and keep_places of the hold under the same token, generation and expiry and gives back the rest, sellable at once; all or nothing. A seat or area the hold does not have, or nothing kept, is 400 invalid-argument; a hold that is not the caller's any more is 410 hold-lost; either way nothing changed. The answer is the hold to present from now on.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
+func (c *ClientWithResponses) ShrinkHoldWithBodyWithResponse(ctx context.Context, params *ShrinkHoldParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ShrinkHoldResponse, error) {
+	rsp, err := c.ShrinkHoldWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseShrinkHoldResponse(rsp)
+}
+
+// ShrinkHoldWithResponse Give back part of a hold and keep the rest (its owner only)
+//
+// Keeps keep_seats and keep_places of the hold under the same token, generation and expiry and gives back the rest, sellable at once; all or nothing. A seat or area the hold does not have, or nothing kept, is 400 invalid-argument; a hold that is not the caller's any more is 410 hold-lost; either way nothing changed. The answer is the hold to present from now on.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
+func (c *ClientWithResponses) ShrinkHoldWithResponse(ctx context.Context, params *ShrinkHoldParams, body ShrinkHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*ShrinkHoldResponse, error) {
+	rsp, err := c.ShrinkHold(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseShrinkHoldResponse(rsp)
+}
+
 // ListShowsWithResponse Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -7251,6 +7534,88 @@ func ParseReleaseHoldResponse(rsp *http.Response) (*ReleaseHoldResponse, error) 
 	switch {
 	case rsp.StatusCode == 204:
 		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseShrinkHoldResponse parses an HTTP response from a ShrinkHoldWithResponse call
+func ParseShrinkHoldResponse(rsp *http.Response) (*ShrinkHoldResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ShrinkHoldResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Hold
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest Problem

@@ -1,0 +1,43 @@
+package httpapi
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// TestShrinkOverHTTP: POST /v1/holds/shrink keeps part of a hold under the same token
+// and generation and gives the rest back at once; a seat not in the hold is 400
+// invalid-argument, another holder's or the old hold is 410 hold-lost, and the shrunk
+// hold confirms what it kept.
+func TestShrinkOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(4)}), 201, "")
+	h := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1", "A2", "A3"}, "ttl_ms": 60000})
+	a.want(h, 201, "")
+	shrink := func(holder string, hold map[string]any, keep ...string) reply {
+		body := map[string]any{"keep_seats": keep}
+		for k, v := range hold {
+			body[k] = v
+		}
+		return a.do("POST", "/v1/holds/shrink", holder, "", body)
+	}
+	a.want(shrink("alice", h.body, "A1", "A4"), 400, "invalid-argument")
+	a.want(shrink("alice", h.body), 400, "invalid-argument")
+	a.want(shrink("mallory", h.body, "A1"), 410, "hold-lost")
+	s := shrink("alice", h.body, "A1")
+	a.want(s, 200, "")
+	if fmt.Sprint(s.body["seats"]) != "[A1]" || s.body["token"] != h.body["token"] || s.body["generation"] != h.body["generation"] {
+		t.Fatalf("shrunk hold %s, from %s", s.raw, h.raw)
+	}
+	a.want(shrink("alice", h.body, "A1"), 410, "hold-lost") // the hold as it was
+	a.want(a.do("POST", "/v1/shows/s1/holds", "bob", "", map[string]any{"seats": []string{"A2", "A3"}}), 201, "")
+	b := a.do("POST", "/v1/bookings", "alice", "", s.body)
+	a.want(b, 201, "")
+	if fmt.Sprint(b.body["seats"]) != "[A1]" {
+		t.Fatalf("booking %s, want A1", b.raw)
+	}
+}

@@ -1,0 +1,87 @@
+-- shrink.lua: give back part of a hold and keep the rest under the same token,
+-- generation and expiry, only for its owner, all or nothing.
+--
+-- KEYS       the common layout (common.lua), for every seat and place key of the hold
+-- ARGV[1]    holder tag
+-- ARGV[2]    token
+-- ARGV[3]    generation
+-- ARGV[4]    what to keep of each seat argument, space-separated in their order: 0 or 1
+--            for a seat, 0 up to its count for a place key
+-- ARGV[5..]  seat ids, then place keys (the hold as it is)
+--
+-- A seat kept keeps its key. A place key kept whole keeps its key; one kept in part is
+-- renamed to the place key of the count kept ("<area>~<kept>~<hold id>", under the same
+-- hash tag) with the same value and expiry, and its area has the rest back at once. A
+-- seat or place key given back goes as on a release (no tombstone: the hold lives on).
+--
+-- Returns {"OK", feed entry id}, {"LOST"} (not this hold: nothing changed), {"BUSY"} or
+-- {"LAPSED", commit id} (a batch is committing the hold, or its reservation lapsed:
+-- nothing changed, see release.lua).
+
+local F = 4
+local n, err = hold_layout(F)
+if not n then return err end
+local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
+local keep, kept = {}, 0
+for k in string.gmatch(ARGV[4], "%S+") do keep[#keep + 1] = tonumber(k) end
+if #keep ~= n then return bad("keep count") end
+for i = 1, n do
+    local k, most = keep[i], units(seat(i, F))
+    if not k or k ~= math.floor(k) or k < 0 or k > most then return bad("keep " .. i) end
+    kept = kept + k
+end
+if kept == 0 then return bad("keep nothing") end
+
+local created, _, commit, lapsed = owned(n, token, gen, tag)
+if not created then return {"LOST"} end
+if commit ~= "" then return {"BUSY"} end
+if lapsed ~= "" then return {"LAPSED", lapsed} end
+local now = now_ms()
+local exp = now + math.max(redis.call("PTTL", hk(1)), 0)
+
+-- move renames place key s (hold key hk(i)) to the key of its first k places.
+local function move(i, s, k)
+    local a, c = place_of(s)
+    local to = a .. "~" .. int(k) .. "~" .. string.match(s, "~(%x+)$")
+    redis.call("SET", BASE .. "hold:" .. to, redis.call("GET", hk(i)), "PXAT", exp)
+    redis.call("DEL", hk(i))
+    local z = redis.call("ZSCORE", KEYS[2], s)
+    if z then
+        redis.call("ZREM", KEYS[2], s)
+        redis.call("ZADD", KEYS[2], z, to)
+    end
+    local h = redis.call("ZSCORE", BASE .. "held", s)
+    if h then
+        held_gone(s)
+        redis.call("ZADD", BASE .. "held", h, to)
+    end
+    local ax = redis.call("ZSCORE", BASE .. "ax:" .. a, s)
+    if ax then
+        redis.call("ZREM", BASE .. "ax:" .. a, s)
+        redis.call("ZADD", BASE .. "ax:" .. a, ax, to)
+        redis.call("HINCRBY", BASE .. "ar:" .. a, "h", k - c)
+    end
+    return to
+end
+
+local gone, moved = {}, {}
+for i = 1, n do
+    local s, k = seat(i, F), keep[i]
+    if k == 0 then
+        redis.call("DEL", hk(i))
+        if tag ~= "" then redis.call("ZREM", KEYS[2], s) end
+        held_gone(s)
+        place_gone(s)
+        index_state(i, s, now)
+        gone[#gone + 1] = s
+    elseif k < units(s) then
+        gone[#gone + 1] = s
+        moved[#moved + 1] = move(i, s, k)
+    end
+end
+if #gone == 0 then return {"OK", ""} end
+local fields = {"d", table.concat(gone, " ")}
+if #moved > 0 then
+    fields[3], fields[4], fields[5], fields[6] = "h", table.concat(moved, " "), "x", int(exp)
+end
+return {"OK", feed(fields)}
