@@ -51,6 +51,8 @@ var (
 	closeLua string
 	//go:embed areas.lua
 	areasLua string
+	//go:embed reclaim.lua
+	reclaimLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -82,6 +84,8 @@ var (
 	Close = newScript("", closeLua)
 	// Areas gives Redis a show's areas (capacities) for a rebuild or a new show.
 	Areas = newScript("", areasLua)
+	// Reclaim gives a holder's live holds of a show fresh tokens and generations.
+	Reclaim = newScript("", reclaimLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses
