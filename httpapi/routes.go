@@ -33,6 +33,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/v1/shows/{show}/seats", shows(s.getSeats)},
 		{"GET", "/v1/shows/{show}/events", shows(s.getEvents)},
 		{"POST", "/v1/shows/{show}/holds", s.showLookups(s.limited(s.postHold))},
+		{"POST", "/v1/shows/{show}/holds/reclaim", s.showLookups(s.limited(s.postReclaim))},
 		{"GET", "/v1/shows/{show}/rules", shows(s.getRules)},
 		{"POST", "/v1/shows/{show}/queue", s.showLookups(s.limited(s.postQueue))},
 		{"GET", "/v1/shows/{show}/queue", s.showLookups(s.holderReading(s.getQueue))},
