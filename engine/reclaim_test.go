@@ -101,11 +101,12 @@ func TestReclaimFencesTheOldDevice(t *testing.T) {
 				}
 			}
 			_, err := v.e.Confirm(t.Context(), old, ConfirmOptions{})
-			if err == nil {
-				t.Fatal("the old device's confirmation booked")
-			}
-			if !errors.Is(err, ErrHoldLost) && !errors.Is(err, ErrStaleGeneration) && !errors.Is(err, ErrSeatsUnavailable) {
-				t.Fatalf("old device: %v, want a refusal", err)
+			// Redis kept the reclaim: the batch's check refuses the old token. It lost it:
+			// the fence refuses the old generation (counted below); the engine takes that
+			// for a counter Redis set back, re-issues the hold above the fence, and the
+			// seat's claim refuses it.
+			if want := map[bool]error{false: ErrHoldLost, true: ErrSeatsUnavailable}[redisLost]; !errors.Is(err, want) {
+				t.Fatalf("old device: %v, want %v", err, want)
 			}
 			if n := v.bookings("s1"); n != 1 {
 				t.Fatalf("%d bookings, want 1", n)
