@@ -20,12 +20,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// route is one route: its method, its path pattern and its handler.
+type route struct {
+	method, path string
+	h            http.Handler
+}
+
 // routes returns the public and the admin routes, all listed here.
 func (s *Server) routes() (public, admin http.Handler) {
-	type route struct {
-		method, path string
-		h            http.Handler
-	}
 	shows := func(fn http.HandlerFunc) http.HandlerFunc { return s.reading(s.showLookups(fn)) }
 	pub := []route{
 		{"GET", "/v1/shows", s.reading(s.getShows)},
@@ -67,40 +69,43 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/readyz", http.HandlerFunc(s.readyzDetailed)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
 	}
-	mux := func(routes []route) http.Handler {
-		mux := http.NewServeMux()
-		allowed := map[string][]string{} // path -> methods, for 405 answers
-		var paths []string
-		for _, r := range routes {
-			mux.Handle(r.method+" "+r.path, r.h)
-			if allowed[r.path] == nil {
-				paths = append(paths, r.path)
-			}
-			allowed[r.path] = append(allowed[r.path], r.method)
+	return s.mux(pub), s.mux(adm)
+}
+
+// mux serves routes, and answers a known path with another method 405 and any other
+// path 404 (problems).
+func (s *Server) mux(routes []route) http.Handler {
+	mux := http.NewServeMux()
+	allowed := map[string][]string{} // path -> methods, for 405 answers
+	var paths []string
+	for _, r := range routes {
+		mux.Handle(r.method+" "+r.path, r.h)
+		if allowed[r.path] == nil {
+			paths = append(paths, r.path)
 		}
-		// A path with another method is a 405 problem naming the allowed ones (the
-		// method-less pattern is less specific, so it only catches the rest); any other
-		// path is a 404 problem.
-		for _, p := range paths {
-			methods := allowed[p]
-			if slices.Contains(methods, "GET") {
-				methods = append(methods, "HEAD")
-			}
-			allow := strings.Join(methods, ", ")
-			mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-				sampleLog(r, logUnmatched)
-				w.Header().Set("Allow", allow)
-				writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
-					r.Method+" is not allowed here; use "+allow)
-			})
-		}
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			sampleLog(r, logUnmatched)
-			writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
-		})
-		return s.observe(mux)
+		allowed[r.path] = append(allowed[r.path], r.method)
 	}
-	return mux(pub), mux(adm)
+	// A path with another method is a 405 problem naming the allowed ones (the
+	// method-less pattern is less specific, so it only catches the rest); any other
+	// path is a 404 problem.
+	for _, p := range paths {
+		methods := allowed[p]
+		if slices.Contains(methods, "GET") {
+			methods = append(methods, "HEAD")
+		}
+		allow := strings.Join(methods, ", ")
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			sampleLog(r, logUnmatched)
+			w.Header().Set("Allow", allow)
+			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
+				r.Method+" is not allowed here; use "+allow)
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		sampleLog(r, logUnmatched)
+		writeProblem(w, http.StatusNotFound, "no-such-route", "No such route", "no route matches "+r.URL.Path)
+	})
+	return s.observe(mux)
 }
 
 // holdJSON is a hold on the wire.
