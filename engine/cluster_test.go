@@ -58,7 +58,14 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatalf("%s: confirm: %v", s, err)
 		}
 		r := v.hold(s, time.Minute, "bob", "S004", "S005")
-		if err := v.e.Release(ctx, r); err != nil {
+		rs, err := v.e.Reclaim(ctx, s, "bob") // one script, keys it names from the show's tag
+		if err != nil || len(rs) != 1 || rs[0].Token == r.Token {
+			t.Fatalf("%s: reclaim: %+v, %v", s, rs, err)
+		}
+		if err := v.e.Release(ctx, r); !errors.Is(err, ErrHoldLost) {
+			t.Fatalf("%s: release with the reclaimed token: %v", s, err)
+		}
+		if err := v.e.Release(ctx, rs[0]); err != nil {
 			t.Fatalf("%s: release: %v", s, err)
 		}
 		g := strconv.FormatInt(b.Generation, 10)

@@ -20,6 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// route is one route: its method, its path pattern and its handler.
+type route struct {
+	method, path string
+	h            http.Handler
+}
+
 // routes returns the public and the admin routes, all listed here.
 func (s *Server) routes() (public, admin http.Handler) {
 	shows := func(fn http.HandlerFunc) http.HandlerFunc { return s.reading(s.showLookups(fn)) }
@@ -29,6 +35,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/v1/shows/{show}/seats", shows(s.getSeats)},
 		{"GET", "/v1/shows/{show}/events", shows(s.getEvents)},
 		{"POST", "/v1/shows/{show}/holds", s.showLookups(s.limited(s.postHold))},
+		{"POST", "/v1/shows/{show}/holds/reclaim", s.showLookups(s.limited(s.postReclaim))},
 		{"GET", "/v1/shows/{show}/rules", shows(s.getRules)},
 		{"POST", "/v1/shows/{show}/queue", s.showLookups(s.limited(s.postQueue))},
 		{"GET", "/v1/shows/{show}/queue", s.showLookups(s.holderReading(s.getQueue))},
@@ -64,12 +71,6 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
 	}
 	return s.mux(pub), s.mux(adm)
-}
-
-// route is one method and path pattern and its handler.
-type route struct {
-	method, path string
-	h            http.Handler
 }
 
 // mux serves routes; a listed path asked with another method is a 405 problem naming

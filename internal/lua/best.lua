@@ -67,8 +67,9 @@ local refused = sale_admitted(rules, tag, now)
 if refused then return refused end
 local capped = tag ~= "" and (cap > 0 or rules.limit > 0)
 local held = 0
+-- A named holder's live seats are kept (KEYS[2]) for the caps and for reclaim.lua.
+if tag ~= "" then redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now) end
 if capped then
-    redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
     held = held_units(KEYS[2])
     if cap > 0 and held + count > cap then return {"LIMIT", held} end
 end
@@ -233,11 +234,11 @@ local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
 local ids = {}
 for k, m in ipairs(chosen) do
     redis.call("SET", BASE .. "hold:" .. m.seat, value, "PXAT", now + ttl)
-    if capped then redis.call("ZADD", KEYS[2], now + ttl, m.seat) end
+    if tag ~= "" then redis.call("ZADD", KEYS[2], now + ttl, m.seat) end
     take(m, now + ttl)
     ids[k] = m.seat
 end
-if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
+if tag ~= "" and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 sale_granted(rules, ids, now + ttl)
 local list = table.concat(ids, " ")
 redis.call("SET", tok, list, "PX", ttl)

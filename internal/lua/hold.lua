@@ -73,8 +73,9 @@ if #taken > 1 then return taken end
 
 local capped = tag ~= "" and (cap > 0 or rules.limit > 0)
 local held = 0
+-- A named holder's live seats are kept (KEYS[2]) for the caps and for reclaim.lua.
+if tag ~= "" then redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now) end
 if capped then
-    redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
     held = held_units(KEYS[2])
     if cap > 0 and held + want > cap then return {"LIMIT", held} end
 end
@@ -85,11 +86,11 @@ local gen = redis.call("INCR", KEYS[1])
 local value = token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
 for i = 1, n do
     redis.call("SET", hk(i), value, "PXAT", now + ttl)
-    if capped then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end
+    if tag ~= "" then redis.call("ZADD", KEYS[2], now + ttl, seat(i, F)) end
     index_held(i, seat(i, F), now + ttl, true) -- no marker: read above
     place_held(seat(i, F), now + ttl)
 end
-if capped and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
+if tag ~= "" and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})
 return {"OK", gen, now + ttl, now, id}

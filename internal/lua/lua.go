@@ -53,6 +53,8 @@ var (
 	areasLua string
 	//go:embed shrink.lua
 	shrinkLua string
+	//go:embed reclaim.lua
+	reclaimLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -87,6 +89,8 @@ var (
 	// Shrink gives back part of a hold and keeps the rest. It only deletes and renames
 	// hold keys, so it runs when Redis is full too, as Release does.
 	Shrink = newScript(" flags=allow-oom", shrinkLua)
+	// Reclaim gives a holder's live holds of a show fresh tokens and generations.
+	Reclaim = newScript("", reclaimLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

@@ -656,6 +656,12 @@ type PostHoldParams struct {
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 }
 
+// ReclaimHoldsParams defines parameters for ReclaimHolds.
+type ReclaimHoldsParams struct {
+	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
+	HolderId *Holder `json:"Holder-Id,omitempty"`
+}
+
 // GetLayoutParams defines parameters for GetLayout.
 type GetLayoutParams struct {
 	Format      *GetLayoutParamsFormat `form:"format,omitempty" json:"format,omitempty"`
@@ -1293,6 +1299,17 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/shows/{show}/holds (the `PostHold` operationId).
 	PostHold(ctx context.Context, show Show, params *PostHoldParams, body PostHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReclaimHolds The caller's live holds of the show, with fresh tokens (another device)
+	//
+	// The holder's live holds of the show come back with new tokens and larger
+	// generations, their seats and expiries unchanged. The old tokens stop working at
+	// once (410 `hold-lost`), and a late confirmation made with an old hold is refused
+	// by the database's fence. A hold being confirmed is waited for; booked, it is not
+	// returned. Holds with places are not reclaimed. Needs a holder.
+	//
+	// Corresponds with POST /v1/shows/{show}/holds/reclaim (the `ReclaimHolds` operationId).
+	ReclaimHolds(ctx context.Context, show Show, params *ReclaimHoldsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetLayout The venue layout, in layout order; never changes, so cacheable for good
 	//
 	// One object per seat, or with `format=compact` one array per field (in layout
@@ -1860,6 +1877,27 @@ func (c *Client) PostHoldWithBody(ctx context.Context, show Show, params *PostHo
 // Corresponds with POST /v1/shows/{show}/holds (the `PostHold` operationId).
 func (c *Client) PostHold(ctx context.Context, show Show, params *PostHoldParams, body PostHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPostHoldRequest(c.Server, show, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReclaimHolds The caller's live holds of the show, with fresh tokens (another device)
+//
+// The holder's live holds of the show come back with new tokens and larger
+// generations, their seats and expiries unchanged. The old tokens stop working at
+// once (410 `hold-lost`), and a late confirmation made with an old hold is refused
+// by the database's fence. A hold being confirmed is waited for; booked, it is not
+// returned. Holds with places are not reclaimed. Needs a holder.
+//
+// Corresponds with POST /v1/shows/{show}/holds/reclaim (the `ReclaimHolds` operationId).
+func (c *Client) ReclaimHolds(ctx context.Context, show Show, params *ReclaimHoldsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReclaimHoldsRequest(c.Server, show, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3097,6 +3135,55 @@ func NewPostHoldRequestWithBody(server string, show Show, params *PostHoldParams
 	return req, nil
 }
 
+// NewReclaimHoldsRequest constructs an http.Request for the ReclaimHolds method
+func NewReclaimHoldsRequest(server string, show Show, params *ReclaimHoldsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "show", show, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/shows/%s/holds/reclaim", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.HolderId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewGetLayoutRequest constructs an http.Request for the GetLayout method
 func NewGetLayoutRequest(server string, show Show, params *GetLayoutParams) (*http.Request, error) {
 	var err error
@@ -3811,6 +3898,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/shows/{show}/holds (the `PostHold` operationId).
 	PostHoldWithResponse(ctx context.Context, show Show, params *PostHoldParams, body PostHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*PostHoldResponse, error)
+
+	// ReclaimHoldsWithResponse The caller's live holds of the show, with fresh tokens (another device)
+	//
+	// The holder's live holds of the show come back with new tokens and larger
+	// generations, their seats and expiries unchanged. The old tokens stop working at
+	// once (410 `hold-lost`), and a late confirmation made with an old hold is refused
+	// by the database's fence. A hold being confirmed is waited for; booked, it is not
+	// returned. Holds with places are not reclaimed. Needs a holder.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/shows/{show}/holds/reclaim (the `ReclaimHolds` operationId).
+	ReclaimHoldsWithResponse(ctx context.Context, show Show, params *ReclaimHoldsParams, reqEditors ...RequestEditorFn) (*ReclaimHoldsResponse, error)
 
 	// GetLayoutWithResponse The venue layout, in layout order; never changes, so cacheable for good
 	//
@@ -5544,6 +5644,86 @@ func (r PostHoldResponse) ContentType() string {
 	return ""
 }
 
+type ReclaimHoldsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Holds []Hold `json:"holds"`
+	}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReclaimHoldsResponse) GetJSON200() *struct {
+	Holds []Hold `json:"holds"`
+} {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReclaimHoldsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReclaimHoldsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReclaimHoldsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReclaimHoldsResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReclaimHoldsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReclaimHoldsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReclaimHoldsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReclaimHoldsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReclaimHoldsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetLayoutResponse200Headers the declared response headers of an HTTP 200 response for GetLayout
 type GetLayoutResponse200Headers struct {
 	ETag *string
@@ -6586,6 +6766,25 @@ func (c *ClientWithResponses) PostHoldWithResponse(ctx context.Context, show Sho
 		return nil, err
 	}
 	return ParsePostHoldResponse(rsp)
+}
+
+// ReclaimHoldsWithResponse The caller's live holds of the show, with fresh tokens (another device)
+//
+// The holder's live holds of the show come back with new tokens and larger
+// generations, their seats and expiries unchanged. The old tokens stop working at
+// once (410 `hold-lost`), and a late confirmation made with an old hold is refused
+// by the database's fence. A hold being confirmed is waited for; booked, it is not
+// returned. Holds with places are not reclaimed. Needs a holder.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/shows/{show}/holds/reclaim (the `ReclaimHolds` operationId).
+func (c *ClientWithResponses) ReclaimHoldsWithResponse(ctx context.Context, show Show, params *ReclaimHoldsParams, reqEditors ...RequestEditorFn) (*ReclaimHoldsResponse, error) {
+	rsp, err := c.ReclaimHolds(ctx, show, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReclaimHoldsResponse(rsp)
 }
 
 // GetLayoutWithResponse The venue layout, in layout order; never changes, so cacheable for good
@@ -8005,6 +8204,69 @@ func ParsePostHoldResponse(rsp *http.Response) (*PostHoldResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReclaimHoldsResponse parses an HTTP response from a ReclaimHoldsWithResponse call
+func ParseReclaimHoldsResponse(rsp *http.Response) (*ReclaimHoldsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReclaimHoldsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Holds []Hold `json:"holds"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
