@@ -267,17 +267,30 @@ func areasFromRows(rows []db.AreaListByShowRow) []Area {
 
 // pushAreas gives Redis the show's areas (areas.lua) and the place markers the database
 // says (sold, or free again after a cancellation), for a rebuild: like the seats'
-// markers they only move forward.
+// markers they only move forward. The areas are written only while Redis has the copy's
+// show's rules: a copy of a show deleted and created again since is found replaced
+// (*showChanged) and writes nothing of its areas.
 func (e *Engine) pushAreas(ctx context.Context, sh *show) error {
 	if len(sh.areas) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 2*len(sh.areas))
+	args := make([]any, 0, 1+2*len(sh.areas))
+	args = append(args, sh.epoch)
 	for _, a := range sh.areas {
 		args = append(args, a.ID, a.Capacity)
 	}
-	if err := lua.Areas.Run(ctx, e.scripts, []string{sh.k.gen()}, args...).Err(); err != nil {
+	res, err := lua.Areas.Run(ctx, e.scripts, []string{sh.k.gen()}, args...).Slice()
+	if err != nil {
 		return e.redisErr(err)
+	}
+	switch status, _ := res[0].(string); status {
+	case "OK":
+	case "STALE", "CLOSED":
+		return e.metChange(ctx, sh, status)
+	case "NORULES":
+		return fmt.Errorf("%w: redis lost the rules of show %s while its areas were written", ErrUnavailable, sh.id)
+	default:
+		return fmt.Errorf("%w: unexpected areas script reply %v", ErrUnavailable, res)
 	}
 	rows, err := e.q.PlaceMarkListByShow(ctx, sh.id)
 	if err != nil {

@@ -408,3 +408,54 @@ func (v *env) loseShow(show string) {
 		v.t.Fatalf("lose show %s: its counter is still there (%d, %v)", show, n, err)
 	}
 }
+
+// TestStaleResyncWritesTheOldAreas: engine A rebuilds a show Redis lost from its copy,
+// and while the rebuild runs (after it read the markers) the show is deleted and created
+// again through engine B with a smaller area, and B's first hold rebuilds the new show.
+// A's rebuild must not write the deleted show's area capacity over the new show's in
+// Redis: places beyond the new area's capacity must never be held.
+func TestStaleResyncWritesTheOldAreas(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	a, b := v.e, v.twin()
+	v.areaVenue("s", 100)
+	old, err := a.show(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.loseShow("s")
+	var once sync.Once
+	a.hooks.afterRead = func(ctx context.Context, path string) {
+		if path != "resync" {
+			return
+		}
+		once.Do(func() {
+			if err := b.DeleteShow(ctx, "s"); err != nil {
+				t.Errorf("DeleteShow: %v", err)
+			}
+			err := b.CreateShowVenue(ctx, "s", Venue{
+				Seats: []Seat{{ID: "A1", Position: 1}, {ID: "A2", Position: 2}},
+				Areas: []Area{{ID: "FLOOR", Capacity: 2}}})
+			if err != nil {
+				t.Errorf("CreateShowVenue again: %v", err)
+			}
+			if _, err := b.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"A1"}, TTL: time.Minute,
+				HolderID: "b1", Places: []Places{{AreaID: "FLOOR", Count: 1}}}); err != nil {
+				t.Errorf("the new show's first hold through B: %v", err)
+			}
+		})
+	}
+	staleErr := a.resync(ctx, old)
+	c, h, _ := v.areaState("s", "FLOOR")
+	t.Logf("the stale rebuild: %v; Redis's FLOOR after it: capacity %d, held %d", staleErr, c, h)
+	if c != 2 {
+		t.Errorf("Redis's FLOOR capacity %d after the stale rebuild, want the new show's 2", c)
+	}
+	_, err = b.Hold(ctx, HoldRequest{ShowID: "s", SeatIDs: []string{"A2"}, TTL: time.Minute,
+		HolderID: "b2", Places: []Places{{AreaID: "FLOOR", Count: 5}}})
+	if err == nil {
+		t.Fatalf("a hold of 5 places in the new show's FLOOR of 2 (1 held) was granted")
+	}
+	t.Logf("5 places in FLOOR of 2: %v", err)
+}
