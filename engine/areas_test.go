@@ -73,8 +73,8 @@ func TestAreaHoldConfirmRelease(t *testing.T) {
 	// 5 more do not fit: nothing is held, not even the free seat A2.
 	if _, err := v.holdPlaces("v1", time.Minute, "bob", 5, "A2"); !errors.Is(err, ErrSeatsUnavailable) {
 		t.Fatalf("hold past the capacity: %v, want ErrSeatsUnavailable", err)
-	} else if pe := (*PlacesUnavailableError)(nil); !errors.As(err, &pe) || pe.AreaIDs[0] != "FLOOR" {
-		t.Fatalf("refusal %v, want a PlacesUnavailableError naming FLOOR", err)
+	} else if pe := (*PlacesUnavailableError)(nil); !errors.As(err, &pe) || pe.AreaIDs[0] != "FLOOR" || len(pe.Left) != 1 || pe.Left[0] != 4 {
+		t.Fatalf("refusal %v, want a PlacesUnavailableError naming FLOOR with 4 places left", err)
 	}
 	if got := v.holdValue("v1", "A2"); got != "" {
 		t.Fatalf("A2 held after a refused hold: %q", got)
