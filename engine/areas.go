@@ -196,52 +196,74 @@ func (sh *show) placeKeys(s string) (hold, sold string, ok bool) {
 type PlacesUnavailableError struct {
 	ShowID  string
 	AreaIDs []string
+	// Left is, for a refused hold, the places each area (in AreaIDs' order) had free
+	// when the hold was refused; nil for a refused confirmation (the area was sold out
+	// under the hold).
+	Left []int
 }
 
 func (e *PlacesUnavailableError) Error() string {
-	return fmt.Sprintf("engine: not enough places free in show %s: %s", e.ShowID, strings.Join(e.AreaIDs, ", "))
+	if e.Left == nil {
+		return fmt.Sprintf("engine: not enough places free in show %s: %s", e.ShowID, strings.Join(e.AreaIDs, ", "))
+	}
+	free := make([]string, len(e.AreaIDs))
+	for i, a := range e.AreaIDs {
+		free[i] = fmt.Sprintf("%s (%d free)", a, e.Left[i])
+	}
+	return fmt.Sprintf("engine: not enough places free in show %s: %s", e.ShowID, strings.Join(free, ", "))
 }
 
 // Is reports whether target is [ErrSeatsUnavailable].
 func (e *PlacesUnavailableError) Is(target error) bool { return target == ErrSeatsUnavailable }
 
-// unavailable is the refusal of a hold whose script answered TAKEN with these seats and
-// place keys: the seats taken, else the areas short of places.
-func unavailableIn(showID string, taken []string) error {
-	seats := fencedSeats(taken)
+// unavailableIn is the refusal of a hold whose script answered TAKEN with these seats
+// and place keys (each place key followed by its area's places free): the seats taken,
+// else the areas short of places.
+func unavailableIn(showID string, taken []any) error {
+	var seats []string
+	short := &PlacesUnavailableError{ShowID: showID, Left: []int{}}
+	for i, v := range taken {
+		s, _ := v.(string)
+		if a, _, _, ok := parsePlaceKey(s); ok {
+			free, _ := taken[min(i+1, len(taken)-1)].(int64)
+			short.AreaIDs, short.Left = append(short.AreaIDs, a), append(short.Left, int(free))
+		} else if s != "" {
+			seats = append(seats, s)
+		}
+	}
 	if len(seats) > 0 {
 		return &SeatsUnavailableError{ShowID: showID, SeatIDs: seats}
 	}
-	var areas []string
-	for _, p := range placesOf(taken) {
-		areas = append(areas, p.AreaID)
-	}
-	return &PlacesUnavailableError{ShowID: showID, AreaIDs: areas}
+	return short
 }
 
 // CreateShowVenue creates a show with its seats and areas. CreateShowLayout(s) is
 // CreateShowVenue(Venue{Seats: s}). Creating a show that exists with the same venue does
 // nothing; with another it is ErrInvalidArgument (a show's inventory is fixed).
 func (e *Engine) CreateShowVenue(ctx context.Context, showID string, v Venue) error {
+	_, err := e.EnsureShowVenue(ctx, showID, v)
+	return err
+}
+
+// EnsureShowVenue is CreateShowVenue that also reports whether it created the show.
+func (e *Engine) EnsureShowVenue(ctx context.Context, showID string, v Venue) (created bool, err error) {
 	if len(v.Areas) == 0 {
-		return e.CreateShowLayout(ctx, showID, v.Seats)
+		return e.EnsureShowLayout(ctx, showID, v.Seats)
 	}
 	if err := validateID("showID", showID); err != nil {
-		return err
+		return false, err
 	}
 	seats := v.Seats
 	if len(seats) > 0 {
-		var err error
 		if seats, err = validLayout("Venue.Seats", seats, e.cfg.MaxSeatsPerShow); err != nil {
-			return err
+			return false, err
 		}
 	}
 	areas, err := validAreas(v.Areas, seats)
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = e.ensureShow(ctx, showID, seats, areas)
-	return err
+	return e.ensureShow(ctx, showID, seats, areas)
 }
 
 // insertAreas adds a new show's areas in its creating transaction.

@@ -73,8 +73,8 @@ func TestAreaHoldConfirmRelease(t *testing.T) {
 	// 5 more do not fit: nothing is held, not even the free seat A2.
 	if _, err := v.holdPlaces("v1", time.Minute, "bob", 5, "A2"); !errors.Is(err, ErrSeatsUnavailable) {
 		t.Fatalf("hold past the capacity: %v, want ErrSeatsUnavailable", err)
-	} else if pe := (*PlacesUnavailableError)(nil); !errors.As(err, &pe) || pe.AreaIDs[0] != "FLOOR" {
-		t.Fatalf("refusal %v, want a PlacesUnavailableError naming FLOOR", err)
+	} else if pe := (*PlacesUnavailableError)(nil); !errors.As(err, &pe) || pe.AreaIDs[0] != "FLOOR" || len(pe.Left) != 1 || pe.Left[0] != 4 {
+		t.Fatalf("refusal %v, want a PlacesUnavailableError naming FLOOR with 4 places left", err)
 	}
 	if got := v.holdValue("v1", "A2"); got != "" {
 		t.Fatalf("A2 held after a refused hold: %q", got)
@@ -404,5 +404,37 @@ func TestAreaHolderLimit(t *testing.T) {
 	}
 	if got := v.count("SELECT seats FROM holder_seats WHERE show_id = 'v1' AND holder_id = 'alice'"); got != 4 {
 		t.Fatalf("holder_seats %d, want 4 (a seat and 3 places)", got)
+	}
+}
+
+// TestAreaPlacesCountAgainstHolderCapAndRoom: places count like seats for
+// Config.MaxSeatsPerHolder, and a waiting room refuses a hold of places from a holder it
+// has not admitted; neither refusal takes a place.
+func TestAreaPlacesCountAgainstHolderCapAndRoom(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHolder = 5 })
+	v.areaVenue("v1", 10)
+	if _, err := v.holdPlaces("v1", time.Minute, "alice", 3, "A1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.holdPlaces("v1", time.Minute, "alice", 2); !errors.Is(err, ErrHolderLimit) {
+		t.Fatalf("a sixth seat or place: %v, want ErrHolderLimit", err)
+	}
+	if _, err := v.holdPlaces("v1", time.Minute, "alice", 1); err != nil {
+		t.Fatalf("a fifth: %v", err)
+	}
+	// 10 - 4 held by alice: bob's 5 fit only if the refusal took nothing.
+	if _, err := v.holdPlaces("v1", time.Minute, "bob", 5); err != nil {
+		t.Fatalf("the places left after the refusal: %v", err)
+	}
+
+	v.areaVenue("v2", 4)
+	v.setRules("v2", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	if _, err := v.holdPlaces("v2", time.Minute, "bot", 1); !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("places without an admission: %v, want ErrNotAdmitted", err)
+	}
+	v.admitted("v2", "ann")
+	if _, err := v.holdPlaces("v2", time.Minute, "ann", 4); err != nil {
+		t.Fatalf("all 4 places, admitted: %v", err)
 	}
 }

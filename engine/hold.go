@@ -113,12 +113,7 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 			return Hold{ShowID: sh.id, SeatIDs: seats, Places: places, Token: token, Generation: gen,
 				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
 		case "TAKEN":
-			taken := make([]string, 0, len(res)-1)
-			for _, v := range res[1:] {
-				s, _ := v.(string)
-				taken = append(taken, s)
-			}
-			return Hold{}, unavailableIn(sh.id, taken)
+			return Hold{}, unavailableIn(sh.id, res[1:])
 		case "LIMIT", "NOTADMITTED":
 			_, n, _ := validPlaces("", places)
 			if err := e.saleRefusal(sh, res, len(seats)+n); err != nil {

@@ -2,32 +2,20 @@ package httpapi
 
 import (
 	"net/http"
-
-	"github.com/holdfast/holdfast/engine"
 )
-
-// keepPlacesJSON is a number of places of one area kept by a shrink.
-type keepPlacesJSON struct {
-	Area  string `json:"area"`
-	Count int    `json:"count"`
-}
 
 // postShrink gives back part of a hold ({"keep_seats": [...], "keep_places": [...]} with
 // the hold's fields) and answers the hold as it is now: the one to present from now on.
 func (s *Server) postShrink(w http.ResponseWriter, r *http.Request, holder string) {
 	var body struct {
 		holdJSON
-		KeepSeats  []string         `json:"keep_seats"`
-		KeepPlaces []keepPlacesJSON `json:"keep_places"`
+		KeepSeats  []string     `json:"keep_seats"`
+		KeepPlaces []placesJSON `json:"keep_places"`
 	}
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
-	keep := make([]engine.Places, len(body.KeepPlaces))
-	for i, p := range body.KeepPlaces {
-		keep[i] = engine.Places{AreaID: p.Area, Count: p.Count}
-	}
-	h, err := s.e.Shrink(r.Context(), holdFromJSON(body.holdJSON, holder), body.KeepSeats, keep)
+	h, err := s.e.Shrink(r.Context(), holdFromJSON(body.holdJSON, holder), body.KeepSeats, fromPlacesJSON(body.KeepPlaces))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -139,6 +139,8 @@ func problem(err error) (status int, typ, title string) {
 		return http.StatusBadRequest, "invalid-argument", "Invalid argument"
 	case errors.Is(err, engine.ErrNotFound):
 		return http.StatusNotFound, "not-found", "Not found"
+	case errors.As(err, new(*engine.PlacesUnavailableError)):
+		return http.StatusConflict, "places-unavailable", "Places unavailable"
 	case errors.Is(err, engine.ErrSeatsUnavailable):
 		return http.StatusConflict, "seats-unavailable", "Seats unavailable"
 	case errors.Is(err, engine.ErrStaleGeneration):
@@ -210,6 +212,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			p.Available = &sue.Available
 		}
 	}
+	placesProblem(&p, err)
 	writeJSONType(w, status, "application/problem+json", p)
 }
 
@@ -220,6 +223,7 @@ var wireNames = map[string]string{
 	"HoldRequest.SeatIDs": "seats", "Hold.SeatIDs": "seats", "seatIDs": "seats",
 	"HoldRequest.TTL": "ttl_ms", "ttl": "ttl_ms",
 	"BestRequest.ShowID": "show", "BestRequest.Count": "count", "BestRequest.TTL": "ttl_ms", "BestRequest.Section": "section",
+	"HoldRequest.Places": "places", "Hold.Places": "places", "Venue.Areas": "areas", "Venue.Seats": "layout",
 	"Hold.Token": "token", "Hold.Generation": "generation",
 	"HolderID": HolderHeader, "ConfirmOptions.IdempotencyKey": IdempotencyHeader,
 }
@@ -244,6 +248,9 @@ type problemJSON struct {
 	// Available is, when a best-available hold found nothing, how many seats the best
 	// section still had free.
 	Available *int `json:"available,omitempty"`
+	// Places names the areas a hold asked too many places of (places-unavailable) and,
+	// for a refused hold, the places each had left.
+	Places []placesLeftJSON `json:"places,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {

@@ -116,17 +116,20 @@ type holdJSON struct {
 	Token      string    `json:"token"`
 	Generation int64     `json:"generation"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	// Places is the places of standing areas the hold has (none: omitted).
+	Places []placesJSON `json:"places,omitempty"`
 }
 
 // bookingJSON is a booking on the wire.
 type bookingJSON struct {
-	ID          uuid.UUID  `json:"id"`
-	Show        string     `json:"show"`
-	Seats       []string   `json:"seats"`
-	Generation  int64      `json:"generation"`
-	Status      string     `json:"status"`
-	ConfirmedAt time.Time  `json:"confirmed_at"`
-	CancelledAt *time.Time `json:"cancelled_at"`
+	ID          uuid.UUID    `json:"id"`
+	Show        string       `json:"show"`
+	Seats       []string     `json:"seats"`
+	Generation  int64        `json:"generation"`
+	Status      string       `json:"status"`
+	ConfirmedAt time.Time    `json:"confirmed_at"`
+	CancelledAt *time.Time   `json:"cancelled_at"`
+	Places      []placesJSON `json:"places,omitempty"`
 }
 
 type seatJSON struct {
@@ -136,19 +139,21 @@ type seatJSON struct {
 }
 
 func toHoldJSON(h engine.Hold) holdJSON {
-	return holdJSON{Show: h.ShowID, Seats: h.SeatIDs, Token: h.Token, Generation: h.Generation, ExpiresAt: h.ExpiresAt.UTC()}
+	return holdJSON{Show: h.ShowID, Seats: nonNil(h.SeatIDs), Token: h.Token, Generation: h.Generation, ExpiresAt: h.ExpiresAt.UTC(),
+		Places: toPlacesJSON(h.Places)}
 }
 
 func toBookingJSON(b engine.Booking) bookingJSON {
-	return bookingJSON{ID: b.ID, Show: b.ShowID, Seats: b.SeatIDs, Generation: b.Generation,
-		Status: string(b.Status), ConfirmedAt: b.ConfirmedAt.UTC(), CancelledAt: b.CancelledAt}
+	return bookingJSON{ID: b.ID, Show: b.ShowID, Seats: nonNil(b.SeatIDs), Generation: b.Generation,
+		Status: string(b.Status), ConfirmedAt: b.ConfirmedAt.UTC(), CancelledAt: b.CancelledAt, Places: toPlacesJSON(b.Places)}
 }
 
 // holdFromJSON turns a presented hold back into an engine Hold of this holder.
 func holdFromJSON(j holdJSON, holder string) engine.Hold {
 	// The expiry the client sent back is a hint (the engine checks the hold in Redis
 	// either way): with it, a confirmation skips a Redis check before its batch.
-	return engine.Hold{ShowID: j.Show, SeatIDs: j.Seats, Token: j.Token, Generation: j.Generation, ExpiresAt: j.ExpiresAt, HolderID: holder}
+	return engine.Hold{ShowID: j.Show, SeatIDs: j.Seats, Token: j.Token, Generation: j.Generation, ExpiresAt: j.ExpiresAt, HolderID: holder,
+		Places: fromPlacesJSON(j.Places)}
 }
 
 // layoutSeatJSON is one seat of a layout on the wire.
@@ -166,20 +171,26 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Seats  []string         `json:"seats"`
 		Layout []layoutSeatJSON `json:"layout"`
+		Areas  []areaJSON       `json:"areas"`
 	}
 	if !s.decode(w, r, s.opts.MaxShowBodyBytes, &body) {
 		return
 	}
 	var created bool
 	var err error
-	switch {
-	case (body.Seats == nil) == (body.Layout == nil):
-		err = &engine.InvalidArgumentError{Field: "seats", Rule: `give exactly one of "seats" (seat ids) and "layout" (seats with their places)`}
-	case body.Layout != nil:
-		layout := make([]engine.Seat, len(body.Layout))
+	var layout []engine.Seat
+	if body.Layout != nil {
+		layout = make([]engine.Seat, len(body.Layout))
 		for i, l := range body.Layout {
 			layout[i] = engine.Seat{ID: l.ID, Section: l.Section, Row: l.Row, Position: l.Position, Rank: l.Rank, X: l.X, Y: l.Y}
 		}
+	}
+	switch {
+	case body.Areas != nil:
+		created, err = s.ensureVenue(r, body.Seats, layout, body.Areas)
+	case (body.Seats == nil) == (body.Layout == nil):
+		err = &engine.InvalidArgumentError{Field: "seats", Rule: `give exactly one of "seats" (seat ids) and "layout" (seats with their places)`}
+	case body.Layout != nil:
 		created, err = s.e.EnsureShowLayout(r.Context(), r.PathValue("show"), layout)
 	default:
 		created, err = s.e.EnsureShow(r.Context(), r.PathValue("show"), body.Seats)
@@ -192,7 +203,7 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, map[string]any{"show": r.PathValue("show"), "seats": len(body.Seats) + len(body.Layout)})
+	writeJSON(w, status, map[string]any{"show": r.PathValue("show"), "seats": len(body.Seats) + len(body.Layout), "areas": len(body.Areas)})
 }
 
 // compactLayoutJSON is a layout by column (?format=compact): the seats' ids, positions,
@@ -292,11 +303,12 @@ func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
 // ({"count": 4, "section": "B", "adjacent": true}): exactly one of seats and count.
 func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string) {
 	var body struct {
-		Seats    []string `json:"seats"`
-		TTLms    *int64   `json:"ttl_ms"`
-		Count    *int     `json:"count"`
-		Section  *string  `json:"section"`
-		Adjacent *bool    `json:"adjacent"`
+		Seats    []string     `json:"seats"`
+		Places   []placesJSON `json:"places"`
+		TTLms    *int64       `json:"ttl_ms"`
+		Count    *int         `json:"count"`
+		Section  *string      `json:"section"`
+		Adjacent *bool        `json:"adjacent"`
 	}
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
@@ -311,15 +323,15 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 		ttl = d
 	}
 	best := body.Count != nil || body.Section != nil || body.Adjacent != nil
-	if best == (body.Seats != nil) {
-		s.fail(w, r, &engine.InvalidArgumentError{Field: "seats", Rule: `send exactly one of "seats" (named seats) and "count" (the best available, with "section" and "adjacent")`})
+	if best == (body.Seats != nil || body.Places != nil) {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "seats", Rule: `send exactly one of "seats" and "places" (named seats, places of areas) and "count" (the best available, with "section" and "adjacent")`})
 		return
 	}
 	if best && body.Count == nil {
 		s.fail(w, r, &engine.InvalidArgumentError{Field: "count", Rule: "missing: how many seats"})
 		return
 	}
-	n := len(body.Seats)
+	n := len(body.Seats) + placesTotal(body.Places)
 	if best {
 		n = max(*body.Count, 0)
 	}
@@ -342,7 +354,8 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 		}
 		h, err = s.e.HoldBest(r.Context(), req)
 	} else {
-		h, err = s.e.Hold(r.Context(), engine.HoldRequest{ShowID: r.PathValue("show"), SeatIDs: body.Seats, HolderID: holder, TTL: ttl})
+		h, err = s.e.Hold(r.Context(), engine.HoldRequest{ShowID: r.PathValue("show"), SeatIDs: body.Seats, HolderID: holder, TTL: ttl,
+			Places: fromPlacesJSON(body.Places)})
 	}
 	done(h.Generation, h.ExpiresAt, err == nil)
 	if err != nil {

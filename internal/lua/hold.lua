@@ -12,7 +12,7 @@
 --
 -- Returns {"OK", generation, expires_ms, created_ms, feed entry id} (a retried call
 -- has no entry id: the first call wrote it), {"TAKEN", seat or place key, ...} (a place
--- key: its area has fewer places free),
+-- key: its area has fewer places free; the places it has free follow the key),
 -- {"LIMIT", held} (the holder cap), {"LIMIT", held and booked, limit} (the sale's holder
 -- limit), {"NOTADMITTED"} (the show has a waiting room and the holder is not admitted
 -- now), {"NOSTATE"} when the counter is missing (Redis lost the show), or {"STALE"} or
@@ -66,7 +66,10 @@ for i = 1, n do
     if a then
         local free = area_free(a, now)
         if not free then return {"NOSTATE"} end
-        if free < c then taken[#taken + 1] = seat(i, F) end
+        if free < c then
+            taken[#taken + 1] = seat(i, F)
+            taken[#taken + 1] = free
+        end
     end
 end
 if #taken > 1 then return taken end

@@ -126,6 +126,7 @@ const (
 	UrnHoldfastProblemNotImplemented       ProblemType = "urn:holdfast:problem:not-implemented"
 	UrnHoldfastProblemOperatorRoutesOff    ProblemType = "urn:holdfast:problem:operator-routes-off"
 	UrnHoldfastProblemOverloaded           ProblemType = "urn:holdfast:problem:overloaded"
+	UrnHoldfastProblemPlacesUnavailable    ProblemType = "urn:holdfast:problem:places-unavailable"
 	UrnHoldfastProblemRateLimited          ProblemType = "urn:holdfast:problem:rate-limited"
 	UrnHoldfastProblemRequestTooLarge      ProblemType = "urn:holdfast:problem:request-too-large"
 	UrnHoldfastProblemSeatsUnavailable     ProblemType = "urn:holdfast:problem:seats-unavailable"
@@ -178,6 +179,8 @@ func (e ProblemType) Valid() bool {
 	case UrnHoldfastProblemOperatorRoutesOff:
 		return true
 	case UrnHoldfastProblemOverloaded:
+		return true
+	case UrnHoldfastProblemPlacesUnavailable:
 		return true
 	case UrnHoldfastProblemRateLimited:
 		return true
@@ -311,15 +314,30 @@ func (e GetSeatsParamsFormat) Valid() bool {
 	}
 }
 
+// Area A standing area, sold by count.
+type Area struct {
+	Capacity int `json:"capacity"`
+
+	// Category Not supported yet: a non-empty category is 400 invalid-argument.
+	Category *string `json:"category,omitempty"`
+	Id       ID      `json:"id"`
+	Section  string  `json:"section"`
+}
+
 // Booking defines model for Booking.
 type Booking struct {
 	CancelledAt *time.Time         `json:"cancelled_at"`
 	ConfirmedAt time.Time          `json:"confirmed_at"`
 	Generation  int                `json:"generation"`
 	Id          openapi_types.UUID `json:"id"`
-	Seats       SeatIDs            `json:"seats"`
-	Show        ID                 `json:"show"`
-	Status      BookingStatus      `json:"status"`
+
+	// Places Places of standing areas, an area at most once (left out when none).
+	Places *PlacesList `json:"places,omitempty"`
+
+	// Seats The seats of a hold or a booking; empty when it has only places.
+	Seats  HeldSeatIDs   `json:"seats"`
+	Show   ID            `json:"show"`
+	Status BookingStatus `json:"status"`
 }
 
 // BookingStatus defines model for Booking.Status.
@@ -353,13 +371,21 @@ type EventBookingStatus string
 // EventKind defines model for Event.Kind.
 type EventKind string
 
+// HeldSeatIDs The seats of a hold or a booking; empty when it has only places.
+type HeldSeatIDs = []ID
+
 // Hold defines model for Hold.
 type Hold struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	Generation int        `json:"generation"`
-	Seats      SeatIDs    `json:"seats"`
-	Show       ID         `json:"show"`
+
+	// Places Places of standing areas, an area at most once (left out when none).
+	Places *PlacesList `json:"places,omitempty"`
+
+	// Seats The seats of a hold or a booking; empty when it has only places.
+	Seats HeldSeatIDs `json:"seats"`
+	Show  ID          `json:"show"`
 
 	// Token A secret; never put it in a URL or a log.
 	Token string `json:"token"`
@@ -379,15 +405,28 @@ type HoldExtend struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	Generation int        `json:"generation"`
-	Seats      SeatIDs    `json:"seats"`
-	Show       ID         `json:"show"`
+
+	// Places Places of standing areas, an area at most once (left out when none).
+	Places *PlacesList `json:"places,omitempty"`
+
+	// Seats The seats of a hold or a booking; empty when it has only places.
+	Seats HeldSeatIDs `json:"seats"`
+	Show  ID          `json:"show"`
 
 	// Token A secret; never put it in a URL or a log.
 	Token string `json:"token"`
 	TtlMs int    `json:"ttl_ms"`
 }
 
-// HoldRequest Exactly one of `seats` (HoldSeats) and `count` (HoldBest).
+// HoldPlaces These places of standing areas, and these seats if any, all or none.
+type HoldPlaces struct {
+	// Places Places of standing areas, an area at most once (left out when none).
+	Places PlacesList `json:"places"`
+	Seats  *SeatIDs   `json:"seats,omitempty"`
+	TtlMs  *int       `json:"ttl_ms,omitempty"`
+}
+
+// HoldRequest Exactly one of `seats` (HoldSeats), `places` with or without seats (HoldPlaces) and `count` (HoldBest).
 type HoldRequest struct {
 	union json.RawMessage
 }
@@ -430,6 +469,15 @@ type LayoutSeat struct {
 	Y        float32 `json:"y"`
 }
 
+// Places A number of places of one standing area.
+type Places struct {
+	Area  ID  `json:"area"`
+	Count int `json:"count"`
+}
+
+// PlacesList Places of standing areas, an area at most once (left out when none).
+type PlacesList = []Places
+
 // Problem defines model for Problem.
 type Problem struct {
 	// At When the hold expired or was released (hold-lost).
@@ -446,7 +494,13 @@ type Problem struct {
 	Detail *string       `json:"detail,omitempty"`
 
 	// Field The member, path segment or header at fault.
-	Field  *string     `json:"field,omitempty"`
+	Field *string `json:"field,omitempty"`
+
+	// Places The areas a hold or confirmation found short of places (places-unavailable); for a refused hold, `left` is the places each had free.
+	Places *[]struct {
+		Area ID   `json:"area"`
+		Left *int `json:"left,omitempty"`
+	} `json:"places,omitempty"`
 	Seats  *SeatIDs    `json:"seats,omitempty"`
 	Status int         `json:"status"`
 	Title  string      `json:"title"`
@@ -507,6 +561,12 @@ type ShowCreate1 struct {
 	Layout []LayoutSeat `json:"layout"`
 }
 
+// ShowCreate2 defines model for ShowCreate.2.
+type ShowCreate2 struct {
+	Areas  []Area        `json:"areas"`
+	Layout *[]LayoutSeat `json:"layout,omitempty"`
+}
+
 // After defines model for After.
 type After = string
 
@@ -524,8 +584,9 @@ type Show = ID
 
 // ShowCreated defines model for ShowCreated.
 type ShowCreated struct {
-	Seats int `json:"seats"`
-	Show  ID  `json:"show"`
+	Areas *int `json:"areas,omitempty"`
+	Seats int  `json:"seats"`
+	Show  ID   `json:"show"`
 }
 
 // Status defines model for Status.
@@ -789,6 +850,32 @@ func (t *HoldRequest) MergeHoldSeats(v HoldSeats) error {
 	return err
 }
 
+// AsHoldPlaces returns the union data inside the HoldRequest as a HoldPlaces
+func (t HoldRequest) AsHoldPlaces() (HoldPlaces, error) {
+	var body HoldPlaces
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHoldPlaces overwrites any union data inside the HoldRequest as the provided HoldPlaces
+func (t *HoldRequest) FromHoldPlaces(v HoldPlaces) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHoldPlaces performs a merge with any union data inside the HoldRequest, using the provided HoldPlaces
+func (t *HoldRequest) MergeHoldPlaces(v HoldPlaces) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
 // AsHoldBest returns the union data inside the HoldRequest as a HoldBest
 func (t HoldRequest) AsHoldBest() (HoldBest, error) {
 	var body HoldBest
@@ -867,6 +954,32 @@ func (t *ShowCreate) FromShowCreate1(v ShowCreate1) error {
 
 // MergeShowCreate1 performs a merge with any union data inside the ShowCreate, using the provided ShowCreate1
 func (t *ShowCreate) MergeShowCreate1(v ShowCreate1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsShowCreate2 returns the union data inside the ShowCreate as a ShowCreate2
+func (t ShowCreate) AsShowCreate2() (ShowCreate2, error) {
+	var body ShowCreate2
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromShowCreate2 overwrites any union data inside the ShowCreate as the provided ShowCreate2
+func (t *ShowCreate) FromShowCreate2(v ShowCreate2) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeShowCreate2 performs a merge with any union data inside the ShowCreate, using the provided ShowCreate2
+func (t *ShowCreate) MergeShowCreate2(v ShowCreate2) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -1245,14 +1358,22 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/shows/{show} (the `DeleteShow` operationId).
 	DeleteShow(ctx context.Context, show Show, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PutShowWithBody Create a show from seat ids or a venue layout (operator; admin listener)
+	// PutShowWithBody Create a show from seat ids, a venue layout, or a layout and standing areas (operator; admin listener)
+	//
+	// A standing area (`areas`) is sold by count: `capacity` places, held and booked as
+	// `places` of the area. Its id shares the show's namespace with the seat ids. A
+	// show's inventory is fixed: the same body again is 200; another is 400.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/shows/{show} (the `PutShow` operationId).
 	PutShowWithBody(ctx context.Context, show Show, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PutShow Create a show from seat ids or a venue layout (operator; admin listener)
+	// PutShow Create a show from seat ids, a venue layout, or a layout and standing areas (operator; admin listener)
+	//
+	// A standing area (`areas`) is sold by count: `capacity` places, held and booked as
+	// `places` of the area. Its id shares the show's namespace with the seat ids. A
+	// show's inventory is fixed: the same body again is 200; another is 400.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1280,7 +1401,9 @@ type ClientInterface interface {
 	// Exactly one of `seats` (these seats) and `count` (the best available: `count`
 	// seats, in `section` or anywhere; with `adjacent`, side by side in one row; best =
 	// lowest ranks). When nothing fits, 409 `seats-unavailable` without `seats` and with
-	// `available`, the free seats the best section still had.
+	// `available`, the free seats the best section still had. `places` holds a number of
+	// places of standing areas, with `seats` if any, all or none; an area short of
+	// places is 409 `places-unavailable` naming it with the places it had `left`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1292,7 +1415,9 @@ type ClientInterface interface {
 	// Exactly one of `seats` (these seats) and `count` (the best available: `count`
 	// seats, in `section` or anywhere; with `adjacent`, side by side in one row; best =
 	// lowest ranks). When nothing fits, 409 `seats-unavailable` without `seats` and with
-	// `available`, the free seats the best section still had.
+	// `available`, the free seats the best section still had. `places` holds a number of
+	// places of standing areas, with `seats` if any, all or none; an area short of
+	// places is 409 `places-unavailable` naming it with the places it had `left`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1783,7 +1908,11 @@ func (c *Client) DeleteShow(ctx context.Context, show Show, reqEditors ...Reques
 	return c.Client.Do(req)
 }
 
-// PutShowWithBody Create a show from seat ids or a venue layout (operator; admin listener)
+// PutShowWithBody Create a show from seat ids, a venue layout, or a layout and standing areas (operator; admin listener)
+//
+// A standing area (`areas`) is sold by count: `capacity` places, held and booked as
+// `places` of the area. Its id shares the show's namespace with the seat ids. A
+// show's inventory is fixed: the same body again is 200; another is 400.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1800,7 +1929,11 @@ func (c *Client) PutShowWithBody(ctx context.Context, show Show, contentType str
 	return c.Client.Do(req)
 }
 
-// PutShow Create a show from seat ids or a venue layout (operator; admin listener)
+// PutShow Create a show from seat ids, a venue layout, or a layout and standing areas (operator; admin listener)
+//
+// A standing area (`areas`) is sold by count: `capacity` places, held and booked as
+// `places` of the area. Its id shares the show's namespace with the seat ids. A
+// show's inventory is fixed: the same body again is 200; another is 400.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1848,7 +1981,9 @@ func (c *Client) GetEvents(ctx context.Context, show Show, params *GetEventsPara
 // Exactly one of `seats` (these seats) and `count` (the best available: `count`
 // seats, in `section` or anywhere; with `adjacent`, side by side in one row; best =
 // lowest ranks). When nothing fits, 409 `seats-unavailable` without `seats` and with
-// `available`, the free seats the best section still had.
+// `available`, the free seats the best section still had. `places` holds a number of
+// places of standing areas, with `seats` if any, all or none; an area short of
+// places is 409 `places-unavailable` naming it with the places it had `left`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1870,7 +2005,9 @@ func (c *Client) PostHoldWithBody(ctx context.Context, show Show, params *PostHo
 // Exactly one of `seats` (these seats) and `count` (the best available: `count`
 // seats, in `section` or anywhere; with `adjacent`, side by side in one row; best =
 // lowest ranks). When nothing fits, 409 `seats-unavailable` without `seats` and with
-// `available`, the free seats the best section still had.
+// `available`, the free seats the best section still had. `places` holds a number of
+// places of standing areas, with `seats` if any, all or none; an area short of
+// places is 409 `places-unavailable` naming it with the places it had `left`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3843,14 +3980,22 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /v1/shows/{show} (the `DeleteShow` operationId).
 	DeleteShowWithResponse(ctx context.Context, show Show, reqEditors ...RequestEditorFn) (*DeleteShowResponse, error)
 
-	// PutShowWithBodyWithResponse Create a show from seat ids or a venue layout (operator; admin listener)
+	// PutShowWithBodyWithResponse Create a show from seat ids, a venue layout, or a layout and standing areas (operator; admin listener)
+	//
+	// A standing area (`areas`) is sold by count: `capacity` places, held and booked as
+	// `places` of the area. Its id shares the show's namespace with the seat ids. A
+	// show's inventory is fixed: the same body again is 200; another is 400.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/shows/{show} (the `PutShow` operationId).
 	PutShowWithBodyWithResponse(ctx context.Context, show Show, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutShowResponse, error)
 
-	// PutShowWithResponse Create a show from seat ids or a venue layout (operator; admin listener)
+	// PutShowWithResponse Create a show from seat ids, a venue layout, or a layout and standing areas (operator; admin listener)
+	//
+	// A standing area (`areas`) is sold by count: `capacity` places, held and booked as
+	// `places` of the area. Its id shares the show's namespace with the seat ids. A
+	// show's inventory is fixed: the same body again is 200; another is 400.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3880,7 +4025,9 @@ type ClientWithResponsesInterface interface {
 	// Exactly one of `seats` (these seats) and `count` (the best available: `count`
 	// seats, in `section` or anywhere; with `adjacent`, side by side in one row; best =
 	// lowest ranks). When nothing fits, 409 `seats-unavailable` without `seats` and with
-	// `available`, the free seats the best section still had.
+	// `available`, the free seats the best section still had. `places` holds a number of
+	// places of standing areas, with `seats` if any, all or none; an area short of
+	// places is 409 `places-unavailable` naming it with the places it had `left`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3892,7 +4039,9 @@ type ClientWithResponsesInterface interface {
 	// Exactly one of `seats` (these seats) and `count` (the best available: `count`
 	// seats, in `section` or anywhere; with `adjacent`, side by side in one row; best =
 	// lowest ranks). When nothing fits, 409 `seats-unavailable` without `seats` and with
-	// `available`, the free seats the best section still had.
+	// `available`, the free seats the best section still had. `places` holds a number of
+	// places of standing areas, with `seats` if any, all or none; an area short of
+	// places is 409 `places-unavailable` naming it with the places it had `left`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6682,7 +6831,11 @@ func (c *ClientWithResponses) DeleteShowWithResponse(ctx context.Context, show S
 	return ParseDeleteShowResponse(rsp)
 }
 
-// PutShowWithBodyWithResponse Create a show from seat ids or a venue layout (operator; admin listener)
+// PutShowWithBodyWithResponse Create a show from seat ids, a venue layout, or a layout and standing areas (operator; admin listener)
+//
+// A standing area (`areas`) is sold by count: `capacity` places, held and booked as
+// `places` of the area. Its id shares the show's namespace with the seat ids. A
+// show's inventory is fixed: the same body again is 200; another is 400.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6695,7 +6848,11 @@ func (c *ClientWithResponses) PutShowWithBodyWithResponse(ctx context.Context, s
 	return ParsePutShowResponse(rsp)
 }
 
-// PutShowWithResponse Create a show from seat ids or a venue layout (operator; admin listener)
+// PutShowWithResponse Create a show from seat ids, a venue layout, or a layout and standing areas (operator; admin listener)
+//
+// A standing area (`areas`) is sold by count: `capacity` places, held and booked as
+// `places` of the area. Its id shares the show's namespace with the seat ids. A
+// show's inventory is fixed: the same body again is 200; another is 400.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6737,7 +6894,9 @@ func (c *ClientWithResponses) GetEventsWithResponse(ctx context.Context, show Sh
 // Exactly one of `seats` (these seats) and `count` (the best available: `count`
 // seats, in `section` or anywhere; with `adjacent`, side by side in one row; best =
 // lowest ranks). When nothing fits, 409 `seats-unavailable` without `seats` and with
-// `available`, the free seats the best section still had.
+// `available`, the free seats the best section still had. `places` holds a number of
+// places of standing areas, with `seats` if any, all or none; an area short of
+// places is 409 `places-unavailable` naming it with the places it had `left`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6755,7 +6914,9 @@ func (c *ClientWithResponses) PostHoldWithBodyWithResponse(ctx context.Context, 
 // Exactly one of `seats` (these seats) and `count` (the best available: `count`
 // seats, in `section` or anywhere; with `adjacent`, side by side in one row; best =
 // lowest ranks). When nothing fits, 409 `seats-unavailable` without `seats` and with
-// `available`, the free seats the best section still had.
+// `available`, the free seats the best section still had. `places` holds a number of
+// places of standing areas, with `seats` if any, all or none; an area short of
+// places is 409 `places-unavailable` naming it with the places it had `left`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
