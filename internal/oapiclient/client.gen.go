@@ -446,9 +446,14 @@ type HoldShrink struct {
 		Area  ID  `json:"area"`
 		Count int `json:"count"`
 	} `json:"keep_places,omitempty"`
-	KeepSeats *[]ID   `json:"keep_seats,omitempty"`
-	Seats     SeatIDs `json:"seats"`
-	Show      ID      `json:"show"`
+	KeepSeats *[]ID `json:"keep_seats,omitempty"`
+
+	// Places Places of standing areas, an area at most once (left out when none).
+	Places *PlacesList `json:"places,omitempty"`
+
+	// Seats The seats of a hold or a booking; empty when it has only places.
+	Seats HeldSeatIDs `json:"seats"`
+	Show  ID          `json:"show"`
 
 	// Token A secret; never put it in a URL or a log.
 	Token string `json:"token"`
