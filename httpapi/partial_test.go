@@ -41,3 +41,26 @@ func TestShrinkOverHTTP(t *testing.T) {
 		t.Fatalf("booking %s, want A1", b.raw)
 	}
 }
+
+// TestShrinkPlacesOverHTTP: a hold of a seat and places shrunk to part of its places
+// keeps its token and generation, frees the rest at once, and books what it kept.
+func TestShrinkPlacesOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/sp", "", "", venueBody(10)), 201, "")
+	h := a.do("POST", "/v1/shows/sp/holds", "alice", "", map[string]any{"seats": []string{"A1"}, "places": places("FLOOR", 6)})
+	a.want(h, 201, "")
+	a.want(a.do("POST", "/v1/holds/shrink", "alice", "", withBody(h, map[string]any{"keep_places": places("FLOOR", 7)})), 400, "invalid-argument")
+	s := a.do("POST", "/v1/holds/shrink", "alice", "", withBody(h, map[string]any{"keep_places": places("FLOOR", 2)}))
+	a.want(s, 200, "")
+	if placesCount(s, "FLOOR") != 2 || fmt.Sprint(s.body["seats"]) != "[]" || s.body["token"] != h.body["token"] || s.body["generation"] != h.body["generation"] {
+		t.Fatalf("shrunk hold %s, from %s: want 2 places of FLOOR and no seat under the same token and generation", s.raw, h.raw)
+	}
+	// The 4 places and A1 given back are free at once: 8 of the 10 places and A1.
+	a.want(a.do("POST", "/v1/shows/sp/holds", "bob", "", map[string]any{"seats": []string{"A1"}, "places": places("FLOOR", 8)}), 201, "")
+	b := a.do("POST", "/v1/bookings", "alice", "", s.body)
+	a.want(b, 201, "")
+	if placesCount(b, "FLOOR") != 2 {
+		t.Fatalf("booking %s, want the 2 places kept", b.raw)
+	}
+}
