@@ -364,3 +364,13 @@ func (e *Engine) loadAreas(ctx context.Context, showID string, seats []db.SeatLa
 	}
 	return areasFromRows(rows), epoch, nil
 }
+
+// markedKey reports whether s is a key a sold marker of the show may name: one of its
+// seats, or a place key of one of its areas.
+func (sh *show) markedKey(s string) bool {
+	if _, ok := sh.soldKeys[s]; ok {
+		return true
+	}
+	_, _, ok := sh.placeKeys(s)
+	return ok
+}

@@ -27,6 +27,7 @@ type LostBooking struct {
 	ShowID     string
 	Generation int64
 	SeatIDs    []string
+	Places     []Places // by area id
 	// BookingID is the booking's id when Redis knows it (the sale's marker write
 	// recorded it); the zero UUID when it does not (markers written by the repair after
 	// the hold was gone, or by an older holdfast).
@@ -120,7 +121,7 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 	lost := map[int64][]string{}
 	for _, s := range slices.Sorted(maps.Keys(inRedis)) {
 		r, d := inRedis[s], inDB[s]
-		if _, ok := sh.soldKeys[s]; !ok || !markerAhead(r, d) {
+		if !sh.markedKey(s) || !markerAhead(r, d) {
 			continue
 		}
 		seats, was, to = append(seats, s), append(was, r), append(to, d)
@@ -165,7 +166,7 @@ func (e *Engine) lostBookings(ctx context.Context, sh *show, lost map[int64][]st
 	ids := e.lostBookingIDs(ctx, sh, gens)
 	var out []LostBooking
 	for i, g := range gens {
-		out = append(out, LostBooking{ShowID: sh.id, Generation: g, SeatIDs: lost[g], BookingID: ids[i]})
+		out = append(out, LostBooking{ShowID: sh.id, Generation: g, SeatIDs: fencedSeats(lost[g]), Places: placesOf(lost[g]), BookingID: ids[i]})
 	}
 	return out
 }
@@ -173,7 +174,10 @@ func (e *Engine) lostBookings(ctx context.Context, sh *show, lost map[int64][]st
 // redisMarkers are the sold markers Redis has for the show's seats, by seat.
 func (e *Engine) redisMarkers(ctx context.Context, sh *show) (map[string]string, error) {
 	inRedis := map[string]string{}
-	buckets := sh.buckets
+	buckets := slices.Clone(sh.buckets)
+	for i := range sh.areas {
+		buckets = append(buckets, sh.k.sold(areaBucketBase+i))
+	}
 	for lo := 0; lo < len(buckets); lo += reconcileBuckets {
 		hi := min(lo+reconcileBuckets, len(buckets))
 		pipe := e.rdb.Pipeline()
@@ -204,10 +208,21 @@ func (e *Engine) dbMarkers(ctx context.Context, sh *show) (map[string]string, er
 			inDB[r.SeatID] = marker(r.Generation, r.Claimed)
 		}
 		if len(rows) < resyncPage {
-			return inDB, nil
+			break
 		}
 		after = rows[len(rows)-1].SeatID
 	}
+	if len(sh.areas) == 0 {
+		return inDB, nil
+	}
+	places, err := e.q.PlaceMarkListByShow(ctx, sh.id)
+	if err != nil {
+		return nil, e.pgErr(err)
+	}
+	for _, r := range places {
+		inDB[r.AreaID+"~"+strconv.Itoa(int(r.Places))+"~"+r.HoldID] = marker(r.Generation, r.Claimed)
+	}
+	return inDB, nil
 }
 
 // lowerMarkers sets the markers of seats back from was to to (lower.lua), markChunk

@@ -393,3 +393,45 @@ func TestReconcileRecountsTheRoomsSoldSeats(t *testing.T) {
 		t.Errorf("the room counts %s sold seats, the database has sold %d", n, sold)
 	}
 }
+
+// TestReconcileLowersALostBookingsPlaces: a booking of a seat and 2 places of an area
+// that an asynchronous failover lost — its markers written to Redis (as the batch does
+// after its COMMIT on the old primary), no row of it on the new primary. Reconcile sets
+// every marker back to the database's: the seat's and the places' too, so the area's
+// places are for sale again.
+func TestReconcileLowersALostBookingsPlaces(t *testing.T) {
+	v := newEnv(t)
+	ctx := t.Context()
+	v.areaVenue("lp", 2)
+	h, err := v.holdPlaces("lp", time.Minute, "ann", 2, "A1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := v.e.show(ctx, "lp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"A1", placeKey("FLOOR", 2, h.Token)}
+	marks := []string{marker(h.Generation, true), marker(h.Generation, true)}
+	if _, _, err := v.e.writeMarkers(ctx, sh, keys, marks, "-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, s := v.areaState("lp", "FLOOR"); s != 2 {
+		t.Fatalf("setup: the lost booking's places in Redis: sold %d, want 2", s)
+	}
+	rep, err := v.e.Reconcile(ctx, "lp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Lost) != 1 || fmt.Sprint(rep.Lost[0].SeatIDs, rep.Lost[0].Places) != "[A1] [{FLOOR 2}]" {
+		t.Errorf("lost bookings %+v, want one of A1 and 2 places of FLOOR", rep.Lost)
+	}
+	c, held, s := v.areaState("lp", "FLOOR")
+	t.Logf("Reconcile: %+v; FLOOR in Redis after it: capacity %d, held %d, sold %d (the database: %d sold)", rep, c, held, s, v.areaSold("lp", "FLOOR"))
+	if s != 0 {
+		t.Errorf("FLOOR sold %d in Redis after Reconcile, want the database's 0", s)
+	}
+	if _, err := v.holdPlaces("lp", time.Minute, "bob", 2, "A2"); err != nil {
+		t.Errorf("2 places of the lost booking, held again after Reconcile: %v", err)
+	}
+}

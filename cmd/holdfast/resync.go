@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/holdfast/holdfast/engine"
 )
 
 // resync rebuilds shows' Redis state from PostgreSQL (engine.Resync), for an operator
@@ -52,7 +54,7 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdo
 			return fmt.Errorf("resync %s from the database: %w", show, err)
 		}
 		for _, b := range rep.Lost {
-			fmt.Fprintf(stdout, "lost booking: %s show %s generation %d seats %s\n", b.BookingID, b.ShowID, b.Generation, strings.Join(b.SeatIDs, " "))
+			fmt.Fprintf(stdout, "lost booking: %s show %s generation %d seats %s%s\n", b.BookingID, b.ShowID, b.Generation, strings.Join(b.SeatIDs, " "), placesText(b.Places))
 		}
 		rules := ""
 		if rep.RulesRestored {
@@ -74,3 +76,15 @@ func (s *showList) String() string {
 	return strings.Join(*s, ",")
 }
 func (s *showList) Set(v string) error { *s = append(*s, v); return nil }
+
+// placesText is " places AREA×N ..." for a lost booking's places, or "".
+func placesText(ps []engine.Places) string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i == 0 {
+			b.WriteString(" places")
+		}
+		fmt.Fprintf(&b, " %s×%d", p.AreaID, p.Count)
+	}
+	return b.String()
+}
