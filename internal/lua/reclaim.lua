@@ -51,7 +51,8 @@ for _, s in ipairs(redis.call("ZRANGE", KEYS[2], 0, -1)) do
     else
         local hd = holds[t]
         if not hd then
-            hd = {created = c, seats = {}, ttl = redis.call("PTTL", BASE .. "hold:" .. s)}
+            -- its expiry as Redis has it (ms), so the new token's is the same to the ms
+            hd = {created = c, seats = {}, at = redis.call("PEXPIRETIME", BASE .. "hold:" .. s)}
             holds[t] = hd
             order[#order + 1] = t
         end
@@ -63,14 +64,14 @@ end
 local out = {"OK"}
 for _, t in ipairs(order) do
     local hd = holds[t]
-    if not hd.places and hd.ttl > 0 then
+    if not hd.places and hd.at > now then
         local gen = redis.call("INCR", KEYS[1])
         local token = string.sub(redis.sha1hex(seed .. t), 1, 32)
         local value = token .. ":" .. int(gen) .. ":" .. hd.created .. ":" .. tag
         for _, s in ipairs(hd.seats) do redis.call("SET", BASE .. "hold:" .. s, value, "KEEPTTL") end
         out[#out + 1] = token
         out[#out + 1] = gen
-        out[#out + 1] = now + hd.ttl
+        out[#out + 1] = hd.at
         out[#out + 1] = table.concat(hd.seats, " ")
     end
 end
