@@ -208,48 +208,41 @@ func (s *settler) finished(u *unsettled, settled bool) {
 // settle at once: one connection, not one each, from a pool the retries also use),
 // then the bookings found marked sold and those absent committed again, all at once.
 func (e *Engine) settleBatches(todo []*unsettled) {
-	settled := make([]bool, len(todo))
-	defer func() {
-		for i, u := range todo {
-			e.settling.finished(u, settled[i])
-		}
-	}()
 	for _, u := range todo {
 		e.lengthen(u)
 	}
 	ctx, cancel := context.WithTimeout(e.viewCtx, resolveTimeout)
 	defer cancel()
-	outs, ok := e.outcomes(ctx, todo)
-	if !ok {
-		return
-	}
+	outs := e.outcomes(ctx, todo)
+	// Each batch leaves the pass as soon as its own part is done: one still unknown is
+	// tried again on the next round, not after the others' re-commits.
 	var wg sync.WaitGroup
 	for i, u := range todo {
 		switch outs[i] {
 		case outcomeBooked:
-			settled[i] = true
-			wg.Go(func() { e.bookedAfterAll(ctx, u) })
+			wg.Go(func() { e.bookedAfterAll(ctx, u); e.settling.finished(u, true) })
 		case outcomeAbsent:
-			settled[i] = true
-			wg.Go(func() { e.commitAgain(u) })
+			wg.Go(func() { e.commitAgain(u); e.settling.finished(u, true) })
+		default:
+			e.settling.finished(u, false)
 		}
 	}
 	wg.Wait()
 }
 
 // outcomes reads what the server the pool reaches has of each batch, on one
-// connection; ok is false when none could be acquired.
-func (e *Engine) outcomes(ctx context.Context, todo []*unsettled) (outs []outcome, ok bool) {
+// connection (every one unknown when none could be acquired).
+func (e *Engine) outcomes(ctx context.Context, todo []*unsettled) []outcome {
+	outs := make([]outcome, len(todo))
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
-		return nil, false
+		return outs
 	}
 	defer conn.Release()
-	outs = make([]outcome, len(todo))
 	for i, u := range todo {
 		_, outs[i], _, _ = e.settleOn(ctx, conn, u.ran, u.members[0].id, false)
 	}
-	return outs, true
+	return outs
 }
 
 // lengthen lengthens u's holds' reservations when a third of their life has passed
