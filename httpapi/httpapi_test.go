@@ -358,6 +358,7 @@ func TestOneSeatManyClientsOverHTTP(t *testing.T) {
 	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": []string{"A1"}}), 201, "")
 	const n = 60
 	statuses := make([]int, n)
+	bodies := make([]string, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
@@ -370,20 +371,22 @@ func TestOneSeatManyClientsOverHTTP(t *testing.T) {
 				t.Errorf("hold: %v", err)
 				return
 			}
-			io.Copy(io.Discard, resp.Body)
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			statuses[i] = resp.StatusCode
+			statuses[i], bodies[i] = resp.StatusCode, string(body)
 		})
 	}
 	close(start)
 	wg.Wait()
 	won, refused := 0, 0
-	for _, s := range statuses {
+	for i, s := range statuses {
 		switch s {
 		case 201:
 			won++
 		case 409:
 			refused++
+		default:
+			t.Errorf("status %d: %s", s, bodies[i])
 		}
 	}
 	if won != 1 || refused != n-1 {
