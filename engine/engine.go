@@ -34,7 +34,8 @@ type Engine struct {
 	loads   singleflight.Group
 	resyncs singleflight.Group // one rebuild per show at a time when Redis lost it
 
-	policyCheckedAt atomic.Int64 // unix nanoseconds of the last good eviction-policy check
+	policyCheckedAt  atomic.Int64 // unix nanoseconds of the last good eviction-policy check
+	policyRechecking atomic.Bool  // a background recheck of it runs
 
 	tracer trace.Tracer  // nil: no tracing, and no cost
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them
@@ -361,42 +362,65 @@ func (e *Engine) Ready(ctx context.Context) error {
 	return e.checkRedis(ctx)
 }
 
-// policyRecheck is how long a good eviction-policy check is trusted; policyCheckTimeout
-// bounds the check.
+// policyRecheck is how long a good eviction-policy check is trusted before it is made
+// again; policyCheckTimeout bounds the check.
 const (
 	policyRecheck      = time.Minute
-	policyCheckTimeout = 500 * time.Millisecond
+	policyCheckTimeout = redisCallTimeout
 )
 
 // checkRedis refuses a Redis whose maxmemory-policy may evict keys: a hold evicted
-// before its TTL would let a second customer take the seat.
+// before its TTL would let a second customer take the seat. One check runs at a time,
+// shared by every caller (a sale's first second would otherwise send one per hold to
+// every master), each of which leaves at its own deadline. Once a check has passed,
+// callers do not wait for the next one: it runs in the background a minute later, and
+// a policy found changed refuses the calls after it.
 func (e *Engine) checkRedis(ctx context.Context) error {
-	if last := e.policyCheckedAt.Load(); last != 0 && time.Since(time.Unix(0, last)) < policyRecheck {
+	if last := e.policyCheckedAt.Load(); last != 0 {
+		if time.Since(time.Unix(0, last)) >= policyRecheck && e.policyRechecking.CompareAndSwap(false, true) {
+			go func() {
+				defer e.policyRechecking.Store(false)
+				_ = e.sharedPolicyCheck(context.WithoutCancel(ctx))
+			}()
+		}
 		return nil
 	}
-	// Bounded: a Redis that refuses connections makes the client retry its dials for
-	// seconds, and the hold that asked must hear ErrUnavailable sooner.
-	ctx, cancel := context.WithTimeout(ctx, policyCheckTimeout)
-	defer cancel()
+	return e.sharedPolicyCheck(ctx)
+}
+
+// sharedPolicyCheck reads the eviction policy of every master, once for every caller
+// at a time; it records a good one, and forgets the last good one on a bad one.
+func (e *Engine) sharedPolicyCheck(ctx context.Context) error {
+	_, _, err := shared(ctx, &e.loads, "policy\x00", "redis", policyCheckTimeout, func(ctx context.Context) (struct{}, error) {
+		err := e.readPolicy(ctx)
+		switch {
+		case err == nil:
+			e.policyCheckedAt.Store(time.Now().UnixNano())
+		case errors.Is(err, errEvictingPolicy):
+			e.policyCheckedAt.Store(0)
+		}
+		return struct{}{}, err
+	})
+	return err
+}
+
+// errEvictingPolicy: Redis may evict keys, holds among them.
+var errEvictingPolicy = errors.New("redis may evict holds")
+
+// readPolicy reads every master's maxmemory-policy: an error unless each is noeviction.
+func (e *Engine) readPolicy(ctx context.Context) error {
 	check := func(ctx context.Context, c redis.UniversalClient) error {
 		v, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err != nil {
 			return unavailable("redis", fmt.Errorf("read maxmemory-policy: %w", err))
 		}
 		if p := v["maxmemory-policy"]; p != "noeviction" {
-			return fmt.Errorf("%w: redis maxmemory-policy is %q, which may evict holds; set it to noeviction", ErrUnavailable, p)
+			return fmt.Errorf("%w: %w: redis maxmemory-policy is %q; set it to noeviction", ErrUnavailable, errEvictingPolicy, p)
 		}
 		return nil
 	}
-	var err error
 	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
-	} else {
-		err = check(ctx, e.rdb)
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
 	}
-	if err != nil {
-		return err
-	}
-	e.policyCheckedAt.Store(time.Now().UnixNano())
-	return nil
+	return check(ctx, e.rdb)
 }
