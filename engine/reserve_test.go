@@ -58,11 +58,12 @@ func (v *env) reserveCheck(h Hold, id uuid.UUID, by time.Time) []int64 {
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	ks, err := sh.scriptKeys("", h.SeatIDs)
+	tag := holderTag(h.HolderID)
+	ks, err := sh.scriptKeys(tag, h.SeatIDs)
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	args := scriptArgs("", []any{h.Token, h.Generation, commitID(id), newNonce(), v.e.reserveLife().Milliseconds(), by.UnixMilli()}, h.SeatIDs)
+	args := scriptArgs(tag, []any{h.Token, h.Generation, commitID(id), newNonce(), v.e.reserveLife().Milliseconds(), by.UnixMilli()}, h.SeatIDs)
 	res, err := lua.Reserve.Run(v.t.Context(), v.rdb, ks, args...).Int64Slice()
 	if err != nil {
 		v.t.Fatalf("reserve: %v", err)
