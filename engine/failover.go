@@ -162,6 +162,9 @@ func (e *Engine) noteServer(pc *pgconn.PgConn, id serverIdentity) error {
 				"system_identifier", id.system, "timeline", id.timeline, "was_system_identifier", b.last.system, "was_timeline", b.last.timeline)
 			e.m.failovers.Inc()
 			b.changedAt = time.Now()
+			// The pool's idle connections may reach the old server, frozen or deposed:
+			// the settlement, the reconciliation and the next batches dial again.
+			e.pool.Reset()
 			e.reconcileSoon()
 			e.settleSoon()
 		}

@@ -81,3 +81,37 @@ func TestLostCommitAfterAFailoverGoesToTheSettler(t *testing.T) {
 		}
 	})
 }
+
+// TestFailoverEmptiesThePool: when the engine finds another server, the pool's idle
+// connections are closed — one could reach the old primary, frozen or deposed, and the
+// settlement would wait on it for its whole bound.
+func TestFailoverEmptiesThePool(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	var conns []*pgxpool.Conn
+	for range 3 {
+		c, err := v.e.pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	ran, err := v.e.backendOf(t.Context(), conns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	if idle := v.e.pool.Stat().IdleConns(); idle < 3 {
+		t.Fatalf("%d idle connections before, want 3", idle)
+	}
+	next := ran
+	next.timeline++
+	if err := v.e.noteServer(nil, next); err != nil {
+		t.Fatal(err)
+	}
+	if idle := v.e.pool.Stat().IdleConns(); idle != 0 {
+		t.Fatalf("%d idle connections after the engine found another server, want 0", idle)
+	}
+}
