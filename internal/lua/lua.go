@@ -55,6 +55,8 @@ var (
 	shrinkLua string
 	//go:embed reclaim.lua
 	reclaimLua string
+	//go:embed rest.lua
+	restLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -91,6 +93,9 @@ var (
 	Shrink = newScript(" flags=allow-oom", shrinkLua)
 	// Reclaim gives a holder's live holds of a show fresh tokens and generations.
 	Reclaim = newScript("", reclaimLua)
+	// Rest gives back what a partial confirmation did not book, after its commit. Like
+	// Release it only deletes hold keys, so it runs when Redis is full too.
+	Rest = newScript(" flags=allow-oom", restLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses
