@@ -2,7 +2,23 @@ package httpapi
 
 import (
 	"net/http"
+
+	"github.com/holdfast/holdfast/engine"
 )
+
+// confirmJSON is a confirmation's body: the hold's fields and, to confirm part of it,
+// the seats and places to book ({"only_seats": [...], "only_places": [...]}; the rest of
+// the hold is released).
+type confirmJSON struct {
+	holdJSON
+	OnlySeats  []string     `json:"only_seats"`
+	OnlyPlaces []placesJSON `json:"only_places"`
+}
+
+// options are the confirmation's engine options, with its idempotency key.
+func (c confirmJSON) options(key string) engine.ConfirmOptions {
+	return engine.ConfirmOptions{IdempotencyKey: key, SeatIDs: c.OnlySeats, Places: fromPlacesJSON(c.OnlyPlaces)}
+}
 
 // postShrink gives back part of a hold ({"keep_seats": [...], "keep_places": [...]} with
 // the hold's fields) and answers the hold as it is now: the one to present from now on.

@@ -64,3 +64,24 @@ func TestShrinkPlacesOverHTTP(t *testing.T) {
 		t.Fatalf("booking %s, want the 2 places kept", b.raw)
 	}
 }
+
+// TestConfirmPartOverHTTP: POST /v1/bookings with only_seats and only_places books part
+// of a hold and releases the rest at once; a seat or area not in the hold, or more places
+// than it holds, is 400 invalid-argument and changes nothing (the hold still confirms).
+func TestConfirmPartOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/sc", "", "", venueBody(10)), 201, "")
+	h := a.do("POST", "/v1/shows/sc/holds", "alice", "", map[string]any{"seats": []string{"A1", "A2"}, "places": places("FLOOR", 6)})
+	a.want(h, 201, "")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", withBody(h, map[string]any{"only_seats": []string{"A3"}})), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", withBody(h, map[string]any{"only_places": places("FLOOR", 7)})), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", withBody(h, map[string]any{"only_places": places("BALCONY", 1)})), 400, "invalid-argument")
+	b := a.do("POST", "/v1/bookings", "alice", "", withBody(h, map[string]any{"only_seats": []string{"A1"}, "only_places": places("FLOOR", 2)}))
+	a.want(b, 201, "")
+	if fmt.Sprint(b.body["seats"]) != "[A1]" || placesCount(b, "FLOOR") != 2 {
+		t.Fatalf("booking %s, want A1 and 2 places of FLOOR", b.raw)
+	}
+	// A2 and the 4 other places are free at once: A2 and 8 of the 10 places.
+	a.want(a.do("POST", "/v1/shows/sc/holds", "bob", "", map[string]any{"seats": []string{"A2"}, "places": places("FLOOR", 8)}), 201, "")
+}

@@ -405,7 +405,7 @@ func (s *Server) postRelease(w http.ResponseWriter, r *http.Request, holder stri
 }
 
 func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder string) {
-	var body holdJSON
+	var body confirmJSON
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
@@ -413,7 +413,7 @@ func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder stri
 	if !ok {
 		return
 	}
-	b, err := s.e.Confirm(r.Context(), holdFromJSON(body, holder), engine.ConfirmOptions{IdempotencyKey: key})
+	b, err := s.e.Confirm(r.Context(), holdFromJSON(body.holdJSON, holder), body.options(key))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -400,6 +400,26 @@ type HoldBest struct {
 	TtlMs    *int    `json:"ttl_ms,omitempty"`
 }
 
+// HoldConfirm A hold as the server gave it and, to confirm part of it, the seats and places to book (only_seats, only_places): the rest of the hold is released in the same step, sellable once the booking has committed. Neither: the whole hold. A seat or area the hold does not have, or more places than it holds, is 400 invalid-argument and changes nothing.
+type HoldConfirm struct {
+	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
+	ExpiresAt  *time.Time    `json:"expires_at,omitempty"`
+	Generation int           `json:"generation"`
+	OnlyPlaces *[]PlacesPart `json:"only_places,omitempty"`
+	OnlySeats  *[]ID         `json:"only_seats,omitempty"`
+
+	// Places Places of standing areas, an area at most once (left out when none).
+	Places *PlacesList `json:"places,omitempty"`
+
+	// Seats The seats of a hold or a booking; empty when it has only places.
+	Seats HeldSeatIDs `json:"seats"`
+	Show  ID          `json:"show"`
+
+	// Token A secret; never put it in a URL or a log.
+	Token string `json:"token"`
+	TtlMs *int   `json:"ttl_ms,omitempty"`
+}
+
 // HoldExtend A hold as the server gave it, with the new TTL.
 type HoldExtend struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
@@ -440,13 +460,10 @@ type HoldSeats struct {
 // HoldShrink A hold as the server gave it, with what to keep of it.
 type HoldShrink struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
-	Generation int        `json:"generation"`
-	KeepPlaces *[]struct {
-		Area  ID  `json:"area"`
-		Count int `json:"count"`
-	} `json:"keep_places,omitempty"`
-	KeepSeats *[]ID `json:"keep_seats,omitempty"`
+	ExpiresAt  *time.Time    `json:"expires_at,omitempty"`
+	Generation int           `json:"generation"`
+	KeepPlaces *[]PlacesPart `json:"keep_places,omitempty"`
+	KeepSeats  *[]ID         `json:"keep_seats,omitempty"`
 
 	// Places Places of standing areas, an area at most once (left out when none).
 	Places *PlacesList `json:"places,omitempty"`
@@ -482,6 +499,12 @@ type Places struct {
 
 // PlacesList Places of standing areas, an area at most once (left out when none).
 type PlacesList = []Places
+
+// PlacesPart A number of places of an area.
+type PlacesPart struct {
+	Area  ID  `json:"area"`
+	Count int `json:"count"`
+}
 
 // Problem defines model for Problem.
 type Problem struct {
@@ -809,7 +832,7 @@ type GetSeats200JSONResponseBody struct {
 }
 
 // PostBookingJSONRequestBody defines body for PostBooking for application/json ContentType.
-type PostBookingJSONRequestBody = Hold
+type PostBookingJSONRequestBody = HoldConfirm
 
 // ExtendHoldJSONRequestBody defines body for ExtendHold for application/json ContentType.
 type ExtendHoldJSONRequestBody = HoldExtend
