@@ -63,7 +63,7 @@ func keepCounts(all []string, keepSeats []string, keep []Places) (string, error)
 	if len(keepSeats) == 0 && len(keep) == 0 {
 		return "", invalid("keep", "nothing kept: release the hold instead")
 	}
-	counts, err := partCounts("keep", all, keepSeats, keep)
+	counts, err := partCounts("keep", "hold", all, keepSeats, keep)
 	if err != nil {
 		return "", err
 	}
@@ -74,12 +74,12 @@ func keepCounts(all []string, keepSeats []string, keep []Places) (string, error)
 	return strings.Join(out, " "), nil
 }
 
-// partCounts checks a part of a hold (seats, places) against the hold's script seat
-// arguments (all) and returns how much of each argument the part has, in their order:
-// 0 or 1 for a seat, 0 up to its count for a place key. A seat or area not in the hold,
-// more places than it holds or a seat named twice is ErrInvalidArgument, its field
-// named after field.
-func partCounts(field string, all []string, seats []string, places []Places) ([]int, error) {
+// partCounts checks a part (seats, places) of a hold or a booking (of: which) against
+// its script seat arguments (all) and returns how much of each argument the part has,
+// in their order: 0 or 1 for a seat, 0 up to its count for a place key. A seat or area
+// not in it, more places than it has or a seat named twice is ErrInvalidArgument, its
+// field named after field.
+func partCounts(field, of string, all []string, seats []string, places []Places) ([]int, error) {
 	ps, _, err := validPlaces(field+".Places", places)
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func partCounts(field string, all []string, seats []string, places []Places) ([]
 		counts[i] = k
 	}
 	if len(want) > 0 {
-		return nil, invalid(field, "not in the hold: %s", strings.Join(notHeld(want), ", "))
+		return nil, invalid(field, "not in the %s: %s", of, strings.Join(notHeld(want), ", "))
 	}
 	return counts, nil
 }
@@ -148,7 +148,7 @@ func (c *confirmation) part(seats []string, places []Places) error {
 	if len(seats) == 0 && len(places) == 0 {
 		return nil
 	}
-	counts, err := partCounts("ConfirmOptions", c.seats, seats, places)
+	counts, err := partCounts("ConfirmOptions", "hold", c.seats, seats, places)
 	if err != nil {
 		return err
 	}
