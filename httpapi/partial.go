@@ -43,3 +43,25 @@ func (s *Server) postShrink(w http.ResponseWriter, r *http.Request, holder strin
 	s.addrHolds.shrink(h.ShowID, clientAddrOf(r), h.Generation, kept)
 	writeJSON(w, http.StatusOK, toHoldJSON(h))
 }
+
+// postCancelSeats cancels part of a booking of the caller's ({"seats": [...], "places":
+// [...]}) and answers the booking as it is now (cancelled when that was all of it).
+func (s *Server) postCancelSeats(w http.ResponseWriter, r *http.Request, holder string) {
+	b, ok := s.ownBooking(w, r, holder)
+	if !ok {
+		return
+	}
+	var body struct {
+		Seats  []string     `json:"seats"`
+		Places []placesJSON `json:"places"`
+	}
+	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	b, err := s.e.CancelSeats(r.Context(), b.ID, body.Seats, fromPlacesJSON(body.Places))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toBookingJSON(b))
+}

@@ -46,6 +46,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"POST", "/v1/bookings", s.limited(s.postBooking)},
 		{"GET", "/v1/bookings/{id}", s.holderReading(s.getBooking)},
 		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
+		{"POST", "/v1/bookings/{id}/cancel-seats", s.limited(s.postCancelSeats)},
 		{"GET", "/v1/holders/me/bookings", s.holderReading(s.getMyBookings)},
 		{"GET", "/v1/holders/me/holds", s.holderReading(s.getMyHolds)},
 		{"GET", "/livez", http.HandlerFunc(s.livez)},
