@@ -61,6 +61,14 @@ type Querier interface {
 	// BookingListByHolder reads a holder's bookings newest first, after the booking
 	// @after (none: from the newest).
 	BookingListByHolder(ctx context.Context, arg BookingListByHolderParams) ([]BookingDetail, error)
+	// BookingPlacesLower lowers a booking's claimed places of an area to @places (a partial
+	// cancellation; migration 00012): the area's sold and the holder's count follow.
+	BookingPlacesLower(ctx context.Context, arg BookingPlacesLowerParams) (int64, error)
+	// BookingPlacesUnclaim cancels all of a booking's places of an area (a partial
+	// cancellation): they are sellable again.
+	BookingPlacesUnclaim(ctx context.Context, arg BookingPlacesUnclaimParams) (int64, error)
+	// BookingSeatsDelete takes unclaimed seats out of a booking (a partial cancellation).
+	BookingSeatsDelete(ctx context.Context, arg BookingSeatsDeleteParams) (int64, error)
 	// DurabilityBarrier writes a row (see migration 00005), so that its transaction's COMMIT
 	// writes WAL and waits, as every such COMMIT does, for the synchronous standbys the
 	// server is set up with: once it returns, everything the server committed before it is
@@ -99,6 +107,9 @@ type Querier interface {
 	SeatClaimListBySeats(ctx context.Context, arg SeatClaimListBySeatsParams) ([]SeatClaimListBySeatsRow, error)
 	SeatClaimListByShow(ctx context.Context, showID string) ([]SeatClaimListByShowRow, error)
 	SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsDeleteByBookingParams) (int64, error)
+	// SeatClaimsDeleteBySeats drops the claims of some of a booking's seats (a partial
+	// cancellation), then their booking_seats rows go (BookingSeatsDelete).
+	SeatClaimsDeleteBySeats(ctx context.Context, arg SeatClaimsDeleteBySeatsParams) (int64, error)
 	// SeatClaimsFind returns which of the (show, seat) pairs are claimed: a probe of the
 	// claims' key per pair (LATERAL … LIMIT 1), which PostgreSQL cannot turn into a join
 	// with a scan of the whole table, as it did when it planned on an empty table.

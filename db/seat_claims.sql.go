@@ -11,6 +11,73 @@ import (
 	"github.com/google/uuid"
 )
 
+const bookingPlacesLower = `-- name: BookingPlacesLower :execrows
+UPDATE booking_places SET places = $1::int
+WHERE show_id = $2 AND booking_id = $3 AND area_id = $4 AND claimed AND places > $1::int
+`
+
+type BookingPlacesLowerParams struct {
+	Places    int32
+	ShowID    string
+	BookingID uuid.UUID
+	AreaID    string
+}
+
+// BookingPlacesLower lowers a booking's claimed places of an area to @places (a partial
+// cancellation; migration 00012): the area's sold and the holder's count follow.
+func (q *Queries) BookingPlacesLower(ctx context.Context, arg BookingPlacesLowerParams) (int64, error) {
+	result, err := q.db.Exec(ctx, bookingPlacesLower,
+		arg.Places,
+		arg.ShowID,
+		arg.BookingID,
+		arg.AreaID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const bookingPlacesUnclaim = `-- name: BookingPlacesUnclaim :execrows
+UPDATE booking_places SET claimed = false
+WHERE show_id = $1 AND booking_id = $2 AND area_id = $3 AND claimed
+`
+
+type BookingPlacesUnclaimParams struct {
+	ShowID    string
+	BookingID uuid.UUID
+	AreaID    string
+}
+
+// BookingPlacesUnclaim cancels all of a booking's places of an area (a partial
+// cancellation): they are sellable again.
+func (q *Queries) BookingPlacesUnclaim(ctx context.Context, arg BookingPlacesUnclaimParams) (int64, error) {
+	result, err := q.db.Exec(ctx, bookingPlacesUnclaim, arg.ShowID, arg.BookingID, arg.AreaID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const bookingSeatsDelete = `-- name: BookingSeatsDelete :execrows
+DELETE FROM booking_seats WHERE show_id = $1 AND booking_id = $2 AND seat_id = ANY($3::text[])
+`
+
+type BookingSeatsDeleteParams struct {
+	ShowID    string
+	BookingID uuid.UUID
+	SeatIds   []string
+}
+
+// BookingSeatsDelete takes unclaimed seats out of a booking (a partial cancellation).
+func (q *Queries) BookingSeatsDelete(ctx context.Context, arg BookingSeatsDeleteParams) (int64, error) {
+	result, err := q.db.Exec(ctx, bookingSeatsDelete, arg.ShowID, arg.BookingID, arg.SeatIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const seatClaimListBySeats = `-- name: SeatClaimListBySeats :many
 SELECT seat_id, booking_id, generation FROM seat_claims
 WHERE show_id = $1 AND seat_id = ANY($2::text[])
@@ -89,6 +156,26 @@ type SeatClaimsDeleteByBookingParams struct {
 
 func (q *Queries) SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsDeleteByBookingParams) (int64, error) {
 	result, err := q.db.Exec(ctx, seatClaimsDeleteByBooking, arg.ShowID, arg.BookingID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const seatClaimsDeleteBySeats = `-- name: SeatClaimsDeleteBySeats :execrows
+DELETE FROM seat_claims WHERE show_id = $1 AND booking_id = $2 AND seat_id = ANY($3::text[])
+`
+
+type SeatClaimsDeleteBySeatsParams struct {
+	ShowID    string
+	BookingID uuid.UUID
+	SeatIds   []string
+}
+
+// SeatClaimsDeleteBySeats drops the claims of some of a booking's seats (a partial
+// cancellation), then their booking_seats rows go (BookingSeatsDelete).
+func (q *Queries) SeatClaimsDeleteBySeats(ctx context.Context, arg SeatClaimsDeleteBySeatsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, seatClaimsDeleteBySeats, arg.ShowID, arg.BookingID, arg.SeatIds)
 	if err != nil {
 		return 0, err
 	}

@@ -73,15 +73,8 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 	if err != nil {
 		return err
 	}
-	if c.seq != 0 && c.holder != "" && e.limited(ctx, sh) {
-		// The holder's seats come back under the show's holder limit. Read after the
-		// commit; the version keeps a late write from undoing a later one.
-		if cs, err := e.findCounts(ctx, e.q, map[*show]map[string]bool{sh: {c.holder: true}}); err == nil {
-			err = e.writeCounts(ctx, sh, cs[sh.id])
-		}
-		if err != nil {
-			e.log.WarnContext(ctx, "holder's booked seats not written to Redis: its holds count them until a resync", "show_id", sh.id, "error", err)
-		}
+	if c.seq != 0 {
+		e.countsAfterCancel(ctx, sh, c.holder)
 	}
 	if c.seq != 0 {
 		err = e.afterCommit(ctx, sh, c.seats, c.gen, false, c.seq, 0)
@@ -96,6 +89,22 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 	}
 	e.log.InfoContext(ctx, "booking cancelled", "show_id", c.showID, "booking_id", bookingID, "seats", len(c.seats))
 	return nil
+}
+
+// countsAfterCancel writes to Redis the booked seats of holder once a cancellation of
+// theirs has committed, when the show has a holder limit: the seats come back under it.
+// Read after the commit; the version keeps a late write from undoing a later one.
+func (e *Engine) countsAfterCancel(ctx context.Context, sh *show, holder string) {
+	if holder == "" || !e.limited(ctx, sh) {
+		return
+	}
+	cs, err := e.findCounts(ctx, e.q, map[*show]map[string]bool{sh: {holder: true}})
+	if err == nil {
+		err = e.writeCounts(ctx, sh, cs[sh.id])
+	}
+	if err != nil {
+		e.log.WarnContext(ctx, "holder's booked seats not written to Redis: its holds count them until a resync", "show_id", sh.id, "error", err)
+	}
 }
 
 // cancelTx cancels a booking inside a transaction (nothing to do when it is cancelled

@@ -76,8 +76,12 @@ func (e *Engine) Confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 // is to confirm it.
 type confirmation struct {
 	sh    *show
-	seats []string // its script seat arguments: seats, then place keys
-	// fenced is its seats alone (fenced and claimed seat by seat); places its places
+	seats []string // its hold's script seat arguments: seats, then place keys
+	// sold is what its booking sells, as script seat arguments: the hold's, or a part of
+	// it (ConfirmOptions.SeatIDs / Places) whose rest — the hold keys it does not sell
+	// whole — is given back after the commit (partial.go)
+	sold, rest []string
+	// fenced is sold's seats alone (fenced and claimed seat by seat); places its places
 	fenced []string
 	places []Places
 	ks     []string
@@ -172,11 +176,15 @@ func (e *Engine) newConfirmation(ctx context.Context, h Hold, opts ConfirmOption
 	if err := validateIdempotencyKey(opts.IdempotencyKey); err != nil {
 		return nil, err
 	}
-	return &confirmation{sh: sh, seats: seats, fenced: fencedSeats(seats), places: placesOf(seats), ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
-		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token),
-		// Read here, outside the batch's transaction: whether the batch reads the
-		// holder's booked seats for Redis (batchCounts).
-		limited: e.limited(ctx, sh)}, nil
+	c := &confirmation{sh: sh, seats: seats, sold: seats, fenced: fencedSeats(seats), places: placesOf(seats), ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
+		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token)}
+	if err := c.part(opts.SeatIDs, opts.Places); err != nil {
+		return nil, err
+	}
+	// Read here, outside the batch's transaction: whether the batch reads the holder's
+	// booked seats for Redis (batchCounts).
+	c.limited = e.limited(ctx, sh)
+	return c, nil
 }
 
 // verified asks Redis (verify.lua) for the hold's generation now, and when it expires,
@@ -264,12 +272,14 @@ func (e *Engine) decided(ctx context.Context, c *confirmation, id uuid.UUID, r c
 
 // booked is the booking c's batch committed as id.
 func (e *Engine) booked(ctx context.Context, c *confirmation, id uuid.UUID, r committed, marked bool) Booking {
-	sh, seats, gen := c.sh, c.seats, c.gen
+	sh, seats, gen := c.sh, c.sold, c.gen
 	if !marked { // the batch could not write its sold markers: try again, then leave them to the repair
 		if len(r.counts) > 0 {
 			_ = e.writeCounts(ctx, sh, r.counts)
 		}
-		_ = e.afterCommit(ctx, sh, seats, gen, true, r.seq, markSoldTimeout)
+		if e.afterCommit(ctx, sh, seats, gen, true, r.seq, markSoldTimeout) == nil {
+			e.giveRest(ctx, c, id)
+		}
 	}
 	e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 	return Booking{ID: id, ShowID: sh.id, SeatIDs: c.fenced, Places: c.places, Generation: gen, HolderID: c.h.HolderID,

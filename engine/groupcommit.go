@@ -156,6 +156,7 @@ func (e *Engine) commitBatch(batch []*confirmReq) {
 	e.gc.took(time.Since(acquired))
 	if committedOK {
 		e.markBatch(ctx, pending)
+		e.giveRests(ctx, pending)
 	}
 	e.unreserveBatch(pending, committedOK)
 	for _, r := range pending {

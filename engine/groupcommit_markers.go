@@ -23,7 +23,7 @@ type markGroup struct {
 }
 
 func (g *markGroup) add(r *confirmReq) {
-	for _, s := range r.c.seats {
+	for _, s := range r.c.sold {
 		g.seats, g.marks = append(g.seats, s), append(g.marks, marker(r.gen, true))
 	}
 	g.owners = append(g.owners, r)
@@ -60,7 +60,7 @@ func (e *Engine) markBatch(ctx context.Context, batch []*confirmReq) {
 			continue
 		}
 		g, ok := open[r.c.sh]
-		if !ok || len(groups[g].seats)+len(r.c.seats) > markGroupSeats {
+		if !ok || len(groups[g].seats)+len(r.c.sold) > markGroupSeats {
 			g = len(groups)
 			groups = append(groups, markGroup{sh: r.c.sh})
 			open[r.c.sh] = g

@@ -270,8 +270,10 @@ func (e *Engine) bookedAfterAll(ctx context.Context, u *unsettled) {
 		e.m.settled.WithLabelValues("booked").Inc()
 		e.log.WarnContext(r.ctx, "commit reply lost; settled on the server the pool reaches: the booking is there", "show_id", r.c.sh.id, "booking_id", r.id)
 		mctx, cancel := context.WithTimeout(ctx, markSoldTimeout)
-		if err := e.markBooking(mctx, r.c.sh, r.c.seats, r.gen, true); err != nil {
+		if err := e.markBooking(mctx, r.c.sh, r.c.sold, r.gen, true); err != nil {
 			e.log.WarnContext(r.ctx, "sold markers of a settled booking left to the background repair", "show_id", r.c.sh.id, "error", err)
+		} else {
+			e.giveRest(mctx, r.c, r.id)
 		}
 		cancel()
 	}
@@ -309,7 +311,9 @@ func (e *Engine) settledAgain(u *unsettled, r, again *confirmReq) {
 			if len(again.res.counts) > 0 {
 				_ = e.writeCounts(ctx, r.c.sh, again.res.counts)
 			}
-			_ = e.afterCommit(ctx, r.c.sh, r.c.seats, r.gen, true, again.res.seq, markSoldTimeout)
+			if e.afterCommit(ctx, r.c.sh, r.c.sold, r.gen, true, again.res.seq, markSoldTimeout) == nil {
+				e.giveRest(ctx, r.c, r.id)
+			}
 		}
 		e.m.settled.WithLabelValues("committed_again").Inc()
 		e.log.WarnContext(r.ctx, "commit reply lost; the booking was not on the server the pool reaches, and was committed again there",

@@ -51,6 +51,12 @@ type ConfirmOptions struct {
 	// returns the booking the first call created; the same key with another request is
 	// refused with ErrIdempotencyKeyReused. Keys are scoped to the holder and show.
 	IdempotencyKey string
+	// SeatIDs and Places, when either is non-empty, confirm only these of the hold's
+	// seats and places: the booking has them, and the rest of the hold is released in
+	// the same step (sellable once the booking has committed). A seat or area the hold
+	// does not have, or more places than it holds, is ErrInvalidArgument.
+	SeatIDs []string
+	Places  []Places
 }
 
 // BookingStatus is confirmed or cancelled.

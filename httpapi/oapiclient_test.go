@@ -50,7 +50,9 @@ func TestGeneratedClient(t *testing.T) {
 	if err != nil || held.JSON201 == nil {
 		t.Fatalf("hold by seat ids: %v %s", err, oapiReply(held))
 	}
-	booked, err := c.PostBookingWithResponse(ctx, &oapiclient.PostBookingParams{HolderId: &holder}, *held.JSON201)
+	hj := *held.JSON201
+	booked, err := c.PostBookingWithResponse(ctx, &oapiclient.PostBookingParams{HolderId: &holder}, oapiclient.HoldConfirm{
+		ExpiresAt: hj.ExpiresAt, Generation: hj.Generation, Places: hj.Places, Seats: hj.Seats, Show: hj.Show, Token: hj.Token})
 	if err != nil || booked.JSON201 == nil || booked.JSON201.Status != oapiclient.Confirmed {
 		t.Fatalf("confirm: %v %s", err, oapiReply(booked))
 	}

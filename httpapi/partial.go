@@ -2,7 +2,23 @@ package httpapi
 
 import (
 	"net/http"
+
+	"github.com/holdfast/holdfast/engine"
 )
+
+// confirmJSON is a confirmation's body: the hold's fields and, to confirm part of it,
+// the seats and places to book ({"only_seats": [...], "only_places": [...]}; the rest of
+// the hold is released).
+type confirmJSON struct {
+	holdJSON
+	OnlySeats  []string     `json:"only_seats"`
+	OnlyPlaces []placesJSON `json:"only_places"`
+}
+
+// options are the confirmation's engine options, with its idempotency key.
+func (c confirmJSON) options(key string) engine.ConfirmOptions {
+	return engine.ConfirmOptions{IdempotencyKey: key, SeatIDs: c.OnlySeats, Places: fromPlacesJSON(c.OnlyPlaces)}
+}
 
 // postShrink gives back part of a hold ({"keep_seats": [...], "keep_places": [...]} with
 // the hold's fields) and answers the hold as it is now: the one to present from now on.
@@ -26,4 +42,26 @@ func (s *Server) postShrink(w http.ResponseWriter, r *http.Request, holder strin
 	}
 	s.addrHolds.shrink(h.ShowID, clientAddrOf(r), h.Generation, kept)
 	writeJSON(w, http.StatusOK, toHoldJSON(h))
+}
+
+// postCancelSeats cancels part of a booking of the caller's ({"seats": [...], "places":
+// [...]}) and answers the booking as it is now (cancelled when that was all of it).
+func (s *Server) postCancelSeats(w http.ResponseWriter, r *http.Request, holder string) {
+	b, ok := s.ownBooking(w, r, holder)
+	if !ok {
+		return
+	}
+	var body struct {
+		Seats  []string     `json:"seats"`
+		Places []placesJSON `json:"places"`
+	}
+	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	b, err := s.e.CancelSeats(r.Context(), b.ID, body.Seats, fromPlacesJSON(body.Places))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toBookingJSON(b))
 }

@@ -64,3 +64,54 @@ func TestShrinkPlacesOverHTTP(t *testing.T) {
 		t.Fatalf("booking %s, want the 2 places kept", b.raw)
 	}
 }
+
+// TestConfirmPartOverHTTP: POST /v1/bookings with only_seats and only_places books part
+// of a hold and releases the rest at once; a seat or area not in the hold, or more places
+// than it holds, is 400 invalid-argument and changes nothing (the hold still confirms).
+func TestConfirmPartOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/sc", "", "", venueBody(10)), 201, "")
+	h := a.do("POST", "/v1/shows/sc/holds", "alice", "", map[string]any{"seats": []string{"A1", "A2"}, "places": places("FLOOR", 6)})
+	a.want(h, 201, "")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", withBody(h, map[string]any{"only_seats": []string{"A3"}})), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", withBody(h, map[string]any{"only_places": places("FLOOR", 7)})), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", withBody(h, map[string]any{"only_places": places("BALCONY", 1)})), 400, "invalid-argument")
+	b := a.do("POST", "/v1/bookings", "alice", "", withBody(h, map[string]any{"only_seats": []string{"A1"}, "only_places": places("FLOOR", 2)}))
+	a.want(b, 201, "")
+	if fmt.Sprint(b.body["seats"]) != "[A1]" || placesCount(b, "FLOOR") != 2 {
+		t.Fatalf("booking %s, want A1 and 2 places of FLOOR", b.raw)
+	}
+	// A2 and the 4 other places are free at once: A2 and 8 of the 10 places.
+	a.want(a.do("POST", "/v1/shows/sc/holds", "bob", "", map[string]any{"seats": []string{"A2"}, "places": places("FLOOR", 8)}), 201, "")
+}
+
+// TestCancelSeatsOverHTTP: POST /v1/bookings/{id}/cancel-seats cancels part of the
+// caller's booking and answers it as it is now; what was cancelled is free at once; a
+// seat not in the booking is 400 invalid-argument, another holder's booking 404; the
+// rest cancelled is the booking cancelled.
+func TestCancelSeatsOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/sx", "", "", venueBody(10)), 201, "")
+	h := a.do("POST", "/v1/shows/sx/holds", "alice", "", map[string]any{"seats": []string{"A1", "A2"}, "places": places("FLOOR", 6)})
+	a.want(h, 201, "")
+	b := a.do("POST", "/v1/bookings", "alice", "", h.body)
+	a.want(b, 201, "")
+	path := fmt.Sprintf("/v1/bookings/%s/cancel-seats", b.body["id"])
+	a.want(a.do("POST", path, "alice", "", map[string]any{"seats": []string{"A3"}}), 400, "invalid-argument")
+	a.want(a.do("POST", path, "alice", "", map[string]any{"places": places("FLOOR", 7)}), 400, "invalid-argument")
+	a.want(a.do("POST", path, "mallory", "", map[string]any{"seats": []string{"A1"}}), 404, "not-found")
+	c := a.do("POST", path, "alice", "", map[string]any{"seats": []string{"A1"}, "places": places("FLOOR", 4)})
+	a.want(c, 200, "")
+	if fmt.Sprint(c.body["seats"]) != "[A2]" || placesCount(c, "FLOOR") != 2 || c.body["status"] != "confirmed" || c.body["id"] != b.body["id"] {
+		t.Fatalf("booking after %s, want A2 and 2 places, confirmed", c.raw)
+	}
+	// A1 and the 4 places are free at once: A1 and 8 of the 10 places.
+	a.want(a.do("POST", "/v1/shows/sx/holds", "bob", "", map[string]any{"seats": []string{"A1"}, "places": places("FLOOR", 8)}), 201, "")
+	last := a.do("POST", path, "alice", "", map[string]any{"seats": []string{"A2"}, "places": places("FLOOR", 2)})
+	a.want(last, 200, "")
+	if last.body["status"] != "cancelled" {
+		t.Fatalf("the rest cancelled: %s, want the booking cancelled", last.raw)
+	}
+}

@@ -46,6 +46,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"POST", "/v1/bookings", s.limited(s.postBooking)},
 		{"GET", "/v1/bookings/{id}", s.holderReading(s.getBooking)},
 		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
+		{"POST", "/v1/bookings/{id}/cancel-seats", s.limited(s.postCancelSeats)},
 		{"GET", "/v1/holders/me/bookings", s.holderReading(s.getMyBookings)},
 		{"GET", "/v1/holders/me/holds", s.holderReading(s.getMyHolds)},
 		{"GET", "/livez", http.HandlerFunc(s.livez)},
@@ -405,7 +406,7 @@ func (s *Server) postRelease(w http.ResponseWriter, r *http.Request, holder stri
 }
 
 func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder string) {
-	var body holdJSON
+	var body confirmJSON
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
@@ -413,7 +414,7 @@ func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder stri
 	if !ok {
 		return
 	}
-	b, err := s.e.Confirm(r.Context(), holdFromJSON(body, holder), engine.ConfirmOptions{IdempotencyKey: key})
+	b, err := s.e.Confirm(r.Context(), holdFromJSON(body.holdJSON, holder), body.options(key))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -64,6 +64,9 @@ var (
 	Shrink = function("shrink")
 	// Reclaim gives a holder's live holds of a show fresh tokens and generations.
 	Reclaim = function("reclaim")
+	// Rest gives back what a partial confirmation did not book, after its commit. Like
+	// Release it only deletes hold keys, so it runs when Redis is full too.
+	Rest = function("rest")
 )
 
 // library is the library's code, as FUNCTION LOAD takes it, prefix what its name and

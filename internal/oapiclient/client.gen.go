@@ -61,9 +61,10 @@ func (e EventBookingStatus) Valid() bool {
 
 // Defines values for EventKind.
 const (
-	EventCancelled EventKind = "cancelled"
-	EventConfirmed EventKind = "confirmed"
-	EventLost      EventKind = "lost"
+	EventCancelled      EventKind = "cancelled"
+	EventConfirmed      EventKind = "confirmed"
+	EventLost           EventKind = "lost"
+	EventSeatsCancelled EventKind = "seats_cancelled"
 )
 
 // Valid indicates whether the value is a known member of the EventKind enum.
@@ -74,6 +75,8 @@ func (e EventKind) Valid() bool {
 	case EventConfirmed:
 		return true
 	case EventLost:
+		return true
+	case EventSeatsCancelled:
 		return true
 	default:
 		return false
@@ -400,6 +403,26 @@ type HoldBest struct {
 	TtlMs    *int    `json:"ttl_ms,omitempty"`
 }
 
+// HoldConfirm A hold as the server gave it and, to confirm part of it, the seats and places to book (only_seats, only_places): the rest of the hold is released in the same step, sellable once the booking has committed. Neither: the whole hold. A seat or area the hold does not have, or more places than it holds, is 400 invalid-argument and changes nothing.
+type HoldConfirm struct {
+	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
+	ExpiresAt  *time.Time    `json:"expires_at,omitempty"`
+	Generation int           `json:"generation"`
+	OnlyPlaces *[]PlacesPart `json:"only_places,omitempty"`
+	OnlySeats  *[]ID         `json:"only_seats,omitempty"`
+
+	// Places Places of standing areas, an area at most once (left out when none).
+	Places *PlacesList `json:"places,omitempty"`
+
+	// Seats The seats of a hold or a booking; empty when it has only places.
+	Seats HeldSeatIDs `json:"seats"`
+	Show  ID          `json:"show"`
+
+	// Token A secret; never put it in a URL or a log.
+	Token string `json:"token"`
+	TtlMs *int   `json:"ttl_ms,omitempty"`
+}
+
 // HoldExtend A hold as the server gave it, with the new TTL.
 type HoldExtend struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
@@ -440,13 +463,10 @@ type HoldSeats struct {
 // HoldShrink A hold as the server gave it, with what to keep of it.
 type HoldShrink struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
-	Generation int        `json:"generation"`
-	KeepPlaces *[]struct {
-		Area  ID  `json:"area"`
-		Count int `json:"count"`
-	} `json:"keep_places,omitempty"`
-	KeepSeats *[]ID `json:"keep_seats,omitempty"`
+	ExpiresAt  *time.Time    `json:"expires_at,omitempty"`
+	Generation int           `json:"generation"`
+	KeepPlaces *[]PlacesPart `json:"keep_places,omitempty"`
+	KeepSeats  *[]ID         `json:"keep_seats,omitempty"`
 
 	// Places Places of standing areas, an area at most once (left out when none).
 	Places *PlacesList `json:"places,omitempty"`
@@ -482,6 +502,12 @@ type Places struct {
 
 // PlacesList Places of standing areas, an area at most once (left out when none).
 type PlacesList = []Places
+
+// PlacesPart A number of places of an area.
+type PlacesPart struct {
+	Area  ID  `json:"area"`
+	Count int `json:"count"`
+}
 
 // Problem defines model for Problem.
 type Problem struct {
@@ -650,6 +676,18 @@ type GetBookingParams struct {
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 }
 
+// CancelBookingSeatsJSONBody defines parameters for CancelBookingSeats.
+type CancelBookingSeatsJSONBody struct {
+	Places *[]PlacesPart `json:"places,omitempty"`
+	Seats  *[]ID         `json:"seats,omitempty"`
+}
+
+// CancelBookingSeatsParams defines parameters for CancelBookingSeats.
+type CancelBookingSeatsParams struct {
+	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
+	HolderId *Holder `json:"Holder-Id,omitempty"`
+}
+
 // GetEventFeedParams defines parameters for GetEventFeed.
 type GetEventFeedParams struct {
 	// After The last event id read; empty or absent: from the first.
@@ -809,7 +847,10 @@ type GetSeats200JSONResponseBody struct {
 }
 
 // PostBookingJSONRequestBody defines body for PostBooking for application/json ContentType.
-type PostBookingJSONRequestBody = Hold
+type PostBookingJSONRequestBody = HoldConfirm
+
+// CancelBookingSeatsJSONRequestBody defines body for CancelBookingSeats for application/json ContentType.
+type CancelBookingSeatsJSONRequestBody CancelBookingSeatsJSONBody
 
 // ExtendHoldJSONRequestBody defines body for ExtendHold for application/json ContentType.
 type ExtendHoldJSONRequestBody = HoldExtend
@@ -1271,6 +1312,24 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/bookings/{id} (the `GetBooking` operationId).
 	GetBooking(ctx context.Context, id string, params *GetBookingParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CancelBookingSeatsWithBody Cancel part of a booking of the caller's
+	//
+	// Cancels the seats and places named; they are sellable again at once and the rest stays booked under the same id and generation (a seats_cancelled event in the feed). Naming everything the booking has cancels it. A seat or area the booking does not have, more places than it has, nothing named, or a booking that is not confirmed is 400 invalid-argument and changes nothing.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
+	CancelBookingSeatsWithBody(ctx context.Context, id string, params *CancelBookingSeatsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelBookingSeats Cancel part of a booking of the caller's
+	//
+	// Cancels the seats and places named; they are sellable again at once and the rest stays booked under the same id and generation (a seats_cancelled event in the feed). Naming everything the booking has cancels it. A seat or area the booking does not have, more places than it has, nothing named, or a booking that is not confirmed is 400 invalid-argument and changes nothing.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
+	CancelBookingSeats(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PostDemoIdentity A signed demo holder, for the seat-map page (demo only)
 	//
 	// Served only by `holdfast serve --demo-show` with `--holder-jwt-secret-file`: a
@@ -1691,6 +1750,44 @@ func (c *Client) CancelBooking(ctx context.Context, id string, params *CancelBoo
 // Corresponds with GET /v1/bookings/{id} (the `GetBooking` operationId).
 func (c *Client) GetBooking(ctx context.Context, id string, params *GetBookingParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetBookingRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelBookingSeatsWithBody Cancel part of a booking of the caller's
+//
+// Cancels the seats and places named; they are sellable again at once and the rest stays booked under the same id and generation (a seats_cancelled event in the feed). Naming everything the booking has cancels it. A seat or area the booking does not have, more places than it has, nothing named, or a booking that is not confirmed is 400 invalid-argument and changes nothing.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
+func (c *Client) CancelBookingSeatsWithBody(ctx context.Context, id string, params *CancelBookingSeatsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelBookingSeatsRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelBookingSeats Cancel part of a booking of the caller's
+//
+// Cancels the seats and places named; they are sellable again at once and the rest stays booked under the same id and generation (a seats_cancelled event in the feed). Naming everything the booking has cancels it. A seat or area the booking does not have, more places than it has, nothing named, or a booking that is not confirmed is 400 invalid-argument and changes nothing.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
+func (c *Client) CancelBookingSeats(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelBookingSeatsRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2570,6 +2667,68 @@ func NewGetBookingRequest(server string, id string, params *GetBookingParams) (*
 	if err != nil {
 		return nil, err
 	}
+
+	if params != nil {
+
+		if params.HolderId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCancelBookingSeatsRequest calls the generic CancelBookingSeats builder with application/json body
+func NewCancelBookingSeatsRequest(server string, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCancelBookingSeatsRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewCancelBookingSeatsRequestWithBody constructs an http.Request for the CancelBookingSeats method, with any body, and a specified content type
+func NewCancelBookingSeatsRequestWithBody(server string, id string, params *CancelBookingSeatsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/bookings/%s/cancel-seats", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	if params != nil {
 
@@ -3881,6 +4040,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/bookings/{id} (the `GetBooking` operationId).
 	GetBookingWithResponse(ctx context.Context, id string, params *GetBookingParams, reqEditors ...RequestEditorFn) (*GetBookingResponse, error)
 
+	// CancelBookingSeatsWithBodyWithResponse Cancel part of a booking of the caller's
+	//
+	// Cancels the seats and places named; they are sellable again at once and the rest stays booked under the same id and generation (a seats_cancelled event in the feed). Naming everything the booking has cancels it. A seat or area the booking does not have, more places than it has, nothing named, or a booking that is not confirmed is 400 invalid-argument and changes nothing.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
+	CancelBookingSeatsWithBodyWithResponse(ctx context.Context, id string, params *CancelBookingSeatsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelBookingSeatsResponse, error)
+
+	// CancelBookingSeatsWithResponse Cancel part of a booking of the caller's
+	//
+	// Cancels the seats and places named; they are sellable again at once and the rest stays booked under the same id and generation (a seats_cancelled event in the feed). Naming everything the booking has cancels it. A seat or area the booking does not have, more places than it has, nothing named, or a booking that is not confirmed is 400 invalid-argument and changes nothing.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
+	CancelBookingSeatsWithResponse(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelBookingSeatsResponse, error)
+
 	// PostDemoIdentityWithResponse A signed demo holder, for the seat-map page (demo only)
 	//
 	// Served only by `holdfast serve --demo-show` with `--holder-jwt-secret-file`: a
@@ -4763,6 +4940,89 @@ func (r GetBookingResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetBookingResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelBookingSeatsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Booking
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelBookingSeatsResponse) GetJSON200() *Booking {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelBookingSeatsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelBookingSeatsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelBookingSeatsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CancelBookingSeatsResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CancelBookingSeatsResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CancelBookingSeatsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelBookingSeatsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelBookingSeatsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelBookingSeatsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelBookingSeatsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6660,6 +6920,36 @@ func (c *ClientWithResponses) GetBookingWithResponse(ctx context.Context, id str
 	return ParseGetBookingResponse(rsp)
 }
 
+// CancelBookingSeatsWithBodyWithResponse Cancel part of a booking of the caller's
+//
+// Cancels the seats and places named; they are sellable again at once and the rest stays booked under the same id and generation (a seats_cancelled event in the feed). Naming everything the booking has cancels it. A seat or area the booking does not have, more places than it has, nothing named, or a booking that is not confirmed is 400 invalid-argument and changes nothing.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
+func (c *ClientWithResponses) CancelBookingSeatsWithBodyWithResponse(ctx context.Context, id string, params *CancelBookingSeatsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelBookingSeatsResponse, error) {
+	rsp, err := c.CancelBookingSeatsWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelBookingSeatsResponse(rsp)
+}
+
+// CancelBookingSeatsWithResponse Cancel part of a booking of the caller's
+//
+// Cancels the seats and places named; they are sellable again at once and the rest stays booked under the same id and generation (a seats_cancelled event in the feed). Naming everything the booking has cancels it. A seat or area the booking does not have, more places than it has, nothing named, or a booking that is not confirmed is 400 invalid-argument and changes nothing.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
+func (c *ClientWithResponses) CancelBookingSeatsWithResponse(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelBookingSeatsResponse, error) {
+	rsp, err := c.CancelBookingSeats(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelBookingSeatsResponse(rsp)
+}
+
 // PostDemoIdentityWithResponse A signed demo holder, for the seat-map page (demo only)
 //
 // Served only by `holdfast serve --demo-show` with `--holder-jwt-secret-file`: a
@@ -7542,6 +7832,74 @@ func ParseGetBookingResponse(rsp *http.Response) (*GetBookingResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelBookingSeatsResponse parses an HTTP response from a CancelBookingSeatsWithResponse call
+func ParseCancelBookingSeatsResponse(rsp *http.Response) (*CancelBookingSeatsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelBookingSeatsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Booking
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
