@@ -215,20 +215,41 @@ func (e *Engine) settleBatches(todo []*unsettled) {
 	defer cancel()
 	outs := e.outcomes(ctx, todo)
 	// Each batch leaves the pass as soon as its own part is done: one still unknown is
-	// tried again on the next round, not after the others' re-commits.
+	// tried again on the next round, not after the others' re-commits. Those absent are
+	// committed again together, in as few transactions as recommitBatch allows: after
+	// a failover every batch is absent at once, on a server whose pool is dialled anew.
 	var wg sync.WaitGroup
+	var absent []*unsettled
 	for i, u := range todo {
 		switch outs[i] {
 		case outcomeBooked:
 			wg.Go(func() { e.bookedAfterAll(ctx, u); e.settling.finished(u, true) })
 		case outcomeAbsent:
-			wg.Go(func() { e.commitAgain(u); e.settling.finished(u, true) })
+			absent = append(absent, u)
 		default:
 			e.settling.finished(u, false)
 		}
 	}
+	for len(absent) > 0 {
+		n, size := 0, 0
+		for n < len(absent) && (n == 0 || size+len(absent[n].members) <= recommitBatch) {
+			size += len(absent[n].members)
+			n++
+		}
+		group := absent[:n]
+		absent = absent[n:]
+		wg.Go(func() {
+			e.commitAgain(group)
+			for _, u := range group {
+				e.settling.finished(u, true)
+			}
+		})
+	}
 	wg.Wait()
 }
+
+// recommitBatch bounds the confirmations the settler commits again in one transaction.
+const recommitBatch = 64
 
 // outcomes reads what the server the pool reaches has of each batch, on one
 // connection (every one unknown when none could be acquired).
@@ -279,22 +300,30 @@ func (e *Engine) bookedAfterAll(ctx context.Context, u *unsettled) {
 	}
 }
 
-// commitAgain commits u's confirmations again, in one batch of the settler's own (it
-// waits for no committer: those may still be settling their own lost COMMITs), with the
-// same booking ids, holds and generations (each hold is reserved for its id, and
-// reserve.lua only lengthens the reservation), and settles each by its answer.
-func (e *Engine) commitAgain(u *unsettled) {
+// commitAgain commits the confirmations of group's batches again, in one batch of the
+// settler's own (it waits for no committer: those may still be settling their own lost
+// COMMITs), with the same booking ids, holds and generations (each hold is reserved for
+// its id, and reserve.lua only lengthens the reservation), and settles each by its
+// answer.
+func (e *Engine) commitAgain(group []*unsettled) {
 	// The holds live as long as their reservations: that is their expiry here.
 	expires := time.Now().Add(e.reserveLife())
-	again := make([]*confirmReq, len(u.members))
-	for i, r := range u.members {
-		again[i] = e.newConfirmReq(r.ctx, r.c, r.gen, r.id, expires)
-		again[i].state.Store(reqTaken)
+	var again []*confirmReq
+	for _, u := range group {
+		for _, r := range u.members {
+			a := e.newConfirmReq(r.ctx, r.c, r.gen, r.id, expires)
+			a.state.Store(reqTaken)
+			again = append(again, a)
+		}
 	}
 	e.commitBatch(again)
-	for i, r := range u.members {
-		<-again[i].done // answered within the batch's bounds (or a fence busy elsewhere's)
-		e.settledAgain(u, r, again[i])
+	i := 0
+	for _, u := range group {
+		for _, r := range u.members {
+			<-again[i].done // answered within the batch's bounds (or a fence busy elsewhere's)
+			e.settledAgain(u, r, again[i])
+			i++
+		}
 	}
 }
 
