@@ -55,6 +55,8 @@ var (
 	shrinkLua string
 	//go:embed reclaim.lua
 	reclaimLua string
+	//go:embed transfer.lua
+	transferLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -91,6 +93,8 @@ var (
 	Shrink = newScript(" flags=allow-oom", shrinkLua)
 	// Reclaim gives a holder's live holds of a show fresh tokens and generations.
 	Reclaim = newScript("", reclaimLua)
+	// Transfer moves a hold to another holder under a new token and generation.
+	Transfer = newScript("", transferLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses
