@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -284,5 +285,142 @@ func TestConcurrentTransferConfirmReclaimBookOnce(t *testing.T) {
 		if claims[a] == "" && v.holdValue("s1", a) != v.holdValue("s1", b) {
 			t.Fatalf("%s held as %q, %s as %q", a, v.holdValue("s1", a), b, v.holdValue("s1", b))
 		}
+	}
+}
+
+// TestTransferBookingMovesCountsAndLeavesAnEvent: an operator moves a confirmed booking
+// to another holder: the booking and the feed's transferred event name the new holder,
+// both holders' booked seats move in PostgreSQL and in Redis (their next holds count
+// them), and a move past the new holder's limit is ErrHolderLimit with nothing changed.
+// A cancelled or unknown booking, or no new holder, is refused.
+func TestTransferBookingMovesCountsAndLeavesAnEvent(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	v.show("s1", seatNames(10)...)
+	v.setRules("s1", SaleRules{HolderLimit: 3})
+	book := func(holder string, seats ...string) Booking {
+		t.Helper()
+		b, err := v.e.Confirm(ctx, v.hold("s1", time.Minute, holder, seats...), ConfirmOptions{IdempotencyKey: "k1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	alices := book("alice", "S000", "S001")
+	book("bob", "S002", "S003")
+	_, cursor := waitEvents(t, v.e, "", 2)
+
+	redisBefore, dbBefore := v.redisSnapshot(), v.dbSnapshot()
+	if _, err := v.e.TransferBooking(ctx, alices.ID, "bob"); !errors.Is(err, ErrHolderLimit) {
+		t.Fatalf("2 more for bob, who booked 2 of 3: %v, want ErrHolderLimit", err)
+	}
+	if v.redisSnapshot() != redisBefore || v.dbSnapshot() != dbBefore {
+		t.Fatalf("a refused transfer changed something")
+	}
+
+	b, err := v.e.TransferBooking(ctx, alices.ID, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.HolderID != "carol" || b.ID != alices.ID || b.Status != BookingConfirmed || fmt.Sprint(b.SeatIDs) != "[S000 S001]" {
+		t.Fatalf("transferred %+v", b)
+	}
+	if got, err := v.e.Booking(ctx, alices.ID); err != nil || got.HolderID != "carol" {
+		t.Fatalf("the booking reads %+v, %v", got, err)
+	}
+	events, _ := waitEvents(t, v.e, cursor, 1)
+	if len(events) != 1 || events[0].Kind != EventTransferred || events[0].Booking.HolderID != "carol" ||
+		events[0].Booking.ID != alices.ID || events[0].Booking.Status != BookingConfirmed {
+		t.Fatalf("feed after the transfer: %+v", events)
+	}
+	inRedis, inDB := v.holderCounts("s1")
+	for _, h := range []string{"alice", "carol"} {
+		if inRedis[holderTag(h)] != inDB[holderTag(h)] {
+			t.Fatalf("%s's booked seats: Redis %q, the database %q", h, inRedis[holderTag(h)], inDB[holderTag(h)])
+		}
+	}
+	if v.count("SELECT seats FROM holder_seats WHERE show_id = 's1' AND holder_id = 'carol'") != 2 ||
+		v.count("SELECT seats FROM holder_seats WHERE show_id = 's1' AND holder_id = 'alice'") != 0 {
+		t.Fatalf("holder_seats did not follow the booking")
+	}
+	// alice has her 3 again, carol 1 left: the holds count Redis's counts. The key of
+	// alice's first booking went with it: her next booking may use it.
+	again := v.hold("s1", time.Minute, "alice", "S004", "S005", "S006")
+	if _, err := v.e.Confirm(ctx, again, ConfirmOptions{IdempotencyKey: "k1"}); err != nil {
+		t.Fatalf("alice's booking under her first one's key: %v", err)
+	}
+	if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "s1", SeatIDs: []string{"S007", "S008"}, HolderID: "carol"}); !errors.Is(err, ErrHolderLimit) {
+		t.Fatalf("carol's third and fourth: %v, want ErrHolderLimit", err)
+	}
+	v.hold("s1", time.Minute, "carol", "S007")
+
+	if err := v.e.Cancel(ctx, alices.ID); err != nil {
+		t.Fatal(err)
+	}
+	if v.count("SELECT seats FROM holder_seats WHERE show_id = 's1' AND holder_id = 'carol'") != 0 {
+		t.Fatalf("carol's seats did not come back with the cancellation")
+	}
+	for _, c := range []struct {
+		id   uuid.UUID
+		to   string
+		want error
+	}{{alices.ID, "dave", ErrInvalidArgument}, {uuid.New(), "dave", ErrNotFound}, {alices.ID, "", ErrInvalidArgument}} {
+		if _, err := v.e.TransferBooking(ctx, c.id, c.to); !errors.Is(err, c.want) {
+			t.Fatalf("transfer %s to %q: %v, want %v", c.id, c.to, err, c.want)
+		}
+	}
+}
+
+// TestConcurrentTransferBookingKeepsTheLimit: bookings are moved to one holder while
+// that holder confirms holds of its own, from many goroutines: the holder's booked
+// seats never pass the show's holder limit, and PostgreSQL's count is its bookings'.
+func TestConcurrentTransferBookingKeepsTheLimit(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHolder = 64 })
+	ctx := t.Context()
+	seats := seatNames(40)
+	v.show("s1", seats...)
+	var given []Booking
+	for i := 0; i < 20; i++ {
+		b, err := v.e.Confirm(ctx, v.hold("s1", time.Minute, fmt.Sprintf("h%d", i), seats[i]), ConfirmOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		given = append(given, b)
+	}
+	v.setRules("s1", SaleRules{HolderLimit: 6})
+	var wg sync.WaitGroup
+	for _, b := range given {
+		wg.Go(func() {
+			if _, err := v.e.TransferBooking(ctx, b.ID, "zoe"); err != nil && !errors.Is(err, ErrHolderLimit) {
+				t.Errorf("transfer: %v", err)
+			}
+		})
+	}
+	for _, s := range seats[20:] {
+		wg.Go(func() {
+			h, err := v.e.Hold(ctx, HoldRequest{ShowID: "s1", SeatIDs: []string{s}, HolderID: "zoe", TTL: time.Minute})
+			if errors.Is(err, ErrHolderLimit) {
+				return
+			}
+			if err != nil {
+				t.Errorf("hold: %v", err)
+				return
+			}
+			if _, err := v.e.Confirm(ctx, h, ConfirmOptions{}); err != nil && !errors.Is(err, ErrHolderLimit) {
+				t.Errorf("confirm: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	booked := v.count(`SELECT count(*) FROM bookings b JOIN booking_seats s USING (show_id, booking_id)
+		WHERE b.show_id = 's1' AND b.holder_id = 'zoe' AND b.status = 'confirmed'`)
+	counted := v.count("SELECT seats FROM holder_seats WHERE show_id = 's1' AND holder_id = 'zoe'")
+	if booked > 6 || booked != counted || booked == 0 {
+		t.Fatalf("zoe booked %d seats, holder_seats says %d, the limit is 6", booked, counted)
+	}
+	if n := v.doubleBookings(); n != 0 {
+		t.Fatalf("%d seats booked twice", n)
 	}
 }
