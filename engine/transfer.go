@@ -90,8 +90,9 @@ func validateNewHolder(from, to string) error {
 	if to == "" {
 		return invalid("toHolderID", "must name the holder")
 	}
-	if err := validateHolderID(to); err != nil {
-		return err
+	var iae *InvalidArgumentError
+	if err := validateHolderID(to); errors.As(err, &iae) {
+		return invalid("toHolderID", "%s", iae.Rule)
 	}
 	if to == from {
 		return invalid("toHolderID", "is the holder already")
