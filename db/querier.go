@@ -80,7 +80,8 @@ type Querier interface {
 	EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error)
 	// HolderSeatsByShow pages through a show's holders with booked seats.
 	HolderSeatsByShow(ctx context.Context, arg HolderSeatsByShowParams) ([]HolderSeatsByShowRow, error)
-	// HolderSeatsFind reads the booked-seat counts of (show, holder) pairs.
+	// HolderSeatsFind reads the booked-seat counts of (show, holder) pairs, a probe of
+	// the key per pair (as SeatClaimsFind).
 	HolderSeatsFind(ctx context.Context, arg HolderSeatsFindParams) ([]HolderSeat, error)
 	// MarkerOutboxAnyDue says whether a row has waited at least @min_age_seconds: the repair
 	// opens a transaction only when there is something to take.
@@ -102,7 +103,9 @@ type Querier interface {
 	SeatClaimListBySeats(ctx context.Context, arg SeatClaimListBySeatsParams) ([]SeatClaimListBySeatsRow, error)
 	SeatClaimListByShow(ctx context.Context, showID string) ([]SeatClaimListByShowRow, error)
 	SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsDeleteByBookingParams) (int64, error)
-	// SeatClaimsFind returns which of the (show, seat) pairs are claimed.
+	// SeatClaimsFind returns which of the (show, seat) pairs are claimed: a probe of the
+	// claims' key per pair (LATERAL … LIMIT 1), which PostgreSQL cannot turn into a join
+	// with a scan of the whole table, as it did when it planned on an empty table.
 	SeatClaimsFind(ctx context.Context, arg SeatClaimsFindParams) ([]SeatClaimsFindRow, error)
 	SeatFenceGet(ctx context.Context, arg SeatFenceGetParams) (int64, error)
 	// SeatFenceMaxByShow is the show's high-water mark: the largest generation ever accepted,
@@ -120,7 +123,9 @@ type Querier interface {
 	// seat) pairs, in one global order — show, then seat — skipping those another
 	// transaction has locked, and returns those it locked. A batch never waits for a lock:
 	// the confirmations touching a skipped fence leave it for a later batch. Read the
-	// claims of the same seats after it, in a statement of its own.
+	// claims of the same seats after it, in a statement of its own. Each fence is a probe
+	// of its key, locked in the pairs' order (LATERAL): PostgreSQL cannot plan it as a
+	// scan of the whole table, as it did a join when it planned on a small table.
 	SeatFencesLockSkip(ctx context.Context, arg SeatFencesLockSkipParams) ([]SeatFencesLockSkipRow, error)
 	// SeatLayoutListByShow is a show's seats with their layout, in seat id order, each
 	// with the show's identity (one statement: the seats are that show's).

@@ -97,9 +97,11 @@ func (q *Queries) SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsD
 
 const seatClaimsFind = `-- name: SeatClaimsFind :many
 SELECT c.show_id, c.seat_id
-FROM seat_claims c
-JOIN (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id) AS k
-  ON c.show_id = k.show_id AND c.seat_id = k.seat_id
+FROM (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id) AS k
+CROSS JOIN LATERAL (
+    SELECT c.show_id, c.seat_id FROM seat_claims c
+    WHERE c.show_id = k.show_id AND c.seat_id = k.seat_id
+    LIMIT 1) AS c
 `
 
 type SeatClaimsFindParams struct {
@@ -112,7 +114,9 @@ type SeatClaimsFindRow struct {
 	SeatID string
 }
 
-// SeatClaimsFind returns which of the (show, seat) pairs are claimed.
+// SeatClaimsFind returns which of the (show, seat) pairs are claimed: a probe of the
+// claims' key per pair (LATERAL … LIMIT 1), which PostgreSQL cannot turn into a join
+// with a scan of the whole table, as it did when it planned on an empty table.
 func (q *Queries) SeatClaimsFind(ctx context.Context, arg SeatClaimsFindParams) ([]SeatClaimsFindRow, error) {
 	rows, err := q.db.Query(ctx, seatClaimsFind, arg.ShowIds, arg.SeatIds)
 	if err != nil {

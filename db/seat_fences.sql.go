@@ -104,11 +104,11 @@ func (q *Queries) SeatFencesAdvanceMany(ctx context.Context, arg SeatFencesAdvan
 
 const seatFencesLockSkip = `-- name: SeatFencesLockSkip :many
 SELECT f.show_id, f.seat_id, f.generation
-FROM seat_fences f
-JOIN (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id) AS k
-  ON f.show_id = k.show_id AND f.seat_id = k.seat_id
-ORDER BY f.show_id, f.seat_id
-FOR UPDATE OF f SKIP LOCKED
+FROM (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS seat_id ORDER BY 1, 2) AS k
+CROSS JOIN LATERAL (
+    SELECT f.show_id, f.seat_id, f.generation FROM seat_fences f
+    WHERE f.show_id = k.show_id AND f.seat_id = k.seat_id
+    FOR UPDATE SKIP LOCKED) AS f
 `
 
 type SeatFencesLockSkipParams struct {
@@ -126,7 +126,9 @@ type SeatFencesLockSkipRow struct {
 // seat) pairs, in one global order — show, then seat — skipping those another
 // transaction has locked, and returns those it locked. A batch never waits for a lock:
 // the confirmations touching a skipped fence leave it for a later batch. Read the
-// claims of the same seats after it, in a statement of its own.
+// claims of the same seats after it, in a statement of its own. Each fence is a probe
+// of its key, locked in the pairs' order (LATERAL): PostgreSQL cannot plan it as a
+// scan of the whole table, as it did a join when it planned on a small table.
 func (q *Queries) SeatFencesLockSkip(ctx context.Context, arg SeatFencesLockSkipParams) ([]SeatFencesLockSkipRow, error) {
 	rows, err := q.db.Query(ctx, seatFencesLockSkip, arg.ShowIds, arg.SeatIds)
 	if err != nil {

@@ -54,9 +54,11 @@ func (q *Queries) HolderSeatsByShow(ctx context.Context, arg HolderSeatsByShowPa
 
 const holderSeatsFind = `-- name: HolderSeatsFind :many
 SELECT h.show_id, h.holder_id, h.seats, h.version
-FROM holder_seats h
-WHERE (h.show_id, h.holder_id) IN (
-    SELECT unnest($1::text[]), unnest($2::text[]))
+FROM (SELECT unnest($1::text[]) AS show_id, unnest($2::text[]) AS holder_id) AS k
+CROSS JOIN LATERAL (
+    SELECT h.show_id, h.holder_id, h.seats, h.version FROM holder_seats h
+    WHERE h.show_id = k.show_id AND h.holder_id = k.holder_id
+    LIMIT 1) AS h
 `
 
 type HolderSeatsFindParams struct {
@@ -64,7 +66,8 @@ type HolderSeatsFindParams struct {
 	HolderIds []string
 }
 
-// HolderSeatsFind reads the booked-seat counts of (show, holder) pairs.
+// HolderSeatsFind reads the booked-seat counts of (show, holder) pairs, a probe of
+// the key per pair (as SeatClaimsFind).
 func (q *Queries) HolderSeatsFind(ctx context.Context, arg HolderSeatsFindParams) ([]HolderSeat, error) {
 	rows, err := q.db.Query(ctx, holderSeatsFind, arg.ShowIds, arg.HolderIds)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/migrations"
 )
 
@@ -25,7 +26,7 @@ type Engine struct {
 	rdb  redis.UniversalClient
 	// scripts runs the scripts of holds and confirmations: rdb's autopipeliner, or rdb
 	// itself with Config.NoAutoPipeline.
-	scripts redis.Scripter
+	scripts lua.Caller
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
@@ -34,7 +35,8 @@ type Engine struct {
 	loads   singleflight.Group
 	resyncs singleflight.Group // one rebuild per show at a time when Redis lost it
 
-	policyCheckedAt atomic.Int64 // unix nanoseconds of the last good eviction-policy check
+	policyCheckedAt  atomic.Int64 // unix nanoseconds of the last good eviction-policy check
+	policyRechecking atomic.Bool  // a background recheck of it runs
 
 	tracer trace.Tracer  // nil: no tracing, and no cost
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them
@@ -57,7 +59,7 @@ type Engine struct {
 	queueFailedAt atomic.Int64
 	// queueScripts runs the waiting room's scripts: rdb's second (deferred)
 	// autopipeliner, a stream of pipelines of its own, or rdb itself.
-	queueScripts redis.Scripter
+	queueScripts lua.Caller
 
 	hooks hooks
 }
@@ -140,8 +142,8 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 			e.queueScripts = ap
 		}
 	}
-	e.scripts = boundedScripter{e.scripts, redisCallTimeout}
-	e.queueScripts = boundedScripter{e.queueScripts, redisCallTimeout}
+	e.scripts = boundedScripter{e.scripts, rdb, redisCallTimeout}
+	e.queueScripts = boundedScripter{e.queueScripts, rdb, redisCallTimeout}
 	if c.TracerProvider != nil {
 		e.tracer = c.TracerProvider.Tracer(tracerName)
 	}
@@ -156,7 +158,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 // asyncPipeliner is rdb's deferred autopipeliner (closed with the client), whose
 // commands travel in pipelines apart from the blocking autopipeliner's: a result read
 // waits for its command. nil for a client without one.
-func asyncPipeliner(rdb redis.UniversalClient) redis.Scripter {
+func asyncPipeliner(rdb redis.UniversalClient) lua.Caller {
 	var ap *redis.AutoPipeliner
 	var err error
 	switch c := rdb.(type) {
@@ -177,7 +179,7 @@ func asyncPipeliner(rdb redis.UniversalClient) redis.Scripter {
 // rdb's shared autopipeliner (closed with the client) when more are: calls made at the
 // same moment then share round trips, and a lone call pays nothing for it. nil for a
 // client without an autopipeliner.
-func autoPipeliner(rdb redis.UniversalClient) redis.Scripter {
+func autoPipeliner(rdb redis.UniversalClient) lua.Caller {
 	var ap *redis.AutoPipeliner
 	var err error
 	switch c := rdb.(type) {
@@ -198,14 +200,15 @@ func autoPipeliner(rdb redis.UniversalClient) redis.Scripter {
 // autopipeliner.
 const pipelineFrom = 3
 
-// adaptiveScripter is the redis.Scripter of autoPipeliner.
+// adaptiveScripter is the lua.Caller of autoPipeliner.
 type adaptiveScripter struct {
-	direct, piped redis.Scripter
-	inflight      atomic.Int64
+	direct   redis.UniversalClient
+	piped    lua.Caller
+	inflight atomic.Int64
 }
 
 // pick counts a call in flight (the caller ends it with done) and chooses its way.
-func (a *adaptiveScripter) pick() redis.Scripter {
+func (a *adaptiveScripter) pick() lua.Caller {
 	if a.inflight.Add(1) > pipelineFrom {
 		return a.piped
 	}
@@ -214,33 +217,13 @@ func (a *adaptiveScripter) pick() redis.Scripter {
 
 func (a *adaptiveScripter) done() { a.inflight.Add(-1) }
 
-func (a *adaptiveScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+func (a *adaptiveScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
 	defer a.done()
-	return a.pick().Eval(ctx, script, keys, args...)
+	return a.pick().FCall(ctx, function, keys, args...)
 }
 
-func (a *adaptiveScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	defer a.done()
-	return a.pick().EvalSha(ctx, sha1, keys, args...)
-}
-
-func (a *adaptiveScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	defer a.done()
-	return a.pick().EvalRO(ctx, script, keys, args...)
-}
-
-func (a *adaptiveScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	defer a.done()
-	return a.pick().EvalShaRO(ctx, sha1, keys, args...)
-}
-
-func (a *adaptiveScripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	return a.direct.ScriptExists(ctx, hashes...)
-}
-
-func (a *adaptiveScripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return a.direct.ScriptLoad(ctx, script)
-}
+// Client is the client the scripts' library is loaded through (lua.Load).
+func (a *adaptiveScripter) Client() redis.UniversalClient { return a.direct }
 
 // boundedScripter answers every script call within d. A Redis that refuses connections
 // makes go-redis dial and retry for seconds, whatever the context says, and a caller
@@ -249,8 +232,9 @@ func (a *adaptiveScripter) ScriptLoad(ctx context.Context, script string) *redis
 // hold no one heard of expires by its TTL; a release, an extension or a waiting-room call
 // is safe to have happened after all; a check only reads).
 type boundedScripter struct {
-	redis.Scripter
-	d time.Duration
+	c   lua.Caller
+	rdb redis.UniversalClient // the client the scripts' library is loaded through
+	d   time.Duration
 }
 
 // errScriptTimeout is a script call that did not answer within its bound.
@@ -281,21 +265,12 @@ func (b boundedScripter) bound(ctx context.Context, call func() *redis.Cmd) *red
 	return failed
 }
 
-func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.Eval(ctx, script, keys, args...) })
+func (b boundedScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.c.FCall(ctx, function, keys, args...) })
 }
 
-func (b boundedScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalSha(ctx, sha1, keys, args...) })
-}
-
-func (b boundedScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalRO(ctx, script, keys, args...) })
-}
-
-func (b boundedScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalShaRO(ctx, sha1, keys, args...) })
-}
+// Client is the client the scripts' library is loaded through (lua.Load).
+func (b boundedScripter) Client() redis.UniversalClient { return b.rdb }
 
 // redisCallTimeout bounds one script call on a caller's path (boundedScripter).
 const redisCallTimeout = 1500 * time.Millisecond
@@ -361,42 +336,65 @@ func (e *Engine) Ready(ctx context.Context) error {
 	return e.checkRedis(ctx)
 }
 
-// policyRecheck is how long a good eviction-policy check is trusted; policyCheckTimeout
-// bounds the check.
+// policyRecheck is how long a good eviction-policy check is trusted before it is made
+// again; policyCheckTimeout bounds the check.
 const (
 	policyRecheck      = time.Minute
-	policyCheckTimeout = 500 * time.Millisecond
+	policyCheckTimeout = redisCallTimeout
 )
 
 // checkRedis refuses a Redis whose maxmemory-policy may evict keys: a hold evicted
-// before its TTL would let a second customer take the seat.
+// before its TTL would let a second customer take the seat. One check runs at a time,
+// shared by every caller (a sale's first second would otherwise send one per hold to
+// every master), each of which leaves at its own deadline. Once a check has passed,
+// callers do not wait for the next one: it runs in the background a minute later, and
+// a policy found changed refuses the calls after it.
 func (e *Engine) checkRedis(ctx context.Context) error {
-	if last := e.policyCheckedAt.Load(); last != 0 && time.Since(time.Unix(0, last)) < policyRecheck {
+	if last := e.policyCheckedAt.Load(); last != 0 {
+		if time.Since(time.Unix(0, last)) >= policyRecheck && e.policyRechecking.CompareAndSwap(false, true) {
+			go func() {
+				defer e.policyRechecking.Store(false)
+				_ = e.sharedPolicyCheck(context.WithoutCancel(ctx))
+			}()
+		}
 		return nil
 	}
-	// Bounded: a Redis that refuses connections makes the client retry its dials for
-	// seconds, and the hold that asked must hear ErrUnavailable sooner.
-	ctx, cancel := context.WithTimeout(ctx, policyCheckTimeout)
-	defer cancel()
+	return e.sharedPolicyCheck(ctx)
+}
+
+// sharedPolicyCheck reads the eviction policy of every master, once for every caller
+// at a time; it records a good one, and forgets the last good one on a bad one.
+func (e *Engine) sharedPolicyCheck(ctx context.Context) error {
+	_, _, err := shared(ctx, &e.loads, "policy\x00", "redis", policyCheckTimeout, func(ctx context.Context) (struct{}, error) {
+		err := e.readPolicy(ctx)
+		switch {
+		case err == nil:
+			e.policyCheckedAt.Store(time.Now().UnixNano())
+		case errors.Is(err, errEvictingPolicy):
+			e.policyCheckedAt.Store(0)
+		}
+		return struct{}{}, err
+	})
+	return err
+}
+
+// errEvictingPolicy: Redis may evict keys, holds among them.
+var errEvictingPolicy = errors.New("redis may evict holds")
+
+// readPolicy reads every master's maxmemory-policy: an error unless each is noeviction.
+func (e *Engine) readPolicy(ctx context.Context) error {
 	check := func(ctx context.Context, c redis.UniversalClient) error {
 		v, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err != nil {
 			return unavailable("redis", fmt.Errorf("read maxmemory-policy: %w", err))
 		}
 		if p := v["maxmemory-policy"]; p != "noeviction" {
-			return fmt.Errorf("%w: redis maxmemory-policy is %q, which may evict holds; set it to noeviction", ErrUnavailable, p)
+			return fmt.Errorf("%w: %w: redis maxmemory-policy is %q; set it to noeviction", ErrUnavailable, errEvictingPolicy, p)
 		}
 		return nil
 	}
-	var err error
 	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
-	} else {
-		err = check(ctx, e.rdb)
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
 	}
-	if err != nil {
-		return err
-	}
-	e.policyCheckedAt.Store(time.Now().UnixNano())
-	return nil
+	return check(ctx, e.rdb)
 }

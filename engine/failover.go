@@ -89,6 +89,20 @@ type backends struct {
 	last serverIdentity
 	// changedAt is when the engine first saw last, if it saw another server before it.
 	changedAt time.Time
+	// changed is closed when the engine finds another server than last (then replaced).
+	changed chan struct{}
+}
+
+// serverView returns the last server the engine has seen and a channel closed when it
+// finds another.
+func (e *Engine) serverView() (serverIdentity, <-chan struct{}) {
+	b := &e.backends
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	return b.last, b.changed
 }
 
 // errDeposed: a connection reaches a primary on an older timeline of the cluster than
@@ -148,10 +162,17 @@ func (e *Engine) noteServer(pc *pgconn.PgConn, id serverIdentity) error {
 				"system_identifier", id.system, "timeline", id.timeline, "was_system_identifier", b.last.system, "was_timeline", b.last.timeline)
 			e.m.failovers.Inc()
 			b.changedAt = time.Now()
+			// The pool's idle connections may reach the old server, frozen or deposed:
+			// the settlement, the reconciliation and the next batches dial again.
+			e.pool.Reset()
 			e.reconcileSoon()
 			e.settleSoon()
 		}
 		b.last = id
+		if b.changed != nil {
+			close(b.changed)
+			b.changed = nil
+		}
 	}
 	return nil
 }
@@ -177,16 +198,33 @@ func (e *Engine) checkServer(ctx context.Context) {
 // there). It never ends a backend that waits for a synchronous standby: that COMMIT is
 // written locally and not replicated, and ending it would make it visible here while a
 // failover could still lose it.
+//
+// Once the engine has found another server than ran's history (a failover), the look-up
+// is not made, or is cut short: the settler settles every such batch there at once, on
+// one connection, and commits again what is absent.
 func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, id uuid.UUID, commitErr error) (time.Time, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
-	defer cancel()
 	unknown := func(err error) (time.Time, error) {
 		e.log.WarnContext(ctx, "commit reply lost; its outcome is unknown, the caller gets ErrUnavailable", "booking_id", id, "error", err)
 		return time.Time{}, unavailable("postgres", fmt.Errorf("%w (%w): %w", errCommitUnknown, commitErr, err))
 	}
+	last, changed := e.serverView()
+	if last.timeline != 0 && !last.sameHistory(ran) {
+		return unknown(errFailedOver)
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	rctx, cut := context.WithCancelCause(tctx)
+	defer cut(nil)
+	go func() {
+		select {
+		case <-changed:
+			cut(errFailedOver)
+		case <-rctx.Done():
+		}
+	}()
 	conn, err := e.pool.Acquire(rctx)
 	if err != nil {
-		return unknown(err)
+		return unknown(cause(rctx, err))
 	}
 	defer conn.Release()
 	at, out, now, err := e.settleOn(rctx, conn, ran, id, true)
@@ -200,7 +238,18 @@ func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, id uuid.
 		return unknown(fmt.Errorf("the booking is not on the server the pool reaches now (cluster %d timeline %d, after timeline %d): it is committed again there",
 			now.system, now.timeline, ran.timeline))
 	}
-	return unknown(err)
+	return unknown(cause(rctx, err))
+}
+
+// errFailedOver: the engine found another server than the one a COMMIT ran on.
+var errFailedOver = errors.New("the engine has found another PostgreSQL server since (a failover): the settler settles the batch there")
+
+// cause is err, or what ended ctx when that was not its deadline or a plain cancel.
+func cause(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) && !errors.Is(c, context.DeadlineExceeded) {
+		return fmt.Errorf("%w (%w)", c, err)
+	}
+	return err
 }
 
 // outcome is what settleOn found of a COMMIT whose reply never came.

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -392,6 +394,73 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 	v.hold("s1", time.Minute, "", "A1")
 }
 
+// TestPolicyCheckSharedByTheFirstHolds: a sale's first holds on a new engine share one
+// eviction-policy check (one CONFIG GET), instead of one each — a crowd of checks that,
+// on a busy machine or a Redis Cluster (one per master), ran past their bound and
+// answered the holds ErrUnavailable.
+func TestPolicyCheckSharedByTheFirstHolds(t *testing.T) {
+	t.Parallel()
+	v, _ := privateEnv(t)
+	const n = 100
+	v.show("s1", seatNames(n)...)
+	if err := v.rdb.ConfigResetStat(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{fmt.Sprintf("S%03d", i)}}); err != nil {
+				t.Errorf("hold %d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if calls := commandCalls(t, v.rdb, "config|get"); calls != 1 {
+		t.Fatalf("%d first holds read the eviction policy %d times, want once", n, calls)
+	}
+}
+
+// TestPolicyChangedIsFoundByTheRecheck: once a check has passed, holds do not wait for
+// the next one, and a policy changed to one that evicts is found by it: the holds after
+// are refused.
+func TestPolicyChangedIsFoundByTheRecheck(t *testing.T) {
+	t.Parallel()
+	v, _ := privateEnv(t)
+	v.show("s1", seatNames(50)...)
+	v.hold("s1", time.Minute, "", "S000")
+	v.rdb.ConfigSet(t.Context(), "maxmemory-policy", "allkeys-lru")
+	v.e.policyCheckedAt.Store(time.Now().Add(-policyRecheck).UnixNano()) // the recheck is due
+	var refused error
+	waitFor(t, "a hold refused after the policy changed", 10*time.Second, func() bool {
+		_, refused = v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: []string{fmt.Sprintf("S%03d", 1+rand.IntN(49))}})
+		return refused != nil && !errors.Is(refused, ErrSeatsUnavailable)
+	})
+	if !errors.Is(refused, ErrUnavailable) || !strings.Contains(refused.Error(), "noeviction") {
+		t.Fatalf("hold after the policy changed: %v, want ErrUnavailable naming noeviction", refused)
+	}
+}
+
+// commandCalls is how many times Redis ran cmd (INFO commandstats) since its last
+// CONFIG RESETSTAT.
+func commandCalls(t *testing.T, rdb redis.UniversalClient, cmd string) int {
+	t.Helper()
+	info, err := rdb.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
+		if ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
 func TestRedisOutOfMemory(t *testing.T) {
 	t.Parallel()
 	v, _ := privateEnv(t)
@@ -418,20 +487,23 @@ func TestRedisOutOfMemory(t *testing.T) {
 	v.rdb.ConfigSet(t.Context(), "maxmemory", "0")
 }
 
-func TestScriptFlushBetweenCalls(t *testing.T) {
+// TestFunctionFlushBetweenCalls: Redis loses the scripts' function library (FUNCTION
+// FLUSH) between a hold, a confirmation and a release: each call loads it again and
+// answers as if nothing happened.
+func TestFunctionFlushBetweenCalls(t *testing.T) {
 	t.Parallel()
 	v, _ := privateEnv(t)
 	v.show("s1", "A1", "A2")
 	h := v.hold("s1", time.Minute, "", "A1")
-	v.rdb.ScriptFlush(t.Context())
+	v.rdb.FunctionFlush(t.Context())
 	h2 := v.hold("s1", time.Minute, "", "A2")
-	v.rdb.ScriptFlush(t.Context())
+	v.rdb.FunctionFlush(t.Context())
 	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
-		t.Fatalf("confirm after SCRIPT FLUSH: %v", err)
+		t.Fatalf("confirm after FUNCTION FLUSH: %v", err)
 	}
-	v.rdb.ScriptFlush(t.Context())
+	v.rdb.FunctionFlush(t.Context())
 	if err := v.e.Release(t.Context(), h2); err != nil {
-		t.Fatalf("release after SCRIPT FLUSH: %v", err)
+		t.Fatalf("release after FUNCTION FLUSH: %v", err)
 	}
 }
 

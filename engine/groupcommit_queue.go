@@ -119,15 +119,7 @@ func (e *Engine) stopCommitters() {
 // with ErrHoldLost when no batch takes it while its hold could still be confirmed. A
 // refusal changes nothing.
 func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid.UUID, expires time.Time) (*confirmReq, error) {
-	now := time.Now()
-	r := &confirmReq{ctx: context.WithoutCancel(ctx), c: c, gen: gen, id: id, queued: now, expires: expires, done: make(chan struct{})}
-	r.leaves, _ = ctx.Deadline()
-	// A batch that takes it later than its expiry less a batch's time could only roll
-	// it back at the Redis check; one whose hold has less than that left may still try.
-	r.deadline = expires.Add(-e.gc.needs())
-	if !r.deadline.After(now) {
-		r.deadline = expires
-	}
+	r := e.newConfirmReq(ctx, c, gen, id, expires)
 	select {
 	case e.gc.queue <- r:
 	default:
@@ -152,6 +144,21 @@ func (e *Engine) commit(ctx context.Context, c *confirmation, gen int64, id uuid
 	}
 	<-r.done // taken: its batch answers within its own bounds
 	return r, nil
+}
+
+// newConfirmReq is a confirmation of the hold (current in Redis, expiring at expires)
+// for a batch, queued now.
+func (e *Engine) newConfirmReq(ctx context.Context, c *confirmation, gen int64, id uuid.UUID, expires time.Time) *confirmReq {
+	now := time.Now()
+	r := &confirmReq{ctx: context.WithoutCancel(ctx), c: c, gen: gen, id: id, queued: now, expires: expires, done: make(chan struct{})}
+	r.leaves, _ = ctx.Deadline()
+	// A batch that takes it later than its expiry less a batch's time could only roll
+	// it back at the Redis check; one whose hold has less than that left may still try.
+	r.deadline = expires.Add(-e.gc.needs())
+	if !r.deadline.After(now) {
+		r.deadline = expires
+	}
+	return r
 }
 
 // queueFull reports whether Config.MaxConfirmQueue confirmations wait already: a

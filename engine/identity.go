@@ -113,9 +113,12 @@ func (e *Engine) staleCopy(sh *show) error {
 }
 
 // unknownSeat answers a seat (or section) that the engine's copy of a show does not have,
-// err: unless the copy's rules were read within rulesRefresh, they are read again, and
-// a copy of an earlier show of the id is dropped (*showChanged: the call runs again on
-// the show as it is now, whose seats may be others).
+// err: unless the copy's rules were read within rulesRefresh, they are read again — one
+// read, bounded by itself, for every caller at the time (sharedRules): a flood of
+// unknown seats costs the database one read, and a hung one does not keep the callers
+// past that read's bound — and a copy of an earlier show of the id is dropped
+// (*showChanged: the call runs again on the show as it is now, whose seats may be
+// others).
 func (e *Engine) unknownSeat(ctx context.Context, sh *show, err error) error {
 	if serr := e.staleCopy(sh); serr != nil {
 		return serr
@@ -124,7 +127,7 @@ func (e *Engine) unknownSeat(ctx context.Context, sh *show, err error) error {
 		return err
 	}
 	var c *showChanged
-	if _, lerr := e.loadRules(ctx, sh); errors.As(lerr, &c) {
+	if _, lerr := e.sharedRules(ctx, sh); errors.As(lerr, &c) {
 		return lerr
 	}
 	return err

@@ -23,23 +23,33 @@ import (
 // primary that hung or vanished): each try of it costs a connect timeout, so it must be
 // tried for the first connection only. The names: localhost for both, and two names of
 // the pool's own lookup (a LookupFunc of the configuration, which TunePool keeps using).
+//
+// "same port": the form RELIABILITY.md gives (db1:5432,db2:5432), two names of one port
+// on two addresses (127.0.0.2, a silent host, and 127.0.0.1), told apart by address alone.
 func TestTunePoolPrefersTheNamedHostThatAnswered(t *testing.T) {
-	t.Run("localhost", func(t *testing.T) { testPreferNamedHost(t, "localhost", "localhost", nil) })
-	t.Run("lookup", func(t *testing.T) {
-		names := map[string][]string{"pg-old.holdfast.test": {"127.0.0.1"}, "pg-new.holdfast.test": {"127.0.0.1"}}
-		testPreferNamedHost(t, "pg-old.holdfast.test", "pg-new.holdfast.test", func(_ context.Context, host string) ([]string, error) {
+	t.Run("localhost", func(t *testing.T) { testPreferNamedHost(t, "localhost", "localhost", "127.0.0.1", nil) })
+	lookup := func(names map[string][]string) pgconn.LookupFunc {
+		return func(_ context.Context, host string) ([]string, error) {
 			if a, ok := names[host]; ok {
 				return a, nil
 			}
 			return nil, fmt.Errorf("no such host %q", host)
-		})
+		}
+	}
+	t.Run("lookup", func(t *testing.T) {
+		names := map[string][]string{"pg-old.holdfast.test": {"127.0.0.1"}, "pg-new.holdfast.test": {"127.0.0.1"}}
+		testPreferNamedHost(t, "pg-old.holdfast.test", "pg-new.holdfast.test", "127.0.0.1", lookup(names))
+	})
+	t.Run("same port", func(t *testing.T) {
+		names := map[string][]string{"db1.holdfast.test": {"127.0.0.2"}, "db2.holdfast.test": {"127.0.0.1"}}
+		testPreferNamedHost(t, "db1.holdfast.test", "db2.holdfast.test", "127.0.0.2", lookup(names))
 	})
 }
 
-// testPreferNamedHost: a pool on hungName (a silent host) then liveName (the test
-// server), both resolved by lookup when it is not nil.
-func testPreferNamedHost(t *testing.T, hungName, liveName string, lookup pgconn.LookupFunc) {
-	hung, tries := silentHost(t)
+// testPreferNamedHost: a pool on hungName (a silent host on hungIP: on the test
+// server's port when that is not 127.0.0.1, else on a port of its own) then liveName
+// (the test server), both resolved by lookup when it is not nil.
+func testPreferNamedHost(t *testing.T, hungName, liveName, hungIP string, lookup pgconn.LookupFunc) {
 	u, err := url.Parse(testsvc.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +58,11 @@ func testPreferNamedHost(t *testing.T, hungName, liveName string, lookup pgconn.
 	if err != nil {
 		t.Fatalf("TEST_DATABASE_URL %s: %v", u.Redacted(), err)
 	}
+	at := net.JoinHostPort(hungIP, "0")
+	if hungIP != "127.0.0.1" {
+		at = net.JoinHostPort(hungIP, port)
+	}
+	hung, tries := silentHost(t, at)
 	u.Host = fmt.Sprintf("%s:%d,%s:%s", hungName, hung, liveName, port)
 	cfg, err := pgxpool.ParseConfig(u.String())
 	if err != nil {
@@ -106,11 +121,11 @@ func testPreferNamedHost(t *testing.T, hungName, liveName string, lookup pgconn.
 	}
 }
 
-// silentHost listens on a loopback port and takes every connection without ever
+// silentHost listens on addr (a loopback address and port, 0 for any) and takes every connection without ever
 // answering; it returns the port and the count of connections taken.
-func silentHost(t *testing.T) (int, *atomic.Int64) {
+func silentHost(t *testing.T, addr string) (int, *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,8 +46,9 @@ func (e *Engine) reclaim(ctx context.Context, showID, holderID string) ([]Hold, 
 }
 
 // reclaimOn runs reclaim.lua until it answers: while a batch is committing one of the
-// holder's holds it waits for that batch (awaitDecided), and a hold the batch booked is
-// left out of the next run. Every run of one call derives its tokens from one seed.
+// holder's holds it waits for that batch (awaitDecided); a hold whose batch's reservation
+// lapsed is given back as Release gives it back (reclaimLapsed); a hold a batch booked
+// is left out of the next run. Every run of one call derives its tokens from one seed.
 func (e *Engine) reclaimOn(ctx context.Context, sh *show, holderID string) ([]Hold, error) {
 	tag, seed := holderTag(holderID), newToken()
 	var booked []string
@@ -61,6 +62,10 @@ func (e *Engine) reclaimOn(ctx context.Context, sh *show, holderID string) ([]Ho
 		if err != nil {
 			return nil, err
 		}
+		var token string
+		if len(res) > 1 {
+			token, _ = res[1].(string)
+		}
 		switch status, _ := res[0].(string); status {
 		case "OK":
 			return reclaimed(sh.id, holderID, res[1:])
@@ -72,20 +77,40 @@ func (e *Engine) reclaimOn(ctx context.Context, sh *show, holderID string) ([]Ho
 			res, err = run()
 			continue
 		case "BUSY":
+			err = e.awaitDecided(ctx, sh, token, func() (bool, error) {
+				var rerr error
+				res, rerr = run()
+				return rerr == nil && busyOn(res, token), rerr
+			})
+		case "LAPSED":
+			if err = e.reclaimLapsed(ctx, sh, tag, res); err == nil {
+				res, err = run()
+			}
 		default:
 			return nil, fmt.Errorf("%w: unexpected reclaim script reply %v", ErrUnavailable, res)
 		}
-		token, _ := res[1].(string)
-		err = e.awaitDecided(ctx, sh, token, func() (bool, error) {
-			var rerr error
-			res, rerr = run()
-			return rerr == nil && busyOn(res, token), rerr
-		})
 		if errors.Is(err, errHoldBooked) {
 			booked = append(booked, token)
 			res, err = run()
 		}
 	}
+}
+
+// reclaimLapsed gives back the hold of reclaim.lua's reply res, {"LAPSED", token, commit
+// id, seats}, whose batch's reservation lapsed, as Release does: errHoldBooked when that
+// batch booked it.
+func (e *Engine) reclaimLapsed(ctx context.Context, sh *show, tag string, res []any) error {
+	if len(res) != 4 {
+		return fmt.Errorf("%w: unexpected reclaim script reply %v", ErrUnavailable, res)
+	}
+	token, _ := res[1].(string)
+	list, _ := res[3].(string)
+	seats := strings.Fields(list)
+	ks, err := sh.scriptKeys(tag, seats)
+	if err != nil {
+		return fmt.Errorf("%w: reclaim: %v", ErrUnavailable, err)
+	}
+	return e.giveBackLapsed(ctx, sh, token, ks, tag, seats, []any{"LAPSED", res[2]})
 }
 
 // busyOn reports whether reclaim.lua's reply res says token's hold is being committed.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -173,5 +175,43 @@ func TestConcurrentReclaimAndConfirmBookOnce(t *testing.T) {
 	booked := v.bookings("s1")
 	if booked == 0 || booked+len(live) != len(holds) {
 		t.Fatalf("%d bookings and %d live holds, want %d in all and a booking", booked, len(live), len(holds))
+	}
+}
+
+// TestReclaimAfterADeadBatchLapses (issue 36 fault 1, on Reclaim): a batch reserved one
+// of a holder's 10-minute holds and never decided (its process died after the check, or
+// every reply to it and to its give-back was lost). Once the reservation has lapsed,
+// within its own bound, Reclaim gives the holder every live hold again, that one
+// included — as Release and Extend act on it — rather than waiting for a batch that
+// ended and answering ErrUnavailable for the hold's whole life. The new token books.
+func TestReclaimAfterADeadBatchLapses(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, shortReservations)
+	v.show("rl", "A1", "B1")
+	dead := v.hold("rl", 10*time.Minute, "alice", "A1")
+	live := v.hold("rl", 10*time.Minute, "alice", "B1")
+	start := time.Now()
+	v.reserveAs(dead, uuid.New())
+	var got []Hold
+	within := time.Until(start.Add(v.e.reserveLife() + 2*time.Second))
+	waitFor(t, "reclaim after the lapse", within, tryWithin(t, "reclaim", func(ctx context.Context) (err error) {
+		got, err = v.e.Reclaim(ctx, "rl", "alice")
+		return err
+	}))
+	t.Logf("reclaimed %v after the dead batch's check (the reservation's bound: %v)", time.Since(start).Round(time.Millisecond), v.e.reserveLife())
+	if len(got) != 2 || fmt.Sprint(got[0].SeatIDs, got[1].SeatIDs) != "[A1] [B1]" {
+		t.Fatalf("reclaimed %+v, want the holds of A1 and B1", got)
+	}
+	if strings.Contains(v.holdValue("rl", "A1"), "|") {
+		t.Fatalf("hold value after the reclaim %q still carries the dead batch's reservation", v.holdValue("rl", "A1"))
+	}
+	if err := v.e.Release(t.Context(), dead); !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("release with the old token: %v, want ErrHoldLost", err)
+	}
+	if _, err := v.e.Confirm(t.Context(), got[0], ConfirmOptions{}); err != nil {
+		t.Fatalf("confirm the reclaimed hold: %v", err)
+	}
+	if v.bookings("rl") != 1 || v.doubleBookings() != 0 || live.Token == got[1].Token {
+		t.Fatalf("%d bookings (want 1), %d double", v.bookings("rl"), v.doubleBookings())
 	}
 }

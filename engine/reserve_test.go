@@ -58,11 +58,12 @@ func (v *env) reserveCheck(h Hold, id uuid.UUID, by time.Time) []int64 {
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	ks, err := sh.scriptKeys("", h.SeatIDs)
+	tag := holderTag(h.HolderID)
+	ks, err := sh.scriptKeys(tag, h.SeatIDs)
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	args := scriptArgs("", []any{h.Token, h.Generation, commitID(id), newNonce(), v.e.reserveLife().Milliseconds(), by.UnixMilli()}, h.SeatIDs)
+	args := scriptArgs(tag, []any{h.Token, h.Generation, commitID(id), newNonce(), v.e.reserveLife().Milliseconds(), by.UnixMilli()}, h.SeatIDs)
 	res, err := lua.Reserve.Run(v.t.Context(), v.rdb, ks, args...).Int64Slice()
 	if err != nil {
 		v.t.Fatalf("reserve: %v", err)
@@ -159,8 +160,8 @@ func TestLostReservationReplyIsGivenBack(t *testing.T) {
 	h := v.hold("lr", 10*time.Minute, "", "A1")
 	before := v.holdValue("lr", "A1")
 	var cut atomic.Bool
-	sha := []byte(lua.Reserve.Hash())
-	proxy.Cut = func(chunk []byte) bool { return cut.Load() && bytes.Contains(chunk, sha) }
+	fn := []byte(lua.Reserve.Name())
+	proxy.Cut = func(chunk []byte) bool { return cut.Load() && bytes.Contains(chunk, fn) }
 	cut.Store(true)
 	ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
 	_, err := v.e.Confirm(ctx, h, ConfirmOptions{})

@@ -296,9 +296,7 @@ func (e *Engine) readRules(ctx context.Context, sh *show) (*rulesState, error) {
 func (e *Engine) rulesOf(ctx context.Context, sh *show) (*rulesState, error) {
 	st := sh.rules.cur.Load()
 	if st == nil {
-		key := "rules\x00" + sh.id + "\x00" + strconv.FormatInt(sh.epoch, 10)
-		st, _, err := shared(ctx, &e.loads, key, "postgres", e.cfg.StatementTimeout,
-			func(ctx context.Context) (*rulesState, error) { return e.loadRules(ctx, sh) })
+		st, err := e.sharedRules(ctx, sh)
 		if err != nil && ctx.Err() != nil {
 			return unreadRules(sh), err // this caller is out of time; the read goes on
 		}
@@ -315,6 +313,16 @@ func (e *Engine) rulesOf(ctx context.Context, sh *show) (*rulesState, error) {
 	}
 	e.refreshRules(sh)
 	return st, nil
+}
+
+// sharedRules reads a show's rules from PostgreSQL (loadRules) once for every caller at
+// the time, bounded by Config.StatementTimeout, each caller waiting for it until its ctx
+// ends (shared).
+func (e *Engine) sharedRules(ctx context.Context, sh *show) (*rulesState, error) {
+	key := "rules\x00" + sh.id + "\x00" + strconv.FormatInt(sh.epoch, 10)
+	st, _, err := shared(ctx, &e.loads, key, "postgres", e.cfg.StatementTimeout,
+		func(ctx context.Context) (*rulesState, error) { return e.loadRules(ctx, sh) })
+	return st, err
 }
 
 // refreshRules reads a cached show's rules (and with them its identity) again in the

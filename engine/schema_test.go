@@ -397,6 +397,11 @@ func TestSQLInvariants(t *testing.T) {
 			"23503", "seat_claims_booking_seat_fkey"},
 		{"rewrite a booking's generation under its claims", inTx("UPDATE bookings SET generation = 6 WHERE booking_id = $1"),
 			"23503", "seat_claims_booking_fkey"},
+		// A foreign key until migration 00015, now a trigger of the same name.
+		{"delete a claimed seat's fence", inTx("DELETE FROM seat_fences WHERE show_id = 'inv' AND seat_id = 'A1'"),
+			"23503", "seat_claims_fence_fkey"},
+		{"move a claimed seat's fence to another seat", inTx("UPDATE seat_fences SET seat_id = 'A3' WHERE show_id = 'inv' AND seat_id = 'A1'"),
+			"23503", "seat_claims_fence_fkey"},
 		{"delete a show that has bookings", inTx("DELETE FROM shows WHERE show_id = 'inv'"),
 			"23503", "bookings_show_fkey"},
 		{"a second booking of one hold", func() error {

@@ -277,31 +277,33 @@ func (e *Engine) bookedAfterAll(ctx context.Context, u *unsettled) {
 	}
 }
 
-// commitAgain commits each confirmation of u again, in a batch as any confirmation is,
-// with the same booking id, hold and generation (its hold is reserved for that id, and
-// reserve.lua only lengthens the reservation), and waits for the answers.
+// commitAgain commits u's confirmations again, in one batch of the settler's own (it
+// waits for no committer: those may still be settling their own lost COMMITs), with the
+// same booking ids, holds and generations (each hold is reserved for its id, and
+// reserve.lua only lengthens the reservation), and settles each by its answer.
 func (e *Engine) commitAgain(u *unsettled) {
-	var wg sync.WaitGroup
-	for _, r := range u.members {
-		wg.Go(func() { e.commitOneAgain(u, r) })
+	// The holds live as long as their reservations: that is their expiry here.
+	expires := time.Now().Add(e.reserveLife())
+	again := make([]*confirmReq, len(u.members))
+	for i, r := range u.members {
+		again[i] = e.newConfirmReq(r.ctx, r.c, r.gen, r.id, expires)
+		again[i].state.Store(reqTaken)
 	}
-	wg.Wait()
+	e.commitBatch(again)
+	for i, r := range u.members {
+		<-again[i].done // answered within the batch's bounds (or a fence busy elsewhere's)
+		e.settledAgain(u, r, again[i])
+	}
 }
 
-// commitOneAgain is commitAgain of one confirmation: booked, refused for good (its batch
-// gave its hold back), its outcome unknown again (its batch handed it to the settler), or
-// not tried (the engine closed, the queue was full, the server failed before COMMIT):
-// then it is the settler's again.
-func (e *Engine) commitOneAgain(u *unsettled, r *confirmReq) {
-	life := e.reserveLife()
-	ctx, cancel := context.WithTimeout(r.ctx, life)
+// settledAgain settles r, committed again as again: booked, refused for good (its batch
+// gave its hold back), its outcome unknown again (its batch handed it to the settler),
+// or not tried (the engine closed, the server failed before COMMIT): then it is the
+// settler's again.
+func (e *Engine) settledAgain(u *unsettled, r, again *confirmReq) {
+	ctx, cancel := context.WithTimeout(r.ctx, markSoldTimeout)
 	defer cancel()
-	// The hold lives as long as its reservation: that is its expiry here.
-	again, err := e.commit(ctx, r.c, r.gen, r.id, time.Now().Add(life))
-	if err == nil {
-		err = again.err
-	}
-	switch {
+	switch err := again.err; {
 	case err == nil:
 		if !again.marked {
 			if len(again.res.counts) > 0 {

@@ -188,3 +188,61 @@ func TestPolledSeatMapKeepsEachCallersDeadline(t *testing.T) {
 		t.Fatalf("a read once the lock is gone: %v", err)
 	}
 }
+
+// TestUnknownSeatRereadIsSharedAndBounded (issue 36 fault 4, on the re-read of a show's
+// rules that a hold of a seat the engine does not know makes, to learn whether the show
+// was replaced): the table shows is locked, so that the read hangs. 20 such holds at once
+// without a deadline make one read between them (beside the engine's background refresh
+// of the rules), and it ends by its own bound
+// (StatementTimeout): each answers ErrNotFound by then, while the lock is still held.
+func TestUnknownSeatRereadIsSharedAndBounded(t *testing.T) {
+	t.Parallel()
+	const bound = time.Second
+	v := newEnv(t, func(c *Config) { c.StatementTimeout = bound })
+	v.show("us", seatNames(3)...)
+	v.hold("us", time.Minute, "", seatNames(3)[0])  // the show's inventory and rules read
+	time.Sleep(rulesRefresh + 100*time.Millisecond) // the rules are due a re-read
+	tx, err := v.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), "LOCK TABLE shows IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	const callers = 20
+	type answer struct {
+		err  error
+		took time.Duration
+	}
+	answers := make(chan answer, callers)
+	for i := range callers {
+		go func() {
+			start := time.Now()
+			_, err := v.e.Hold(context.WithoutCancel(t.Context()), HoldRequest{ShowID: "us", SeatIDs: []string{fmt.Sprintf("NOPE%d", i)}})
+			answers <- answer{err, time.Since(start)}
+		}()
+	}
+	waitFor(t, "a re-read waits for the lock", 5*time.Second, func() bool {
+		return v.count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") >= 1
+	})
+	time.Sleep(200 * time.Millisecond)
+	// One read for the callers, and the engine's own background refresh of the rules
+	// (refreshRules, one per show), which the first hold started.
+	if n := v.count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"); n > 2 {
+		t.Errorf("%d reads of the rules wait for the lock for %d holds of unknown seats, want one between them (and the background refresh)", n, callers)
+	}
+	var slowest time.Duration
+	for range callers {
+		select {
+		case a := <-answers:
+			slowest = max(slowest, a.took)
+			if !errors.Is(a.err, ErrNotFound) {
+				t.Errorf("a hold of an unknown seat while the rules cannot be read: %v, want ErrNotFound", a.err)
+			}
+		case <-time.After(bound + 4*time.Second):
+			t.Fatalf("a hold of an unknown seat has not answered %v after the read began (its bound is %v)", bound+4*time.Second, bound)
+		}
+	}
+	t.Logf("%d holds of unknown seats answered, the slowest after %v (the read's bound %v)", callers, slowest, bound)
+}

@@ -45,10 +45,12 @@ WHERE f.show_id = k.show_id AND f.seat_id = k.seat_id AND f.generation < k.gener
 -- seat) pairs, in one global order — show, then seat — skipping those another
 -- transaction has locked, and returns those it locked. A batch never waits for a lock:
 -- the confirmations touching a skipped fence leave it for a later batch. Read the
--- claims of the same seats after it, in a statement of its own.
+-- claims of the same seats after it, in a statement of its own. Each fence is a probe
+-- of its key, locked in the pairs' order (LATERAL): PostgreSQL cannot plan it as a
+-- scan of the whole table, as it did a join when it planned on a small table.
 SELECT f.show_id, f.seat_id, f.generation
-FROM seat_fences f
-JOIN (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id) AS k
-  ON f.show_id = k.show_id AND f.seat_id = k.seat_id
-ORDER BY f.show_id, f.seat_id
-FOR UPDATE OF f SKIP LOCKED;
+FROM (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@seat_ids::text[]) AS seat_id ORDER BY 1, 2) AS k
+CROSS JOIN LATERAL (
+    SELECT f.show_id, f.seat_id, f.generation FROM seat_fences f
+    WHERE f.show_id = k.show_id AND f.seat_id = k.seat_id
+    FOR UPDATE SKIP LOCKED) AS f;

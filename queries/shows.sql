@@ -34,11 +34,14 @@ WHERE show_id = @show_id AND epoch = @epoch
 RETURNING rules_version;
 
 -- name: HolderSeatsFind :many
--- HolderSeatsFind reads the booked-seat counts of (show, holder) pairs.
+-- HolderSeatsFind reads the booked-seat counts of (show, holder) pairs, a probe of
+-- the key per pair (as SeatClaimsFind).
 SELECT h.show_id, h.holder_id, h.seats, h.version
-FROM holder_seats h
-WHERE (h.show_id, h.holder_id) IN (
-    SELECT unnest(@show_ids::text[]), unnest(@holder_ids::text[]));
+FROM (SELECT unnest(@show_ids::text[]) AS show_id, unnest(@holder_ids::text[]) AS holder_id) AS k
+CROSS JOIN LATERAL (
+    SELECT h.show_id, h.holder_id, h.seats, h.version FROM holder_seats h
+    WHERE h.show_id = k.show_id AND h.holder_id = k.holder_id
+    LIMIT 1) AS h;
 
 -- name: HolderSeatsByShow :many
 -- HolderSeatsByShow pages through a show's holders with booked seats.

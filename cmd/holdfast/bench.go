@@ -37,7 +37,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		rate     = fs.Float64("sale-rate", 500, "on-sale: buyers arriving per second after the ramp (three times that in the spike)")
 		timeout  = fs.Duration("sale-timeout", 3*time.Minute, "sales: give up after")
 		jsonPath = fs.String("json", "", "also write the report as JSON to this file")
-		only     = fs.String("only", "", "comma-separated workloads to run: seatmap, feed, best, hold, shape, memory, confirm, onsale, overload, venue, fair (default all)")
+		only     = fs.String("only", "", "comma-separated workloads to run: fresh, seatmap, feed, best, hold, shape, memory, confirm, onsale, overload, venue, fair (default all)")
 		quick    = fs.Bool("quick", false, "a smoke run for CI: the on-sales only (onsale, fair), 2,000 seats, short think times; fails on a double booking")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 		svgDir   = fs.String("svg", "", "also draw the charts (seats sold over time, hold p99 by arrival rate, batch sizes) as SVG files in this directory")

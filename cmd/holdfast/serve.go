@@ -74,6 +74,7 @@ type serveFlags struct {
 	proxies                         string
 	maxConns, addrConns             int
 	maxStreams, addrStream          int
+	streamConnects                  float64
 	jwtSecret, jwtKey               string
 	trustedHolder                   bool
 	tlsCert, tlsKey                 string
@@ -125,6 +126,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 		"most open connections from one client address (an IPv6 /64; not a --trusted-proxy); more are closed as they are accepted")
 	fs.IntVar(&f.maxStreams, "max-streams", 1024, "most seat-map event streams open at once (at most half of --max-conns)")
 	fs.IntVar(&f.addrStream, "max-streams-per-addr", 16, "most event streams open at once from one client address")
+	fs.Float64Var(&f.streamConnects, "stream-connect-rate", 200,
+		"seat-map event streams opened per second from all clients (a reconnect storm); past it a connect is refused with 503 and Retry-After")
 	fs.StringVar(&f.jwtSecret, "holder-jwt-secret-file", "",
 		"file with the HS256 secret of signed holders (Authorization: Bearer <JWT>, sub the holder); read again when it changes")
 	fs.StringVar(&f.jwtKey, "holder-jwt-key", "",
@@ -221,7 +224,7 @@ func (f *serveFlags) logger(stderr io.Writer) *slog.Logger {
 func (f *serveFlags) apiOptions(log *slog.Logger) (httpapi.Options, func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
 	opts := httpapi.Options{RateLimit: f.rateLimit, RateBurst: f.rateBurst, AddrRateLimit: f.addrLimit, AddrRateBurst: f.addrBurst,
 		ReadRateLimit: f.readLimit, ReadRateBurst: f.readBurst, MaxSeatsPerAddress: f.addrSeats, TrustedProxies: f.trusted,
-		MaxStreams: f.maxStreams, MaxStreamsPerAddress: f.addrStream, MaxConns: f.maxConns, MaxConnsPerAddress: f.addrConns,
+		MaxStreams: f.maxStreams, MaxStreamsPerAddress: f.addrStream, StreamConnectRate: f.streamConnects, MaxConns: f.maxConns, MaxConnsPerAddress: f.addrConns,
 		OperatorToken: f.opToken, OperatorTokenFile: f.opTokenFile, LogKey: []byte(f.logKey),
 		RequestLogLevel: f.rlevel, TLS: f.tlsCert != ""}
 	reloadFailed := func(what string) func(error) {

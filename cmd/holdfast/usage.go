@@ -18,7 +18,7 @@ type flagGroup struct {
 var flagGroups = map[string][]flagGroup{
 	"holdfast serve": {
 		{"Listening", []string{"addr", "admin-addr", "tls-cert", "tls-key", "trusted-proxy", "max-conns", "max-conns-per-addr",
-			"max-streams", "max-streams-per-addr", "shutdown-timeout"}},
+			"max-streams", "max-streams-per-addr", "stream-connect-rate", "shutdown-timeout"}},
 		{"Backends", []string{"database-url", "pg-max-conns", "redis-url", "redis-cluster", "key-prefix"}},
 		{"Holds and confirmations", []string{"default-hold-ttl", "max-hold-ttl", "max-hold-age", "max-seats-per-hold",
 			"max-seats-per-holder", "max-confirm-queue", "confirm-batch", "confirm-batch-wait", "confirm-conns",

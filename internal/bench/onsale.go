@@ -552,22 +552,7 @@ func (e *env) onsaleHistory(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("H%05d", i)
-	}
-	if err := eng.CreateShow(ctx, "onsale-history", ids); err != nil {
-		return err
-	}
-	e.progress("   seeding %d bookings of history", n)
-	return parallel(ctx, 50, n, func(ctx context.Context, i int) error {
-		h, err := eng.Hold(ctx, engine.HoldRequest{ShowID: "onsale-history", SeatIDs: ids[i : i+1], TTL: time.Minute})
-		if err != nil {
-			return err
-		}
-		_, err = eng.Confirm(ctx, h, engine.ConfirmOptions{})
-		return err
-	})
+	return e.bookHistory(ctx, eng, "onsale-history", n)
 }
 
 // commitLatency reports what one small write transaction alone costs on this machine

@@ -18,7 +18,10 @@
 --
 -- Returns {"OK", token, generation, expires_ms, "seat seat ...", token, ...} (one
 -- group of four per reclaimed hold), {"BUSY", token} when a batch is committing one of
--- the holder's holds (nothing changed; ask again once it has decided), or {"NOSTATE"}
+-- the holder's holds (nothing changed; ask again once it has decided), {"LAPSED", token,
+-- commit id, "seat seat ..."} when a batch's reservation of one of them lapsed and the
+-- hold lives on (nothing changed; the engine gives those seats back as Release does,
+-- once the database says that batch booked nothing, and asks again), or {"NOSTATE"}
 -- when the counter is missing (Redis lost the show: the engine rebuilds it first).
 
 local tag, seed = ARGV[1], ARGV[2]
@@ -34,7 +37,7 @@ for i = 3, #ARGV do booked[ARGV[i]] = true end
 
 local now = now_ms()
 redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
-local holds, order = {}, {}
+local holds, order, lapsed_hold = {}, {}, nil
 for _, s in ipairs(redis.call("ZRANGE", KEYS[2], 0, -1)) do
     local v = redis.call("GET", BASE .. "hold:" .. s)
     local t, g, c, h, _, cid, cexp, cend = nil, nil, nil, nil, nil, "", "", ""
@@ -46,8 +49,12 @@ for _, s in ipairs(redis.call("ZRANGE", KEYS[2], 0, -1)) do
         -- booked: its keys become sold markers
     elseif lapsed and tonumber(cexp) <= now then
         -- a reservation that lapsed past the hold's own expiry: the hold is gone
+    elseif lapsed then
+        -- its batch has ended without giving it back: the engine does, then asks again
+        lapsed_hold = lapsed_hold or {t = t, cid = cid, seats = {}}
+        if lapsed_hold.t == t and lapsed_hold.cid == cid then table.insert(lapsed_hold.seats, s) end
     elseif cid ~= "" then
-        return {"BUSY", t} -- reserved, or lapsed and not yet given back
+        return {"BUSY", t} -- a batch is committing it
     else
         local hd = holds[t]
         if not hd then
@@ -61,6 +68,9 @@ for _, s in ipairs(redis.call("ZRANGE", KEYS[2], 0, -1)) do
     end
 end
 
+if lapsed_hold then
+    return {"LAPSED", lapsed_hold.t, lapsed_hold.cid, table.concat(lapsed_hold.seats, " ")}
+end
 local out = {"OK"}
 for _, t in ipairs(order) do
     local hd = holds[t]
