@@ -344,3 +344,25 @@ func (q *Queries) BookingListByHolder(ctx context.Context, arg BookingListByHold
 	}
 	return items, nil
 }
+
+const bookingTransfer = `-- name: BookingTransfer :execrows
+UPDATE bookings SET holder_id = $1, idempotency_key = NULL
+WHERE show_id = $2 AND booking_id = $3 AND status = 'confirmed'
+`
+
+type BookingTransferParams struct {
+	HolderID  string
+	ShowID    string
+	BookingID uuid.UUID
+}
+
+// BookingTransfer moves a confirmed booking to @holder_id (migration 00013 moves its
+// seats between the holders' counts). Its idempotency key was the old holder's request
+// and goes with the move: keys are scoped to the holder.
+func (q *Queries) BookingTransfer(ctx context.Context, arg BookingTransferParams) (int64, error) {
+	result, err := q.db.Exec(ctx, bookingTransfer, arg.HolderID, arg.ShowID, arg.BookingID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

@@ -45,7 +45,7 @@ SELECT e.show_id, e.event_id, CAST(CAST(e.txid AS text) AS bigint) AS txid, e.ki
        e.seat_ids, e.holder_id, e.at, b.confirmed_at AS booking_confirmed_at
 FROM booking_events e
 LEFT JOIN bookings b ON b.show_id = e.show_id AND b.booking_id = e.booking_id
-WHERE e.kind IN ('confirmed', 'cancelled', 'seats_cancelled', 'lost')
+WHERE e.kind IN ('confirmed', 'cancelled', 'seats_cancelled', 'exchanged', 'transferred', 'lost')
   AND (e.txid, e.event_id) > (CAST(CAST($1::bigint AS text) AS xid8), $2::bigint)
   AND e.txid < (SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()))
 ORDER BY e.txid, e.event_id
@@ -74,7 +74,7 @@ type EventsAfterRow struct {
 // EventsAfter reads the feed (migration 00010): the booking changes after the position
 // (@after_txid, @after_event), in (txid, event_id) order, of transactions below the
 // oldest one still running only, so that no row can commit later behind what it
-// returns. A confirmed or cancelled event carries its booking's confirmation time.
+// returns. An event of a booking carries its booking's confirmation time.
 func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error) {
 	rows, err := q.db.Query(ctx, eventsAfter, arg.AfterTxid, arg.AfterEvent, arg.MaxRows)
 	if err != nil {

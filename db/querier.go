@@ -69,6 +69,10 @@ type Querier interface {
 	BookingPlacesUnclaim(ctx context.Context, arg BookingPlacesUnclaimParams) (int64, error)
 	// BookingSeatsDelete takes unclaimed seats out of a booking (a partial cancellation).
 	BookingSeatsDelete(ctx context.Context, arg BookingSeatsDeleteParams) (int64, error)
+	// BookingTransfer moves a confirmed booking to @holder_id (migration 00013 moves its
+	// seats between the holders' counts). Its idempotency key was the old holder's request
+	// and goes with the move: keys are scoped to the holder.
+	BookingTransfer(ctx context.Context, arg BookingTransferParams) (int64, error)
 	// DurabilityBarrier writes a row (see migration 00005), so that its transaction's COMMIT
 	// writes WAL and waits, as every such COMMIT does, for the synchronous standbys the
 	// server is set up with: once it returns, everything the server committed before it is
@@ -80,7 +84,7 @@ type Querier interface {
 	// EventsAfter reads the feed (migration 00010): the booking changes after the position
 	// (@after_txid, @after_event), in (txid, event_id) order, of transactions below the
 	// oldest one still running only, so that no row can commit later behind what it
-	// returns. A confirmed or cancelled event carries its booking's confirmation time.
+	// returns. An event of a booking carries its booking's confirmation time.
 	EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error)
 	// HolderSeatsByShow pages through a show's holders with booked seats.
 	HolderSeatsByShow(ctx context.Context, arg HolderSeatsByShowParams) ([]HolderSeatsByShowRow, error)

@@ -15,9 +15,10 @@ import (
 
 // The event feed. Every change to a booking is a row of booking_events written in the
 // transaction that makes the change: the group commit's batch statement
-// (BookingCreateMany, or BookingCreate per booking), the cancellation (cancelTx), and
-// Reconcile for a booking a failover lost (before it sets the booking's markers back).
-// Each row carries the id of its transaction (migration 00010), and the feed is read in
+// (BookingCreateMany, or BookingCreate per booking), the cancellation (cancelTx), the
+// transfer to another holder (transferTx), and Reconcile for a booking a failover lost
+// (before it sets the booking's markers back). Each row carries the id of its
+// transaction (migration 00011), and the feed is read in
 // (transaction id, event id) order below the oldest transaction still running: every
 // transaction that could commit a row behind a cursor has ended before the cursor is
 // handed out, so a consumer that resumes from its last cursor misses none and sees none
@@ -28,6 +29,9 @@ const (
 	EventConfirmed = "confirmed" // a booking was made
 	EventCancelled = "cancelled" // a booking was cancelled
 	EventLost      = "lost"      // a failover lost a confirmed booking (Reconcile); its seats are sellable again
+	// EventTransferred: an operator moved a confirmed booking to another holder
+	// (TransferBooking); the event's booking names the new one.
+	EventTransferred = "transferred"
 )
 
 // BookingLost is the status of the booking of an EventLost: the database no longer has
@@ -41,7 +45,7 @@ type Event struct {
 	// read to Events to read on. It is the webhook-id of the event's delivery.
 	ID     string
 	ShowID string
-	Kind   string // EventConfirmed, EventCancelled, EventSeatsCancelled, EventLost
+	Kind   string // EventConfirmed, EventCancelled, EventSeatsCancelled, EventTransferred, EventLost
 	At     time.Time
 	// Booking is the booking as the event left it. For EventLost, Status is BookingLost,
 	// ID is the zero UUID when Redis did not know it, HolderID is empty and ConfirmedAt
@@ -84,7 +88,7 @@ func eventFromRow(r db.EventsAfterRow) Event {
 		b.ConfirmedAt = *r.BookingConfirmedAt
 	}
 	switch r.Kind {
-	case EventConfirmed, EventSeatsCancelled:
+	case EventConfirmed, EventSeatsCancelled, EventTransferred:
 		b.Status = BookingConfirmed
 	case EventCancelled:
 		at := r.At

@@ -164,7 +164,8 @@ func (a *api) doHeaders(method, path string, headers http.Header, body any) repl
 func adminRoute(method, path string) bool {
 	showPath := strings.HasPrefix(path, "/v1/shows/") && strings.Count(path, "/") == 3
 	return (method == "PUT" && strings.HasPrefix(path, "/v1/shows/")) || (method == "DELETE" && showPath) ||
-		(method == "POST" && strings.HasSuffix(path, "/resync")) || path == "/metrics" || strings.HasPrefix(path, "/v1/events")
+		(method == "POST" && strings.HasSuffix(path, "/resync")) || path == "/metrics" || strings.HasPrefix(path, "/v1/events") ||
+		(method == "POST" && strings.HasPrefix(path, "/v1/bookings/") && strings.HasSuffix(path, "/transfer"))
 }
 
 // doOn sends a request to one listener.

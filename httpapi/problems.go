@@ -226,6 +226,7 @@ var wireNames = map[string]string{
 	"HoldRequest.Places": "places", "Hold.Places": "places", "Venue.Areas": "areas", "Venue.Seats": "layout",
 	"Hold.Token": "token", "Hold.Generation": "generation",
 	"HolderID": HolderHeader, "ConfirmOptions.IdempotencyKey": IdempotencyHeader,
+	"toHolderID": "to", "bookingID": "id",
 }
 
 // problemPrefix starts every problem type; the rest is stable per error.

@@ -125,6 +125,13 @@ UPDATE bookings SET status = 'cancelled', cancelled_at = now()
 WHERE show_id = @show_id AND booking_id = @booking_id AND status = 'confirmed'
 RETURNING cancelled_at;
 
+-- name: BookingTransfer :execrows
+-- BookingTransfer moves a confirmed booking to @holder_id (migration 00013 moves its
+-- seats between the holders' counts). Its idempotency key was the old holder's request
+-- and goes with the move: keys are scoped to the holder.
+UPDATE bookings SET holder_id = @holder_id, idempotency_key = NULL
+WHERE show_id = @show_id AND booking_id = @booking_id AND status = 'confirmed';
+
 -- name: BookingEventInsert :exec
 -- BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
 -- is written by BookingCreate).

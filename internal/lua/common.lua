@@ -507,6 +507,40 @@ local function place_marked(s, now_sold)
     if a then redis.call("HINCRBY", BASE .. "ar:" .. a, "s", now_sold and c or -c) end
 end
 
+-- place_key is place key s of k places and hold id id (16 hex digits): the same area.
+local function place_key(s, k, id)
+    local a = place_of(s)
+    return a .. "~" .. int(k) .. "~" .. id
+end
+
+-- place_rename renames place key s (hold key hk(i)) to place key to of the same area,
+-- under the same hash tag, with the same value and expiry exp: its entry in the holder
+-- zset from_z moves to to_z (the same key, or another holder's), its entries in the
+-- waiting room's held seats and its area's holds follow, and the area's held places
+-- change by to's count less s's.
+local function place_rename(i, s, to, exp, from_z, to_z)
+    local a, c = place_of(s)
+    local _, k = place_of(to)
+    redis.call("SET", BASE .. "hold:" .. to, redis.call("GET", hk(i)), "PXAT", exp)
+    redis.call("DEL", hk(i))
+    local z = redis.call("ZSCORE", from_z, s)
+    if z then
+        redis.call("ZREM", from_z, s)
+        redis.call("ZADD", to_z, z, to)
+    end
+    local h = redis.call("ZSCORE", BASE .. "held", s)
+    if h then
+        held_gone(s)
+        redis.call("ZADD", BASE .. "held", h, to)
+    end
+    local ax = redis.call("ZSCORE", BASE .. "ax:" .. a, s)
+    if ax then
+        redis.call("ZREM", BASE .. "ax:" .. a, s)
+        redis.call("ZADD", BASE .. "ax:" .. a, ax, to)
+        redis.call("HINCRBY", BASE .. "ar:" .. a, "h", k - c)
+    end
+end
+
 -- held_units is what holder tag's holds (their zset key) count now: a seat one, a place
 -- key its places.
 local function held_units(key)

@@ -67,6 +67,8 @@ var (
 	// Rest gives back what a partial confirmation did not book, after its commit. Like
 	// Release it only deletes hold keys, so it runs when Redis is full too.
 	Rest = function("rest")
+	// Transfer moves a hold to another holder under a new token and generation.
+	Transfer = function("transfer")
 )
 
 // library is the library's code, as FUNCTION LOAD takes it, prefix what its name and

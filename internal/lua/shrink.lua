@@ -41,31 +41,6 @@ if lapsed ~= "" then return {"LAPSED", lapsed} end
 local now = now_ms()
 local exp = now + math.max(redis.call("PTTL", hk(1)), 0)
 
--- move renames place key s (hold key hk(i)) to the key of its first k places.
-local function move(i, s, k)
-    local a, c = place_of(s)
-    local to = a .. "~" .. int(k) .. "~" .. string.match(s, "~(%x+)$")
-    redis.call("SET", BASE .. "hold:" .. to, redis.call("GET", hk(i)), "PXAT", exp)
-    redis.call("DEL", hk(i))
-    local z = redis.call("ZSCORE", KEYS[2], s)
-    if z then
-        redis.call("ZREM", KEYS[2], s)
-        redis.call("ZADD", KEYS[2], z, to)
-    end
-    local h = redis.call("ZSCORE", BASE .. "held", s)
-    if h then
-        held_gone(s)
-        redis.call("ZADD", BASE .. "held", h, to)
-    end
-    local ax = redis.call("ZSCORE", BASE .. "ax:" .. a, s)
-    if ax then
-        redis.call("ZREM", BASE .. "ax:" .. a, s)
-        redis.call("ZADD", BASE .. "ax:" .. a, ax, to)
-        redis.call("HINCRBY", BASE .. "ar:" .. a, "h", k - c)
-    end
-    return to
-end
-
 local gone, moved = {}, {}
 for i = 1, n do
     local s, k = seat(i, F), keep[i]
@@ -77,8 +52,10 @@ for i = 1, n do
         index_state(i, s, now)
         gone[#gone + 1] = s
     elseif k < units(s) then
+        local to = place_key(s, k, string.match(s, "~(%x+)$"))
+        place_rename(i, s, to, exp, KEYS[2], KEYS[2])
         gone[#gone + 1] = s
-        moved[#moved + 1] = move(i, s, k)
+        moved[#moved + 1] = to
     end
 end
 if #gone == 0 then return {"OK", ""} end

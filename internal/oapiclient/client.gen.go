@@ -65,6 +65,7 @@ const (
 	EventConfirmed      EventKind = "confirmed"
 	EventLost           EventKind = "lost"
 	EventSeatsCancelled EventKind = "seats_cancelled"
+	EventTransferred    EventKind = "transferred"
 )
 
 // Valid indicates whether the value is a known member of the EventKind enum.
@@ -77,6 +78,8 @@ func (e EventKind) Valid() bool {
 	case EventLost:
 		return true
 	case EventSeatsCancelled:
+		return true
+	case EventTransferred:
 		return true
 	default:
 		return false
@@ -480,6 +483,27 @@ type HoldShrink struct {
 	TtlMs *int   `json:"ttl_ms,omitempty"`
 }
 
+// HoldTransfer A hold as the server gave it, with the holder it moves to.
+type HoldTransfer struct {
+	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	Generation int        `json:"generation"`
+
+	// Places Places of standing areas, an area at most once (left out when none).
+	Places *PlacesList `json:"places,omitempty"`
+
+	// Seats The seats of a hold or a booking; empty when it has only places.
+	Seats HeldSeatIDs `json:"seats"`
+	Show  ID          `json:"show"`
+
+	// To The holder the hold moves to.
+	To string `json:"to"`
+
+	// Token A secret; never put it in a URL or a log.
+	Token string `json:"token"`
+	TtlMs *int   `json:"ttl_ms,omitempty"`
+}
+
 // ID defines model for ID.
 type ID = string
 
@@ -688,6 +712,12 @@ type CancelBookingSeatsParams struct {
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 }
 
+// TransferBookingJSONBody defines parameters for TransferBooking.
+type TransferBookingJSONBody struct {
+	// To The holder the booking moves to.
+	To string `json:"to"`
+}
+
 // GetEventFeedParams defines parameters for GetEventFeed.
 type GetEventFeedParams struct {
 	// After The last event id read; empty or absent: from the first.
@@ -731,6 +761,12 @@ type ReleaseHoldParams struct {
 
 // ShrinkHoldParams defines parameters for ShrinkHold.
 type ShrinkHoldParams struct {
+	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
+	HolderId *Holder `json:"Holder-Id,omitempty"`
+}
+
+// TransferHoldParams defines parameters for TransferHold.
+type TransferHoldParams struct {
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 }
@@ -852,6 +888,9 @@ type PostBookingJSONRequestBody = HoldConfirm
 // CancelBookingSeatsJSONRequestBody defines body for CancelBookingSeats for application/json ContentType.
 type CancelBookingSeatsJSONRequestBody CancelBookingSeatsJSONBody
 
+// TransferBookingJSONRequestBody defines body for TransferBooking for application/json ContentType.
+type TransferBookingJSONRequestBody TransferBookingJSONBody
+
 // ExtendHoldJSONRequestBody defines body for ExtendHold for application/json ContentType.
 type ExtendHoldJSONRequestBody = HoldExtend
 
@@ -860,6 +899,9 @@ type ReleaseHoldJSONRequestBody = Hold
 
 // ShrinkHoldJSONRequestBody defines body for ShrinkHold for application/json ContentType.
 type ShrinkHoldJSONRequestBody = HoldShrink
+
+// TransferHoldJSONRequestBody defines body for TransferHold for application/json ContentType.
+type TransferHoldJSONRequestBody = HoldTransfer
 
 // PutShowJSONRequestBody defines body for PutShow for application/json ContentType.
 type PutShowJSONRequestBody = ShowCreate
@@ -1330,6 +1372,24 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
 	CancelBookingSeats(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// TransferBookingWithBody Move a confirmed booking to another holder (operator; admin listener)
+	//
+	// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
+	TransferBookingWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TransferBooking Move a confirmed booking to another holder (operator; admin listener)
+	//
+	// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
+	TransferBooking(ctx context.Context, id string, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PostDemoIdentity A signed demo holder, for the seat-map page (demo only)
 	//
 	// Served only by `holdfast serve --demo-show` with `--holder-jwt-secret-file`: a
@@ -1341,8 +1401,9 @@ type ClientInterface interface {
 
 	// GetEventFeed The event feed, from a cursor (operator; admin listener)
 	//
-	// Every change to a booking — `confirmed`, `cancelled`, `lost` (a failover lost a
-	// confirmed booking; its seats are sellable again) — written in the transaction of
+	// Every change to a booking — `confirmed`, `cancelled`, `transferred` (an operator
+	// moved it to another holder: its `holder` is the new one), `lost` (a failover lost
+	// a confirmed booking; its seats are sellable again) — written in the transaction of
 	// the change, oldest first. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
@@ -1406,6 +1467,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
 	ShrinkHold(ctx context.Context, params *ShrinkHoldParams, body ShrinkHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TransferHoldWithBody Move a hold to another holder (its owner only)
+	//
+	// The hold moves to the holder `to` with the same seats, places and expiry, a new token and a new generation; the token presented is 410 hold-lost at once, and a late confirmation with it is refused by the database's fence. The new holder is counted as a hold of the seats would count them: past their cap or the sale's holder limit is 409 holder-limit, not admitted by a waiting room 403 not-admitted; either way nothing changed. The answer is the new holder's hold.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
+	TransferHoldWithBody(ctx context.Context, params *TransferHoldParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TransferHold Move a hold to another holder (its owner only)
+	//
+	// The hold moves to the holder `to` with the same seats, places and expiry, a new token and a new generation; the token presented is 410 hold-lost at once, and a late confirmation with it is refused by the database's fence. The new holder is counted as a hold of the seats would count them: past their cap or the sale's holder limit is 409 holder-limit, not admitted by a waiting room 403 not-admitted; either way nothing changed. The answer is the new holder's hold.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
+	TransferHold(ctx context.Context, params *TransferHoldParams, body TransferHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListShows Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
 	//
@@ -1798,6 +1877,44 @@ func (c *Client) CancelBookingSeats(ctx context.Context, id string, params *Canc
 	return c.Client.Do(req)
 }
 
+// TransferBookingWithBody Move a confirmed booking to another holder (operator; admin listener)
+//
+// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
+func (c *Client) TransferBookingWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransferBookingRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TransferBooking Move a confirmed booking to another holder (operator; admin listener)
+//
+// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
+func (c *Client) TransferBooking(ctx context.Context, id string, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransferBookingRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PostDemoIdentity A signed demo holder, for the seat-map page (demo only)
 //
 // Served only by `holdfast serve --demo-show` with `--holder-jwt-secret-file`: a
@@ -1819,8 +1936,9 @@ func (c *Client) PostDemoIdentity(ctx context.Context, reqEditors ...RequestEdit
 
 // GetEventFeed The event feed, from a cursor (operator; admin listener)
 //
-// Every change to a booking — `confirmed`, `cancelled`, `lost` (a failover lost a
-// confirmed booking; its seats are sellable again) — written in the transaction of
+// Every change to a booking — `confirmed`, `cancelled`, `transferred` (an operator
+// moved it to another holder: its `holder` is the new one), `lost` (a failover lost
+// a confirmed booking; its seats are sellable again) — written in the transaction of
 // the change, oldest first. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
@@ -1965,6 +2083,44 @@ func (c *Client) ShrinkHoldWithBody(ctx context.Context, params *ShrinkHoldParam
 // Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
 func (c *Client) ShrinkHold(ctx context.Context, params *ShrinkHoldParams, body ShrinkHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewShrinkHoldRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TransferHoldWithBody Move a hold to another holder (its owner only)
+//
+// The hold moves to the holder `to` with the same seats, places and expiry, a new token and a new generation; the token presented is 410 hold-lost at once, and a late confirmation with it is refused by the database's fence. The new holder is counted as a hold of the seats would count them: past their cap or the sale's holder limit is 409 holder-limit, not admitted by a waiting room 403 not-admitted; either way nothing changed. The answer is the new holder's hold.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
+func (c *Client) TransferHoldWithBody(ctx context.Context, params *TransferHoldParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransferHoldRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TransferHold Move a hold to another holder (its owner only)
+//
+// The hold moves to the holder `to` with the same seats, places and expiry, a new token and a new generation; the token presented is 410 hold-lost at once, and a late confirmation with it is refused by the database's fence. The new holder is counted as a hold of the seats would count them: past their cap or the sale's holder limit is 409 holder-limit, not admitted by a waiting room 403 not-admitted; either way nothing changed. The answer is the new holder's hold.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
+func (c *Client) TransferHold(ctx context.Context, params *TransferHoldParams, body TransferHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransferHoldRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2748,6 +2904,53 @@ func NewCancelBookingSeatsRequestWithBody(server string, id string, params *Canc
 	return req, nil
 }
 
+// NewTransferBookingRequest calls the generic TransferBooking builder with application/json body
+func NewTransferBookingRequest(server string, id string, body TransferBookingJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTransferBookingRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewTransferBookingRequestWithBody constructs an http.Request for the TransferBooking method, with any body, and a specified content type
+func NewTransferBookingRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/bookings/%s/transfer", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPostDemoIdentityRequest constructs an http.Request for the PostDemoIdentity method
 func NewPostDemoIdentityRequest(server string) (*http.Request, error) {
 	var err error
@@ -3118,6 +3321,61 @@ func NewShrinkHoldRequestWithBody(server string, params *ShrinkHoldParams, conte
 	}
 
 	operationPath := fmt.Sprintf("/v1/holds/shrink")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.HolderId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewTransferHoldRequest calls the generic TransferHold builder with application/json body
+func NewTransferHoldRequest(server string, params *TransferHoldParams, body TransferHoldJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTransferHoldRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewTransferHoldRequestWithBody constructs an http.Request for the TransferHold method, with any body, and a specified content type
+func NewTransferHoldRequestWithBody(server string, params *TransferHoldParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/holds/transfer")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -4058,6 +4316,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
 	CancelBookingSeatsWithResponse(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelBookingSeatsResponse, error)
 
+	// TransferBookingWithBodyWithResponse Move a confirmed booking to another holder (operator; admin listener)
+	//
+	// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
+	TransferBookingWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error)
+
+	// TransferBookingWithResponse Move a confirmed booking to another holder (operator; admin listener)
+	//
+	// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
+	TransferBookingWithResponse(ctx context.Context, id string, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error)
+
 	// PostDemoIdentityWithResponse A signed demo holder, for the seat-map page (demo only)
 	//
 	// Served only by `holdfast serve --demo-show` with `--holder-jwt-secret-file`: a
@@ -4071,8 +4347,9 @@ type ClientWithResponsesInterface interface {
 
 	// GetEventFeedWithResponse The event feed, from a cursor (operator; admin listener)
 	//
-	// Every change to a booking — `confirmed`, `cancelled`, `lost` (a failover lost a
-	// confirmed booking; its seats are sellable again) — written in the transaction of
+	// Every change to a booking — `confirmed`, `cancelled`, `transferred` (an operator
+	// moved it to another holder: its `holder` is the new one), `lost` (a failover lost
+	// a confirmed booking; its seats are sellable again) — written in the transaction of
 	// the change, oldest first. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
@@ -4142,6 +4419,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/holds/shrink (the `ShrinkHold` operationId).
 	ShrinkHoldWithResponse(ctx context.Context, params *ShrinkHoldParams, body ShrinkHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*ShrinkHoldResponse, error)
+
+	// TransferHoldWithBodyWithResponse Move a hold to another holder (its owner only)
+	//
+	// The hold moves to the holder `to` with the same seats, places and expiry, a new token and a new generation; the token presented is 410 hold-lost at once, and a late confirmation with it is refused by the database's fence. The new holder is counted as a hold of the seats would count them: past their cap or the sale's holder limit is 409 holder-limit, not admitted by a waiting room 403 not-admitted; either way nothing changed. The answer is the new holder's hold.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
+	TransferHoldWithBodyWithResponse(ctx context.Context, params *TransferHoldParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferHoldResponse, error)
+
+	// TransferHoldWithResponse Move a hold to another holder (its owner only)
+	//
+	// The hold moves to the holder `to` with the same seats, places and expiry, a new token and a new generation; the token presented is 410 hold-lost at once, and a late confirmation with it is refused by the database's fence. The new holder is counted as a hold of the seats would count them: past their cap or the sale's holder limit is 409 holder-limit, not admitted by a waiting room 403 not-admitted; either way nothing changed. The answer is the new holder's hold.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
+	TransferHoldWithResponse(ctx context.Context, params *TransferHoldParams, body TransferHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferHoldResponse, error)
 
 	// ListShowsWithResponse Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
 	//
@@ -5029,6 +5324,103 @@ func (r CancelBookingSeatsResponse) ContentType() string {
 	return ""
 }
 
+type TransferBookingResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Booking
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TransferBookingResponse) GetJSON200() *Booking {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r TransferBookingResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TransferBookingResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TransferBookingResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TransferBookingResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type PostDemoIdentityResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5622,6 +6014,110 @@ func (r ShrinkHoldResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ShrinkHoldResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type TransferHoldResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Hold
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TransferHoldResponse) GetJSON200() *Hold {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON410() *Problem {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r TransferHoldResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TransferHoldResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TransferHoldResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TransferHoldResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6950,6 +7446,36 @@ func (c *ClientWithResponses) CancelBookingSeatsWithResponse(ctx context.Context
 	return ParseCancelBookingSeatsResponse(rsp)
 }
 
+// TransferBookingWithBodyWithResponse Move a confirmed booking to another holder (operator; admin listener)
+//
+// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
+func (c *ClientWithResponses) TransferBookingWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error) {
+	rsp, err := c.TransferBookingWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTransferBookingResponse(rsp)
+}
+
+// TransferBookingWithResponse Move a confirmed booking to another holder (operator; admin listener)
+//
+// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
+func (c *ClientWithResponses) TransferBookingWithResponse(ctx context.Context, id string, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error) {
+	rsp, err := c.TransferBooking(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTransferBookingResponse(rsp)
+}
+
 // PostDemoIdentityWithResponse A signed demo holder, for the seat-map page (demo only)
 //
 // Served only by `holdfast serve --demo-show` with `--holder-jwt-secret-file`: a
@@ -6969,8 +7495,9 @@ func (c *ClientWithResponses) PostDemoIdentityWithResponse(ctx context.Context, 
 
 // GetEventFeedWithResponse The event feed, from a cursor (operator; admin listener)
 //
-// Every change to a booking — `confirmed`, `cancelled`, `lost` (a failover lost a
-// confirmed booking; its seats are sellable again) — written in the transaction of
+// Every change to a booking — `confirmed`, `cancelled`, `transferred` (an operator
+// moved it to another holder: its `holder` is the new one), `lost` (a failover lost
+// a confirmed booking; its seats are sellable again) — written in the transaction of
 // the change, oldest first. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
@@ -7093,6 +7620,36 @@ func (c *ClientWithResponses) ShrinkHoldWithResponse(ctx context.Context, params
 		return nil, err
 	}
 	return ParseShrinkHoldResponse(rsp)
+}
+
+// TransferHoldWithBodyWithResponse Move a hold to another holder (its owner only)
+//
+// The hold moves to the holder `to` with the same seats, places and expiry, a new token and a new generation; the token presented is 410 hold-lost at once, and a late confirmation with it is refused by the database's fence. The new holder is counted as a hold of the seats would count them: past their cap or the sale's holder limit is 409 holder-limit, not admitted by a waiting room 403 not-admitted; either way nothing changed. The answer is the new holder's hold.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
+func (c *ClientWithResponses) TransferHoldWithBodyWithResponse(ctx context.Context, params *TransferHoldParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferHoldResponse, error) {
+	rsp, err := c.TransferHoldWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTransferHoldResponse(rsp)
+}
+
+// TransferHoldWithResponse Move a hold to another holder (its owner only)
+//
+// The hold moves to the holder `to` with the same seats, places and expiry, a new token and a new generation; the token presented is 410 hold-lost at once, and a late confirmation with it is refused by the database's fence. The new holder is counted as a hold of the seats would count them: past their cap or the sale's holder limit is 409 holder-limit, not admitted by a waiting room 403 not-admitted; either way nothing changed. The answer is the new holder's hold.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
+func (c *ClientWithResponses) TransferHoldWithResponse(ctx context.Context, params *TransferHoldParams, body TransferHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferHoldResponse, error) {
+	rsp, err := c.TransferHold(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTransferHoldResponse(rsp)
 }
 
 // ListShowsWithResponse Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
@@ -7920,6 +8477,88 @@ func ParseCancelBookingSeatsResponse(rsp *http.Response) (*CancelBookingSeatsRes
 	return response, nil
 }
 
+// ParseTransferBookingResponse parses an HTTP response from a TransferBookingWithResponse call
+func ParseTransferBookingResponse(rsp *http.Response) (*TransferBookingResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TransferBookingResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Booking
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParsePostDemoIdentityResponse parses an HTTP response from a PostDemoIdentityWithResponse call
 func ParsePostDemoIdentityResponse(rsp *http.Response) (*PostDemoIdentityResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8353,6 +8992,95 @@ func ParseShrinkHoldResponse(rsp *http.Response) (*ShrinkHoldResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseTransferHoldResponse parses an HTTP response from a TransferHoldWithResponse call
+func ParseTransferHoldResponse(rsp *http.Response) (*TransferHoldResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TransferHoldResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Hold
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem

@@ -1,0 +1,92 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/engine"
+	"github.com/holdfast/holdfast/internal/testsvc"
+)
+
+// TestTransferOverHTTP: POST /v1/holds/transfer hands the caller's hold to another
+// holder with a new token; the old token is 410 hold-lost at once, the new holder books
+// with the new one, and a transfer past the new holder's cap is 409 holder-limit. A
+// request without "to" is a 400 naming it.
+func TestTransferOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{MaxSeatsPerHolder: 2}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(4)}), 201, "")
+	old := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1", "A2"}})
+	a.want(old, 201, "")
+	a.want(a.do("POST", "/v1/shows/s1/holds", "carol", "", map[string]any{"seats": []string{"A3"}}), 201, "")
+
+	body := func(h reply, to string) map[string]any {
+		b := map[string]any{"to": to}
+		for k, v := range h.body {
+			b[k] = v
+		}
+		return b
+	}
+	a.want(a.do("POST", "/v1/holds/transfer", "alice", "", body(old, "carol")), 409, "holder-limit")
+	r := a.do("POST", "/v1/holds/transfer", "alice", "", body(old, ""))
+	a.want(r, 400, "invalid-argument")
+	if r.body["field"] != "to" {
+		t.Fatalf("a transfer without a holder: %s", r.raw)
+	}
+	moved := a.do("POST", "/v1/holds/transfer", "alice", "", body(old, "bob"))
+	a.want(moved, 200, "")
+	if moved.body["token"] == old.body["token"] || fmt.Sprint(moved.body["seats"]) != "[A1 A2]" ||
+		moved.body["generation"].(float64) <= old.body["generation"].(float64) {
+		t.Fatalf("transferred %s from %s", moved.raw, old.raw)
+	}
+	a.want(a.do("POST", "/v1/holds/transfer", "alice", "", body(old, "dave")), 410, "hold-lost")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", old.body), 410, "hold-lost")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", moved.body), 410, "hold-lost") // bob's now
+	a.want(a.do("POST", "/v1/bookings", "bob", "", moved.body), 201, "")
+}
+
+// TestBookingTransferOverHTTP: POST /v1/bookings/{id}/transfer on the admin listener
+// (operator) moves a booking to another holder: the old holder no longer finds it, the
+// new one does, and the feed has its transferred event. A bad id is a 400, an unknown
+// one a 404, no token a 401, and the public listener has no such route.
+func TestBookingTransferOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(2)}), 201, "")
+	h := a.do("POST", "/v1/shows/s1/holds", "dave", "", map[string]any{"seats": []string{"A1"}})
+	a.want(h, 201, "")
+	b := a.do("POST", "/v1/bookings", "dave", "", h.body)
+	a.want(b, 201, "")
+	path := "/v1/bookings/" + b.body["id"].(string)
+
+	r := a.do("POST", path+"/transfer", "", "", map[string]any{"to": "erin"})
+	a.want(r, 200, "")
+	if r.body["id"] != b.body["id"] || r.body["status"] != "confirmed" || fmt.Sprint(r.body["seats"]) != "[A1]" {
+		t.Fatalf("transferred %s", r.raw)
+	}
+	a.want(a.do("GET", path, "dave", "", nil), 404, "not-found")
+	a.want(a.do("GET", path, "erin", "", nil), 200, "")
+
+	var events []any
+	for deadline := time.Now().Add(30 * time.Second); len(events) < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		f := a.do("GET", "/v1/events?limit=10", "", "", nil)
+		a.want(f, 200, "")
+		events, _ = f.body["events"].([]any)
+	}
+	if len(events) != 2 {
+		t.Fatalf("events: %v", events)
+	}
+	ev := events[1].(map[string]any)
+	if booking := ev["booking"].(map[string]any); ev["kind"] != "transferred" || booking["holder"] != "erin" || booking["id"] != b.body["id"] {
+		t.Fatalf("the transfer's event: %v", ev)
+	}
+
+	a.want(a.do("POST", path+"/transfer", "", "", map[string]any{"to": "erin"}), 400, "invalid-argument")
+	a.want(a.do("POST", path+"/transfer", "", "", map[string]any{}), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/bookings/nope/transfer", "", "", map[string]any{"to": "x"}), 400, "invalid-argument")
+	a.want(a.do("POST", "/v1/bookings/00000000-0000-0000-0000-000000000001/transfer", "", "", map[string]any{"to": "x"}), 404, "not-found")
+	a.want(a.doHeaders("POST", path+"/transfer", http.Header{}, map[string]any{"to": "x"}), 401, "unauthorized")
+	a.want(a.doOn(a.srv, "POST", path+"/transfer", http.Header{}, map[string]any{"to": "x"}), 404, "no-such-route")
+}
