@@ -12,8 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/holdfast/holdfast/internal/lua"
 )
 
 // txOptions begins every transaction with bounds on lock waits and statements, so that a
@@ -139,23 +137,23 @@ func scriptArgs(tag string, fixed []any, seats []string) []any {
 
 // scriptCall is one script call of a pipeline.
 type scriptCall struct {
-	script *lua.Script
+	script *redis.Script
 	keys   []string
 	args   []any
 }
 
 // runScripts sends calls in one pipeline (on a Cluster, go-redis splits it by node) and
-// returns their replies in order. A call Redis refused because it lost the scripts'
-// function library (lua.Missing) is run again on its own, which loads the library.
+// returns their replies in order. A call Redis refused with NOSCRIPT — its script cache
+// was flushed — is run again on its own, which loads the script.
 func (e *Engine) runScripts(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := e.rdb.Pipeline()
 	for i, c := range calls {
-		cmds[i] = c.script.FCall(ctx, pipe, c.keys, c.args...)
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, c := range calls {
-		if lua.Missing(cmds[i].Err()) {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			cmds[i] = c.script.Run(ctx, e.rdb, c.keys, c.args...)
 		}
 	}

@@ -379,7 +379,7 @@ func TestChaos(t *testing.T) {
 		}},
 		{name: "script flush between calls", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
 			for !sleepOr(stop, 10*time.Millisecond) {
-				v.rdb.FunctionFlush(context.Background())
+				v.rdb.ScriptFlush(context.Background())
 			}
 		}},
 		{name: "redis maxclients far below the concurrency", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
@@ -453,9 +453,9 @@ func sleepOr(stop <-chan struct{}, d time.Duration) bool {
 func TestChaosHoldReplyLost(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	proxy := testsvc.StartProxy(t, srv.Addr())
-	fn := []byte(lua.Hold.Name())
+	sha := []byte(lua.Hold.Hash())
 	var n atomic.Int64
-	proxy.Cut = func(chunk []byte) bool { return bytes.Contains(chunk, fn) && n.Add(1)%4 == 0 }
+	proxy.Cut = func(chunk []byte) bool { return bytes.Contains(chunk, sha) && n.Add(1)%4 == 0 }
 	opt := testsvc.RedisOptions(t, "redis://"+proxy.Addr()+"/0")
 	opt.MaxRetries = 5
 	rdb := redis.NewClient(opt)

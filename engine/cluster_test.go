@@ -1,28 +1,22 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
 // TestRedisCluster runs the engine against a local three-master Redis Cluster: shows
 // land on different masters, multi-seat scripts work (every key of a show shares its
-// hash tag, so no CROSSSLOT), every master serves the scripts' function library (again
-// after FUNCTION FLUSH on all of them), and a master restarted without its data is
-// handled like any Redis that forgot: no double booking, sold seats refused, new holds
-// confirm, the library loaded there again.
+// hash tag, so no CROSSSLOT), and a master restarted without its data is handled like
+// any Redis that forgot: no double booking, sold seats refused, new holds confirm.
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
 	cluster := testsvc.StartCluster(t)
@@ -81,19 +75,6 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 
-	// Every master serves the scripts' library; FUNCTION FLUSH on every master mid-sale,
-	// and the next calls load it again on each.
-	libraryOnEveryMaster(t, cc)
-	if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.FunctionFlush(ctx).Err() }); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range shows {
-		if err := v.e.Release(ctx, v.hold(s, time.Minute, "dave", "S005")); err != nil {
-			t.Fatalf("%s: release after FUNCTION FLUSH: %v", s, err)
-		}
-	}
-	libraryOnEveryMaster(t, cc)
-
 	// Restart one master without its data: its shows lose holds, markers and counters.
 	var victim *testsvc.RedisServer
 	var lost []string
@@ -128,7 +109,6 @@ func TestRedisCluster(t *testing.T) {
 	if v.doubleBookings() != 0 {
 		t.Fatal("double booking on the cluster")
 	}
-	libraryOnEveryMaster(t, cc) // the restarted master too
 	for _, s := range shows {
 		if err := v.e.Resync(ctx, s); err != nil {
 			t.Fatal(err)
@@ -291,29 +271,5 @@ func TestRedisClusterFailoverWaitingRoom(t *testing.T) {
 	v.hold("room", time.Minute, "bob", "S002")
 	if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "room", SeatIDs: []string{"S003"}, HolderID: "eve"}); !errors.Is(err, ErrNotAdmitted) {
 		t.Fatalf("eve never joined: %v, want ErrNotAdmitted", err)
-	}
-}
-
-// libraryOnEveryMaster fails t unless every master of cc has every function of the
-// scripts' library.
-func libraryOnEveryMaster(t *testing.T, cc *redis.ClusterClient) {
-	t.Helper()
-	var masters atomic.Int64
-	err := cc.ForEachMaster(t.Context(), func(ctx context.Context, n *redis.Client) error {
-		masters.Add(1)
-		libs, err := n.FunctionList(ctx, redis.FunctionListQuery{}).Result()
-		if err != nil {
-			return err
-		}
-		for _, l := range libs {
-			if slices.ContainsFunc(l.Functions, func(f redis.Function) bool { return f.Name == lua.Hold.Name() }) &&
-				slices.ContainsFunc(l.Functions, func(f redis.Function) bool { return f.Name == lua.Mark.Name() }) {
-				return nil
-			}
-		}
-		return fmt.Errorf("master %s has no %s: %v", n.Options().Addr, lua.Hold.Name(), libs)
-	})
-	if err != nil || masters.Load() < 3 {
-		t.Fatalf("the scripts' library on %d masters: %v", masters.Load(), err)
 	}
 }

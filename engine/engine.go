@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/holdfast/holdfast/db"
-	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/migrations"
 )
 
@@ -26,7 +25,7 @@ type Engine struct {
 	rdb  redis.UniversalClient
 	// scripts runs the scripts of holds and confirmations: rdb's autopipeliner, or rdb
 	// itself with Config.NoAutoPipeline.
-	scripts lua.Caller
+	scripts redis.Scripter
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
@@ -59,7 +58,7 @@ type Engine struct {
 	queueFailedAt atomic.Int64
 	// queueScripts runs the waiting room's scripts: rdb's second (deferred)
 	// autopipeliner, a stream of pipelines of its own, or rdb itself.
-	queueScripts lua.Caller
+	queueScripts redis.Scripter
 
 	hooks hooks
 }
@@ -142,8 +141,8 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 			e.queueScripts = ap
 		}
 	}
-	e.scripts = boundedScripter{e.scripts, rdb, redisCallTimeout}
-	e.queueScripts = boundedScripter{e.queueScripts, rdb, redisCallTimeout}
+	e.scripts = boundedScripter{e.scripts, redisCallTimeout}
+	e.queueScripts = boundedScripter{e.queueScripts, redisCallTimeout}
 	if c.TracerProvider != nil {
 		e.tracer = c.TracerProvider.Tracer(tracerName)
 	}
@@ -158,7 +157,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 // asyncPipeliner is rdb's deferred autopipeliner (closed with the client), whose
 // commands travel in pipelines apart from the blocking autopipeliner's: a result read
 // waits for its command. nil for a client without one.
-func asyncPipeliner(rdb redis.UniversalClient) lua.Caller {
+func asyncPipeliner(rdb redis.UniversalClient) redis.Scripter {
 	var ap *redis.AutoPipeliner
 	var err error
 	switch c := rdb.(type) {
@@ -179,7 +178,7 @@ func asyncPipeliner(rdb redis.UniversalClient) lua.Caller {
 // rdb's shared autopipeliner (closed with the client) when more are: calls made at the
 // same moment then share round trips, and a lone call pays nothing for it. nil for a
 // client without an autopipeliner.
-func autoPipeliner(rdb redis.UniversalClient) lua.Caller {
+func autoPipeliner(rdb redis.UniversalClient) redis.Scripter {
 	var ap *redis.AutoPipeliner
 	var err error
 	switch c := rdb.(type) {
@@ -200,15 +199,14 @@ func autoPipeliner(rdb redis.UniversalClient) lua.Caller {
 // autopipeliner.
 const pipelineFrom = 3
 
-// adaptiveScripter is the lua.Caller of autoPipeliner.
+// adaptiveScripter is the redis.Scripter of autoPipeliner.
 type adaptiveScripter struct {
-	direct   redis.UniversalClient
-	piped    lua.Caller
-	inflight atomic.Int64
+	direct, piped redis.Scripter
+	inflight      atomic.Int64
 }
 
 // pick counts a call in flight (the caller ends it with done) and chooses its way.
-func (a *adaptiveScripter) pick() lua.Caller {
+func (a *adaptiveScripter) pick() redis.Scripter {
 	if a.inflight.Add(1) > pipelineFrom {
 		return a.piped
 	}
@@ -217,13 +215,33 @@ func (a *adaptiveScripter) pick() lua.Caller {
 
 func (a *adaptiveScripter) done() { a.inflight.Add(-1) }
 
-func (a *adaptiveScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
+func (a *adaptiveScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	defer a.done()
-	return a.pick().FCall(ctx, function, keys, args...)
+	return a.pick().Eval(ctx, script, keys, args...)
 }
 
-// Client is the client the scripts' library is loaded through (lua.Load).
-func (a *adaptiveScripter) Client() redis.UniversalClient { return a.direct }
+func (a *adaptiveScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	defer a.done()
+	return a.pick().EvalSha(ctx, sha1, keys, args...)
+}
+
+func (a *adaptiveScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	defer a.done()
+	return a.pick().EvalRO(ctx, script, keys, args...)
+}
+
+func (a *adaptiveScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	defer a.done()
+	return a.pick().EvalShaRO(ctx, sha1, keys, args...)
+}
+
+func (a *adaptiveScripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return a.direct.ScriptExists(ctx, hashes...)
+}
+
+func (a *adaptiveScripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return a.direct.ScriptLoad(ctx, script)
+}
 
 // boundedScripter answers every script call within d. A Redis that refuses connections
 // makes go-redis dial and retry for seconds, whatever the context says, and a caller
@@ -232,9 +250,8 @@ func (a *adaptiveScripter) Client() redis.UniversalClient { return a.direct }
 // hold no one heard of expires by its TTL; a release, an extension or a waiting-room call
 // is safe to have happened after all; a check only reads).
 type boundedScripter struct {
-	c   lua.Caller
-	rdb redis.UniversalClient // the client the scripts' library is loaded through
-	d   time.Duration
+	redis.Scripter
+	d time.Duration
 }
 
 // errScriptTimeout is a script call that did not answer within its bound.
@@ -265,12 +282,21 @@ func (b boundedScripter) bound(ctx context.Context, call func() *redis.Cmd) *red
 	return failed
 }
 
-func (b boundedScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.c.FCall(ctx, function, keys, args...) })
+func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.Eval(ctx, script, keys, args...) })
 }
 
-// Client is the client the scripts' library is loaded through (lua.Load).
-func (b boundedScripter) Client() redis.UniversalClient { return b.rdb }
+func (b boundedScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalSha(ctx, sha1, keys, args...) })
+}
+
+func (b boundedScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalRO(ctx, script, keys, args...) })
+}
+
+func (b boundedScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalShaRO(ctx, sha1, keys, args...) })
+}
 
 // redisCallTimeout bounds one script call on a caller's path (boundedScripter).
 const redisCallTimeout = 1500 * time.Millisecond

@@ -487,23 +487,20 @@ func TestRedisOutOfMemory(t *testing.T) {
 	v.rdb.ConfigSet(t.Context(), "maxmemory", "0")
 }
 
-// TestFunctionFlushBetweenCalls: Redis loses the scripts' function library (FUNCTION
-// FLUSH) between a hold, a confirmation and a release: each call loads it again and
-// answers as if nothing happened.
-func TestFunctionFlushBetweenCalls(t *testing.T) {
+func TestScriptFlushBetweenCalls(t *testing.T) {
 	t.Parallel()
 	v, _ := privateEnv(t)
 	v.show("s1", "A1", "A2")
 	h := v.hold("s1", time.Minute, "", "A1")
-	v.rdb.FunctionFlush(t.Context())
+	v.rdb.ScriptFlush(t.Context())
 	h2 := v.hold("s1", time.Minute, "", "A2")
-	v.rdb.FunctionFlush(t.Context())
+	v.rdb.ScriptFlush(t.Context())
 	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
-		t.Fatalf("confirm after FUNCTION FLUSH: %v", err)
+		t.Fatalf("confirm after SCRIPT FLUSH: %v", err)
 	}
-	v.rdb.FunctionFlush(t.Context())
+	v.rdb.ScriptFlush(t.Context())
 	if err := v.e.Release(t.Context(), h2); err != nil {
-		t.Fatalf("release after FUNCTION FLUSH: %v", err)
+		t.Fatalf("release after SCRIPT FLUSH: %v", err)
 	}
 }
 

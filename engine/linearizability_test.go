@@ -253,7 +253,7 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 				time.Sleep(120 * time.Millisecond)
 				srv.Resume()
 			} else {
-				v.rdb.FunctionFlush(context.Background())
+				v.rdb.ScriptFlush(context.Background())
 			}
 		}
 	})

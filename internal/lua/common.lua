@@ -1,6 +1,5 @@
 -- common.lua: the argument checks and the ownership test that every holdfast script
--- shares. lua.go puts it at the top of the function library, before every script's
--- function: Redis runs it once, when it loads the library.
+-- shares. lua.go puts it after each script's shebang line and before its body.
 --
 -- Every script has the same key layout, for n seats:
 --   KEYS[1]            <base>gen             the show's generation counter
@@ -14,10 +13,6 @@
 -- change feed <base>feed and its entry counter <base>feed:n; see feed below)
 -- and ARGV[1] is always the holder tag ("" or 32 lowercase hex digits), then the
 -- script's own fixed arguments, then the seat ids (and, for mark, one marker each).
-
--- KEYS and ARGV are the call's keys and arguments, as a script run by EVAL has them:
--- each function of the library starts with begin.
-local KEYS, ARGV = {}, {}
 
 local function bad(what) return redis.error_reply("HOLDFAST_BADARG " .. what) end
 
@@ -64,10 +59,6 @@ end
 
 -- N is the number of seats of the call and BASE the show's key prefix, set by layout.
 local N, BASE = 0, ""
-
--- begin starts a call: its keys and arguments, and no layout yet (the library's state
--- lives from one call to the next, so nothing of the last call may remain).
-local function begin(keys, args) KEYS, ARGV, N, BASE = keys, args, 0, "" end
 
 -- hk and sk are the hold key and the sold-bucket key of seat i.
 local function hk(i) return KEYS[2 + i] end

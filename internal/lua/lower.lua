@@ -1,6 +1,4 @@
 -- lower.lua: set sold markers back to what the database says, where Redis is ahead of
---
--- flags: allow-oom
 -- it. The only script that moves a marker backwards: reconciliation (reconcile.go)
 -- runs it after an asynchronous failover lost bookings whose markers Redis still has.
 -- A marker is changed only if it is still the value reconciliation read before it read

@@ -1,6 +1,4 @@
 -- mark.lua: move a show's sold markers forward to what the database says.
---
--- flags: allow-oom
 -- Serves every marker write: sold after a confirmation, the tombstone after a
 -- cancellation, the repairs, and Resync (a page of seats at a time).
 --

@@ -1,7 +1,5 @@
 -- release.lua: drop a hold, only for its owner.
 --
--- flags: allow-oom
---
 -- KEYS       the common layout (common.lua)
 -- ARGV[1]    holder tag
 -- ARGV[2]    token

@@ -1,6 +1,4 @@
 -- reserve.lua: a batch's Redis check of one confirmation, which also reserves the hold for
---
--- flags: allow-oom
 -- the batch: from here until the batch decides, the hold cannot be released, extended or
 -- reserved by another batch, and it cannot expire. So a Release and a Confirm of one hold
 -- never both succeed, and no other hold is granted on its seats while the booking

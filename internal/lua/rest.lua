@@ -2,8 +2,6 @@
 -- committed and its sold markers are written (mark.lua): the rest of the hold a batch
 -- reserved for the commit id (reserve.lua) is released at once, as on a release.
 --
--- flags: allow-oom
---
 -- KEYS       the common layout (common.lua), for the hold keys given back
 -- ARGV[1]    holder tag
 -- ARGV[2]    commit id: 32 lowercase hex digits, the booking's id

@@ -1,6 +1,4 @@
 -- shrink.lua: give back part of a hold and keep the rest under the same token,
---
--- flags: allow-oom
 -- generation and expiry, only for its owner, all or nothing.
 --
 -- KEYS       the common layout (common.lua), for every seat and place key of the hold

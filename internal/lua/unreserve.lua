@@ -1,6 +1,4 @@
 -- unreserve.lua: give back a hold that a batch reserved (reserve.lua) and did not commit:
---
--- flags: allow-oom
 -- the confirmation was refused, or the batch rolled back. The hold is again as it was,
 -- with the expiry it had before the reservation; a hold whose expiry has passed meanwhile
 -- is gone, as it would have been. A seat not reserved for this commit id is left alone;

@@ -1,7 +1,5 @@
 -- verify.lua: is this hold still current? Read-only.
 --
--- flags: no-writes
---
 -- KEYS       the common layout (common.lua)
 -- ARGV[1]    holder tag
 -- ARGV[2]    token
