@@ -26,7 +26,7 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 	{ mkdir -p .local && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > $(OPERATOR_TOKEN_FILE); }; cat $(OPERATOR_TOKEN_FILE))}";
 
 .DEFAULT_GOAL := help
-.PHONY: static deb image check-deploy screenshots readme reset help services services-down generate verify test test-short test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
+.PHONY: static deb image check-deploy screenshots readme reset help services services-down stop generate verify test test-short test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +36,9 @@ services: ## Start PostgreSQL and Redis on loopback for this checkout (unless DA
 
 services-down: ## Stop the PostgreSQL and Redis that `make services` started
 	@$(SERVICES) stop
+
+stop: ## Stop everything this checkout started in the background: make run-ha's set-up, then the PostgreSQL, Redis and Redis Cluster of make run, make services and make test-cluster
+	@$(HA) stop && $(SERVICES) stop
 
 reset: ## Stop this checkout's PostgreSQL and Redis and delete their data: the next make run starts clean
 	@$(SERVICES) reset
