@@ -37,8 +37,7 @@ services: ## Start PostgreSQL and Redis on loopback for this checkout (unless DA
 services-down: ## Stop the PostgreSQL and Redis that `make services` started
 	@$(SERVICES) stop
 
-stop: ## Stop everything this checkout started in the background: make run-ha's set-up, then the PostgreSQL, Redis and Redis Cluster of make run, make services and make test-cluster
-	@$(HA) stop && $(SERVICES) stop
+stop: ha-down services-down ## Stop everything this checkout started in the background: make run-ha's set-up, then the PostgreSQL, Redis and Redis Cluster of make run, make services and make test-cluster
 
 reset: ## Stop this checkout's PostgreSQL and Redis and delete their data: the next make run starts clean
 	@$(SERVICES) reset
