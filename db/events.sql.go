@@ -47,7 +47,7 @@ FROM booking_events e
 LEFT JOIN bookings b ON b.show_id = e.show_id AND b.booking_id = e.booking_id
 WHERE e.kind IN ('confirmed', 'cancelled', 'seats_cancelled', 'exchanged', 'transferred', 'lost')
   AND (e.txid, e.event_id) > (CAST(CAST($1::bigint AS text) AS xid8), $2::bigint)
-  AND e.txid < (SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()))
+  AND e.txid < (SELECT booking_events_horizon())
 ORDER BY e.txid, e.event_id
 LIMIT $3::int
 `
@@ -73,8 +73,8 @@ type EventsAfterRow struct {
 
 // EventsAfter reads the feed (migration 00010): the booking changes after the position
 // (@after_txid, @after_event), in (txid, event_id) order, of transactions below the
-// oldest one still running only, so that no row can commit later behind what it
-// returns. An event of a booking carries its booking's confirmation time.
+// oldest one of this database still running only (booking_events_horizon, migration
+// 00016), so that no row can commit later behind what it returns. An event of a booking carries its booking's confirmation time.
 func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error) {
 	rows, err := q.db.Query(ctx, eventsAfter, arg.AfterTxid, arg.AfterEvent, arg.MaxRows)
 	if err != nil {

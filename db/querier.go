@@ -83,8 +83,8 @@ type Querier interface {
 	EventLostInsert(ctx context.Context, arg EventLostInsertParams) (int64, error)
 	// EventsAfter reads the feed (migration 00010): the booking changes after the position
 	// (@after_txid, @after_event), in (txid, event_id) order, of transactions below the
-	// oldest one still running only, so that no row can commit later behind what it
-	// returns. An event of a booking carries its booking's confirmation time.
+	// oldest one of this database still running only (booking_events_horizon, migration
+	// 00016), so that no row can commit later behind what it returns. An event of a booking carries its booking's confirmation time.
 	EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error)
 	// HolderSeatsByShow pages through a show's holders with booked seats.
 	HolderSeatsByShow(ctx context.Context, arg HolderSeatsByShowParams) ([]HolderSeatsByShowRow, error)

@@ -19,7 +19,8 @@ import (
 // transfer to another holder (transferTx), and Reconcile for a booking a failover lost
 // (before it sets the booking's markers back). Each row carries the id of its
 // transaction (migration 00011), and the feed is read in
-// (transaction id, event id) order below the oldest transaction still running: every
+// (transaction id, event id) order below the oldest transaction of the database still
+// running (booking_events_horizon, migration 00016): every
 // transaction that could commit a row behind a cursor has ended before the cursor is
 // handed out, so a consumer that resumes from its last cursor misses none and sees none
 // twice, whatever order concurrent transactions commit in.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
 // feedReader reads the feed as a consumer does: from its last cursor, a page at a
@@ -224,6 +226,34 @@ func TestEventsWaitForAnEarlierTransaction(t *testing.T) {
 	events, _ = waitEvents(t, v.e, cursor, 2)
 	if len(events) != 2 || events[0].Kind != EventLost || events[0].Booking.Generation != 999 || events[1].Booking.ID != later.ID {
 		t.Fatalf("after the slow transaction committed the feed has %+v, want its event then the later booking", events)
+	}
+}
+
+// TestEventsNotHeldBackByAnotherDatabase: a transaction that has taken its id (as a
+// write does) in another database of the same PostgreSQL server, and stays open, does
+// not hold this database's feed back: it cannot write this database's events. (One of
+// this database does: TestEventsWaitForAnEarlierTransaction.)
+func TestEventsNotHeldBackByAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	other, _ := testsvc.EmptyDatabase(t)
+	open, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(context.Background())
+	if _, err := open.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatal(err)
+	}
+	v.show("n", "S000")
+	b, err := v.e.Confirm(ctx, v.hold("n", time.Minute, "", "S000"), ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, _ := waitEvents(t, v.e, "", 1)
+	if len(events) != 1 || events[0].Booking.ID != b.ID {
+		t.Fatalf("with a transaction open in another database the feed has %+v, want the booking %s", events, b.ID)
 	}
 }
 

@@ -1,15 +1,15 @@
 -- name: EventsAfter :many
 -- EventsAfter reads the feed (migration 00010): the booking changes after the position
 -- (@after_txid, @after_event), in (txid, event_id) order, of transactions below the
--- oldest one still running only, so that no row can commit later behind what it
--- returns. An event of a booking carries its booking's confirmation time.
+-- oldest one of this database still running only (booking_events_horizon, migration
+-- 00016), so that no row can commit later behind what it returns. An event of a booking carries its booking's confirmation time.
 SELECT e.show_id, e.event_id, CAST(CAST(e.txid AS text) AS bigint) AS txid, e.kind, e.booking_id, e.generation,
        e.seat_ids, e.holder_id, e.at, b.confirmed_at AS booking_confirmed_at
 FROM booking_events e
 LEFT JOIN bookings b ON b.show_id = e.show_id AND b.booking_id = e.booking_id
 WHERE e.kind IN ('confirmed', 'cancelled', 'seats_cancelled', 'exchanged', 'transferred', 'lost')
   AND (e.txid, e.event_id) > (CAST(CAST(@after_txid::bigint AS text) AS xid8), @after_event::bigint)
-  AND e.txid < (SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()))
+  AND e.txid < (SELECT booking_events_horizon())
 ORDER BY e.txid, e.event_id
 LIMIT @max_rows::int;
 
