@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -193,7 +195,10 @@ func short(s string) string {
 // freezes now and then (calls time out: outcomes unknown), and checks it with porcupine;
 // with batches deciding their confirmations and with savepoints. Now and then a worker
 // confirms and releases one hold at the same moment while someone else tries to hold
-// its seat: release-during-confirm and hold-during-confirm.
+// its seat: release-during-confirm and hold-during-confirm. A call that answers
+// ErrUnavailable is retried to a definite answer where the API makes that safe (a
+// confirmation under its idempotency key, a cancellation); otherwise its outcome stays
+// unknown, bounded by the latest time it can take effect (settledBy).
 func TestLinearizableUnderFaults(t *testing.T) {
 	t.Parallel()
 	forEachIsolation(t, testLinearizableUnderFaults)
@@ -218,7 +223,7 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 	record := func(client int, in linInput, out linOutput, call time.Time) {
 		ret := time.Since(t0).Nanoseconds()
 		if out.unknown {
-			ret = math.MaxInt64 // it may take effect at any later time
+			ret = settledBy(in.kind, v, t0)
 		}
 		mu.Lock()
 		history = append(history, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call.Sub(t0).Nanoseconds(), Return: ret})
@@ -291,16 +296,7 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 					// time, which the checker would have to place among thousands of
 					// operations.
 					call(linInput{kind: opCancel, seat: b.SeatIDs[0], booking: b.ID.String()}, func(ctx context.Context) (linOutput, error) {
-						err := v.e.Cancel(ctx, b.ID)
-						for range 20 {
-							if !errors.Is(err, ErrUnavailable) {
-								break
-							}
-							rctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
-							err = v.e.Cancel(rctx, b.ID)
-							cancel()
-						}
-						return linOutput{}, err
+						return linOutput{}, untilDefinite(v.e.Cancel(ctx, b.ID), func(ctx context.Context) error { return v.e.Cancel(ctx, b.ID) })
 					})
 				case live < 0 && r < 90 || len(mine) == 0:
 					call(linInput{kind: opHold, seat: seat}, func(ctx context.Context) (linOutput, error) {
@@ -323,7 +319,7 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 					race.Go(func() {
 						callAs(workers+3*w, linInput{kind: opConfirm, seat: h.SeatIDs[0], token: h.Token, gen: h.Generation}, func(ctx context.Context) (linOutput, error) {
 							var err error
-							b, err = v.e.Confirm(ctx, h, ConfirmOptions{})
+							b, err = confirmUntilDefinite(ctx, v.e, h)
 							return linOutput{booking: b.ID.String(), gen: b.Generation}, err
 						})
 					})
@@ -360,7 +356,7 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 						})
 					} else {
 						call(linInput{kind: opConfirm, seat: h.SeatIDs[0], token: h.Token, gen: h.Generation}, func(ctx context.Context) (linOutput, error) {
-							b, err := v.e.Confirm(ctx, h, ConfirmOptions{})
+							b, err := confirmUntilDefinite(ctx, v.e, h)
 							if err == nil {
 								booked = append(booked, b)
 							}
@@ -381,11 +377,13 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 		out := op.Output.(linOutput)
 		counts[fmt.Sprintf("%d/%v/%v", op.Input.(linInput).kind, out.ok, out.unknown)]++
 	}
-	t.Logf("%d operations (kind/ok/unknown: %v)", len(history), counts)
+	t.Logf("%d operations (kind/ok/unknown: %v), at most %d open at once", len(history), counts, widest(history))
 	if len(history) < 1000 {
 		t.Fatalf("only %d operations recorded", len(history))
 	}
+	checking := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(seatLinModel, history, 2*time.Minute)
+	t.Logf("checked in %v", time.Since(checking).Round(time.Millisecond))
 	if res != porcupine.Ok {
 		path := filepath.Join(os.TempDir(), "porcupine-"+uuid.NewString()[:8]+".html")
 		if err := porcupine.VisualizePath(seatLinModel, info, path); err != nil {
@@ -396,4 +394,79 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 	if v.doubleBookings() != 0 {
 		t.Fatal("double booking")
 	}
+}
+
+// untilDefinite retries a call that answered ErrUnavailable (its outcome unknown) until
+// it answers something else, at most 20 times with a longer deadline each time (60 ms
+// up to 500 ms): a client's retry of an idempotent write, one logical operation from
+// the first call to its definite answer. It returns the last answer, ErrUnavailable if
+// every retry was unavailable too.
+func untilDefinite(err error, retry func(ctx context.Context) error) error {
+	for attempt := range 20 {
+		if !errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(time.Duration(attempt+1)*60*time.Millisecond, 500*time.Millisecond))
+		err = retry(ctx)
+		cancel()
+	}
+	return err
+}
+
+// confirmUntilDefinite confirms h under an idempotency key and retries an unknown
+// outcome with the same key (untilDefinite): a retry of a confirmation that committed
+// returns its booking, so the answer is definite unless Redis or PostgreSQL stayed
+// unreachable through every retry.
+func confirmUntilDefinite(ctx context.Context, e *Engine, h Hold) (Booking, error) {
+	opts := ConfirmOptions{IdempotencyKey: uuid.NewString()}
+	b, err := e.Confirm(ctx, h, opts)
+	err = untilDefinite(err, func(ctx context.Context) error {
+		b, err = e.Confirm(ctx, h, opts)
+		return err
+	})
+	return b, err
+}
+
+// settledBy is when (nanoseconds since t0) an operation of this kind whose outcome is
+// unknown has taken effect if it ever will, as far as the history can tell. A hold or a
+// release is one Redis script, written before the call returned: once Redis answers a
+// command sent after that, it has run the script or never will (Redis runs every
+// command it has read before it writes any reply of that event-loop pass, and the
+// script's bytes reached its socket first). So the bound is the first answer of a PING
+// sent from now on. A confirmation or a cancellation that stayed unknown through its
+// retries also involves PostgreSQL and the engine's background settlement: it may take
+// effect at any later time.
+func settledBy(kind opKind, v *env, t0 time.Time) int64 {
+	if kind == opConfirm || kind == opCancel {
+		return math.MaxInt64
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := v.rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return time.Since(t0).Nanoseconds()
+		}
+	}
+}
+
+// widest is the largest number of operations of the history open at one moment: the
+// checker's search grows exponentially with it, so every unknown outcome gets the
+// tightest return time the test can justify (settledBy), not "any later time".
+func widest(history []porcupine.Operation) int {
+	type edge struct {
+		at    int64
+		delta int
+	}
+	var edges []edge
+	for _, op := range history {
+		edges = append(edges, edge{op.Call, 1}, edge{op.Return, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) })
+	open, most := 0, 0
+	for _, e := range edges {
+		open += e.delta
+		most = max(most, open)
+	}
+	return most
 }
