@@ -206,3 +206,82 @@ func TestCancelSeatsRacesBuyers(t *testing.T) {
 		t.Fatalf("%d seats booked twice", n)
 	}
 }
+
+// TestCancelSeatsGivesTheHolderTheirSeatsBack: seats cancelled in part leave their
+// holder's count (PostgreSQL's holder_seats, and Redis's through it) as places do, so a
+// holder at the show's limit may buy as many again; the count after the rest is
+// cancelled is zero.
+func TestCancelSeatsGivesTheHolderTheirSeatsBack(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.areaVenue("s1", 10)
+	if err := v.e.SetSaleRules(t.Context(), "s1", SaleRules{HolderLimit: 4}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := v.holdPlaces("s1", time.Minute, "alice", 2, "A1", "A2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := func() int {
+		return v.count("SELECT coalesce((SELECT seats FROM holder_seats WHERE show_id = 's1' AND holder_id = 'alice'), 0)")
+	}
+	if n := counted(); n != 4 {
+		t.Fatalf("alice counts %d seats and places, want 4", n)
+	}
+	if _, err := v.e.CancelSeats(t.Context(), b.ID, []string{"A1"}, []Places{{AreaID: "FLOOR", Count: 1}}); err != nil {
+		t.Fatalf("CancelSeats: %v", err)
+	}
+	if n := counted(); n != 2 {
+		t.Fatalf("after cancelling a seat and a place alice counts %d, want 2", n)
+	}
+	again, err := v.holdPlaces("s1", time.Minute, "alice", 1, "A1")
+	if err != nil {
+		t.Fatalf("alice holding a seat and a place again, at 2 of 4: %v", err)
+	}
+	if _, err := v.e.Confirm(t.Context(), again, ConfirmOptions{}); err != nil {
+		t.Fatalf("alice confirming them, at 4 of 4: %v", err)
+	}
+	if err := v.e.Cancel(t.Context(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := counted(); n != 2 {
+		t.Fatalf("after cancelling the first booking's rest alice counts %d, want 2", n)
+	}
+}
+
+// TestCancelSeatsEverySeatKeepsThePlaces: a booking's seats all cancelled while it keeps
+// places of an area is a partial cancellation that commits: the booking stays confirmed
+// with its places alone, and the seats are another buyer's.
+func TestCancelSeatsEverySeatKeepsThePlaces(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.areaVenue("s1", 10)
+	h, err := v.holdPlaces("s1", time.Minute, "alice", 3, "A1", "A2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := v.e.CancelSeats(t.Context(), b.ID, []string{"A1", "A2"}, nil)
+	if err != nil {
+		t.Fatalf("CancelSeats of every seat: %v", err)
+	}
+	if after.Status != BookingConfirmed || len(after.SeatIDs) != 0 || !slices.Equal(after.Places, []Places{{AreaID: "FLOOR", Count: 3}}) {
+		t.Fatalf("booking after: %+v", after)
+	}
+	if c := v.claims("s1"); len(c) != 0 {
+		t.Fatalf("claims %v, want none", c)
+	}
+	if sold := v.areaSold("s1", "FLOOR"); sold != 3 {
+		t.Fatalf("FLOOR sold %d, want 3", sold)
+	}
+	if _, err := v.holdPlaces("s1", time.Minute, "bob", 1, "A1", "A2"); err != nil {
+		t.Fatalf("another buyer holding the cancelled seats: %v", err)
+	}
+}

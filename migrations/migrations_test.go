@@ -180,3 +180,36 @@ func TestLayoutMigrationDerivesExistingLayouts(t *testing.T) {
 		t.Fatal("a second seat at position 2 of the row was accepted")
 	}
 }
+
+// TestHolderCountsMigrationRepairsCounts: 00017 sets every holder's count to the seats and
+// places of its confirmed bookings (a partial cancellation of seats left it too high
+// before) and raises its version, so that Redis's count follows.
+func TestHolderCountsMigrationRepairsCounts(t *testing.T) {
+	t.Parallel()
+	pool, _ := testsvc.EmptyDatabase(t)
+	ctx := t.Context()
+	p, err := migrations.NewProvider(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.UpTo(ctx, 16); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO shows (show_id) VALUES ('s')`,
+		`INSERT INTO holder_seats (show_id, holder_id, seats, version) VALUES ('s', 'alice', 3, 7)`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := p.UpTo(ctx, 17); err != nil {
+		t.Fatal(err)
+	}
+	var seats, version int
+	err = pool.QueryRow(ctx, `SELECT seats, version FROM holder_seats WHERE show_id = 's' AND holder_id = 'alice'`).Scan(&seats, &version)
+	if err != nil || seats != 0 || version <= 7 {
+		t.Fatalf("alice's count %d at version %d (%v), want 0 at a version above 7", seats, version, err)
+	}
+}
