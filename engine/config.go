@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -106,6 +107,11 @@ type Config struct {
 	// through go-redis's autopipeliner (per node on a Cluster): calls made at the same
 	// moment travel in one pipeline, and a lone call goes at once.
 	NoAutoPipeline bool
+
+	// scriptsVia, a test seam, wraps the engine's way to run scripts below the bound of
+	// each call (boundedScripter): what it sees ends when the call has ended in Redis,
+	// not when its caller stopped waiting. nil in production.
+	scriptsVia func(redis.Scripter) redis.Scripter
 
 	// ConfirmConns is how many batches run at once, each on its own PostgreSQL
 	// connection of the pool: about the database server's cores. More batches in flight

@@ -141,6 +141,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 			e.queueScripts = ap
 		}
 	}
+	if c.scriptsVia != nil {
+		e.scripts = c.scriptsVia(e.scripts)
+	}
 	e.scripts = boundedScripter{e.scripts, redisCallTimeout}
 	e.queueScripts = boundedScripter{e.queueScripts, redisCallTimeout}
 	if c.TracerProvider != nil {

@@ -5,7 +5,9 @@
 --     holder), with the version raised so that Redis's count follows (counts.lua keeps
 --     the higher version). A cancelled booking's seats left the count with its status.
 --     The counts a partial cancellation left too high are set to what the bookings
---     have: the seats of confirmed bookings and their claimed places.
+--     have: the seats of confirmed bookings and their claimed places. Redis's copies
+--     follow at the holder's next confirmation or cancellation, or at once with
+--     `holdfast resync` of the show (docs/DEPLOY.md, "Upgrading").
 --   * bookings_claims_whole, checked at COMMIT when claims are deleted, accepts a
 --     confirmed booking with no seat left that keeps claimed places, as the statement
 --     check of new bookings (bookings_claims_whole_all) does.
