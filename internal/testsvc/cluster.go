@@ -40,7 +40,7 @@ func startCluster(t testing.TB, replicas int) *Cluster {
 	var addrs []string
 	for range 3 * (1 + replicas) {
 		n := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-port", strconv.Itoa(FreePort(t)), "--cluster-node-timeout", "2000")
+			"--cluster-port", FreePortArg, "--cluster-node-timeout", "2000")
 		c.Nodes = append(c.Nodes, n)
 		addrs = append(addrs, n.Addr())
 	}

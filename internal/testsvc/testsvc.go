@@ -331,11 +331,12 @@ func KeyPrefix(t testing.TB) string { return RandomName("t") }
 // RedisServer is a redis-server process of the test's own, for tests that flush,
 // restart, pause or stop Redis.
 type RedisServer struct {
-	t    testing.TB
-	Port int
-	dir  string
-	cmd  *exec.Cmd
-	args []string
+	t      testing.TB
+	Port   int
+	dir    string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	args   []string
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -350,8 +351,11 @@ func FreePort(t testing.TB) int {
 }
 
 // StartRedis starts a private redis-server on loopback without persistence, with
-// maxmemory-policy noeviction and any extra arguments ("--maxmemory", "2mb", ...).
-// It is stopped when the test ends.
+// maxmemory-policy noeviction and any extra arguments ("--maxmemory", "2mb", ...); an
+// extra argument FreePortArg becomes a free port of its own. It is stopped when the
+// test ends. A port found free can be taken before the server binds it (by another
+// test's server, or as the local port of any outgoing connection): a server that exits
+// before it answers is started again on other ports, up to five times.
 func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
@@ -362,20 +366,46 @@ func StartRedis(t testing.TB, extra ...string) *RedisServer {
 		}
 		t.Skip(msg)
 	}
-	s := &RedisServer{t: t, Port: FreePort(t), dir: t.TempDir()}
-	s.args = append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--dir", s.dir,
-		"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "yes"}, extra...)
-	s.start(bin)
+	s := &RedisServer{t: t, dir: t.TempDir()}
 	t.Cleanup(s.Stop)
-	return s
+	for attempt := 1; ; attempt++ {
+		s.Port = FreePort(t)
+		s.args = []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--dir", s.dir,
+			"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "yes"}
+		for _, a := range extra {
+			if a == FreePortArg {
+				a = strconv.Itoa(FreePort(t))
+			}
+			s.args = append(s.args, a)
+		}
+		if s.start(bin) {
+			return s
+		}
+		if attempt == 5 {
+			t.Fatalf("redis-server exited before it answered, %d times (ports taken?): %s", attempt, s.args)
+		}
+	}
 }
 
-func (s *RedisServer) start(bin string) {
+// FreePortArg, among StartRedis's extra arguments, stands for a free port (a cluster
+// bus port, say), chosen again when the server has to start on other ports.
+const FreePortArg = "{free port}"
+
+// start starts the server and waits until it answers a PING: true then, false when the
+// process exited first (its port taken, say). A server that neither answers nor exits
+// within 10 s fails the test.
+func (s *RedisServer) start(bin string) bool {
 	s.t.Helper()
 	s.cmd = exec.Command(bin, s.args...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
+	exited := make(chan struct{})
+	s.exited = exited
+	go func(cmd *exec.Cmd) {
+		_ = cmd.Wait()
+		close(exited)
+	}(s.cmd)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
@@ -386,13 +416,28 @@ func (s *RedisServer) start(bin string) {
 			n, _ := c.Read(buf)
 			c.Close()
 			if strings.HasPrefix(string(buf[:n]), "+PONG") {
-				return
+				return true
 			}
+		}
+		select {
+		case <-exited:
+			s.cmd = nil
+			return false
+		default:
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("redis-server on %s did not answer", s.Addr())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mustStart is start for a server that cannot move to other ports (a restart on its
+// port, a Sentinel with its configuration file).
+func (s *RedisServer) mustStart(bin string) {
+	s.t.Helper()
+	if !s.start(bin) {
+		s.t.Fatalf("redis-server on %s exited before it answered (its port taken?)", s.Addr())
 	}
 }
 
@@ -416,7 +461,7 @@ func (s *RedisServer) Stop() {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGCONT)
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -428,7 +473,7 @@ func (s *RedisServer) Restart() {
 	s.t.Helper()
 	s.Stop()
 	bin, _ := exec.LookPath("redis-server")
-	s.start(bin)
+	s.mustStart(bin)
 }
 
 // KillClients closes every normal client connection of the server but the caller's.
@@ -477,7 +522,7 @@ func StartSentinels(t testing.TB) *SentinelSet {
 			t.Fatal(err)
 		}
 		s.args = []string{conf, "--sentinel"}
-		s.start(bin)
+		s.mustStart(bin)
 		t.Cleanup(s.Stop)
 		set.Sentinels = append(set.Sentinels, s)
 	}
