@@ -85,7 +85,7 @@ SHORT_TESTS := TestHoldOneSeatManyClients|TestHoldOverlappingSetsAllOrNothing|Te
 	TestOneSeatManyClientsOverHTTP|TestProblemMapping|TestStrictJSON|TestQuickstart|TestREADMEShowsThisProgram
 SHORT_PACKAGES := ./engine ./httpapi ./examples/quickstart
 
-test-short: ## The core properties only (SHORT_TESTS, docs/TESTING.md), a minute or two; make test runs them and everything else
+test-short: ## The core properties only (SHORT_TESTS, docs/TESTING.md), about 10 s once compiled; make test runs them and everything else
 	@$(with-test-services) $(go-test) -vet=off -run '^($(subst $(eval) ,,$(SHORT_TESTS)))$$' $(SHORT_PACKAGES)
 
 test-busy: ## make test with two CPU-bound processes beside it (stress-ng --cpu 2): no test may depend on an idle machine
