@@ -208,7 +208,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 }
 
 func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
-	calls := &scriptCalls{pending: map[int64]time.Time{}}
+	calls := newScriptCalls()
 	v, srv := privateEnv(t, func(c *Config) {
 		c.ConfirmSavepoints = savepoints
 		c.scriptsVia = calls.wrap
@@ -456,7 +456,7 @@ func settledBy(kind opKind, v *env, calls *scriptCalls, t0 time.Time) int64 {
 // afterScripts returns once every script call started so far has ended and then a
 // barrier command sent after that has answered (tried again until it does).
 func afterScripts(calls *scriptCalls, barrier func(ctx context.Context) error) {
-	calls.waitEnded(time.Now())
+	calls.waitEnded()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		err := barrier(ctx)
@@ -468,12 +468,20 @@ func afterScripts(calls *scriptCalls, barrier func(ctx context.Context) error) {
 }
 
 // scriptCalls is the engine's way to run scripts (Config.scriptsVia), seen from below
-// its bound: which calls have started and not yet ended.
+// its bound: which calls have started and not yet ended. Calls are numbered in the
+// order they start.
 type scriptCalls struct {
 	redis.Scripter
 	mu      sync.Mutex
+	ended   sync.Cond // signalled whenever a call ends
 	next    int64
-	pending map[int64]time.Time // call -> when it started
+	pending map[int64]bool
+}
+
+func newScriptCalls() *scriptCalls {
+	c := &scriptCalls{pending: map[int64]bool{}}
+	c.ended.L = &c.mu
+	return c
 }
 
 func (c *scriptCalls) wrap(s redis.Scripter) redis.Scripter {
@@ -487,33 +495,30 @@ func (c *scriptCalls) track() func(cmd *redis.Cmd) *redis.Cmd {
 	c.mu.Lock()
 	id := c.next
 	c.next++
-	c.pending[id] = time.Now()
+	c.pending[id] = true
 	c.mu.Unlock()
 	return func(cmd *redis.Cmd) *redis.Cmd {
 		_ = cmd.Err() // a deferred autopipeliner's command answers here
 		c.mu.Lock()
 		delete(c.pending, id)
+		c.ended.Broadcast()
 		c.mu.Unlock()
 		return cmd
 	}
 }
 
-// waitEnded returns once every call started before t has ended.
-func (c *scriptCalls) waitEnded(t time.Time) {
-	for {
-		c.mu.Lock()
+// waitEnded returns once every call started so far has ended.
+func (c *scriptCalls) waitEnded() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for upTo := c.next; ; c.ended.Wait() {
 		open := false
-		for _, start := range c.pending {
-			if start.Before(t) {
-				open = true
-				break
-			}
+		for id := range c.pending {
+			open = open || id < upTo
 		}
-		c.mu.Unlock()
 		if !open {
 			return
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -561,7 +566,7 @@ func widest(history []porcupine.Operation) int {
 // granted after it would have a larger generation.
 func TestUnknownHoldsSettleByTheirBound(t *testing.T) {
 	t.Parallel()
-	calls := &scriptCalls{pending: map[int64]time.Time{}}
+	calls := newScriptCalls()
 	v, srv := privateEnv(t, func(c *Config) { c.scriptsVia = calls.wrap })
 	seats := make([]string, 12)
 	for i := range seats {
@@ -609,6 +614,9 @@ func TestUnknownHoldsSettleByTheirBound(t *testing.T) {
 		} else if gen, _ = strconv.ParseInt(f[1], 10, 64); gen > bound {
 			t.Errorf("the unknown hold of %s took effect after its bound (generation %d, the barrier's %d)", s, gen, bound)
 		}
+	}
+	if granted == 0 {
+		t.Fatal("no unknown hold took effect after the thaw: the bound was not put to the test")
 	}
 	t.Logf("%d of %d unknown holds took effect", granted, len(seats))
 }
