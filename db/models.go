@@ -74,6 +74,15 @@ type BookingSeat struct {
 	SeatID    string
 }
 
+type BookingWriteKey struct {
+	ShowID         string
+	BookingID      uuid.UUID
+	IdempotencyKey string
+	Fingerprint    []byte
+	Answer         []byte
+	CreatedAt      time.Time
+}
+
 type CommitBarrier struct {
 	Slot   int32
 	Writes int64

@@ -73,6 +73,8 @@ type Querier interface {
 	// seats between the holders' counts). Its idempotency key was the old holder's request
 	// and goes with the move: keys are scoped to the holder.
 	BookingTransfer(ctx context.Context, arg BookingTransferParams) (int64, error)
+	BookingWriteKeyGet(ctx context.Context, arg BookingWriteKeyGetParams) (BookingWriteKeyGetRow, error)
+	BookingWriteKeyInsert(ctx context.Context, arg BookingWriteKeyInsertParams) error
 	// DurabilityBarrier writes a row (see migration 00005), so that its transaction's COMMIT
 	// writes WAL and waits, as every such COMMIT does, for the synchronous standbys the
 	// server is set up with: once it returns, everything the server committed before it is

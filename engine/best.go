@@ -75,12 +75,24 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 	token := newToken()
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
 	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), rules.arg}
+	key, err := holdIdem(ctx, sh, "BestRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID,
+		"best", strconv.Itoa(req.Count), req.Section, adjacent, strconv.FormatInt(ttl.Milliseconds(), 10))
+	if err != nil {
+		return Hold{}, err
+	}
+	ks, args = key.apply(e, ks, args)
 	for attempt, rounds := 0, 0; ; {
 		res, err := lua.Best.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
 			return Hold{}, e.redisErr(err)
 		}
+		res, first, again := replayed(res)
+		if again {
+			token = first
+		}
 		switch status, _ := res[0].(string); status {
+		case "KEYREUSED":
+			return Hold{}, keyReused("BestRequest.IdempotencyKey")
 		case "OK":
 			gen, _ := res[1].(int64)
 			exp, _ := res[2].(int64)

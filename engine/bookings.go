@@ -38,7 +38,10 @@ func bookingFromRow(r db.BookingDetail) Booking {
 // nothing in PostgreSQL and writes its tombstones again, so a retry finishes the job.
 func (e *Engine) Cancel(ctx context.Context, bookingID uuid.UUID) error {
 	ctx, o := e.begin(ctx, "cancel", "", 0)
-	err := e.cancel(ctx, bookingID)
+	k, err := bookingKeyOf(ctx, "cancel", bookingID.String())
+	if err == nil {
+		err = e.cancel(ctx, bookingID, k)
+	}
 	o.end(err, "")
 	return err
 }
@@ -52,10 +55,12 @@ type cancellation struct {
 	holder string
 }
 
-func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
+// cancel cancels a booking under k (a retry of its request is a cancel of a cancelled
+// booking).
+func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID, k bookingKey) error {
 	c, err := retryTx(ctx, func() (c cancellation, err error) {
 		err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
-			c, err = cancelTx(ctx, e.q.WithTx(tx), bookingID)
+			c, err = cancelTx(ctx, e.q.WithTx(tx), bookingID, k)
 			return err
 		})
 		return c, err
@@ -63,6 +68,9 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID) error {
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("booking %s", bookingID)
+		}
+		if errors.Is(err, ErrIdempotencyKeyReused) {
+			return err
 		}
 		return e.pgErr(err)
 	}
@@ -108,9 +116,14 @@ func (e *Engine) countsAfterCancel(ctx context.Context, sh *show, holder string)
 }
 
 // cancelTx cancels a booking inside a transaction (nothing to do when it is cancelled
-// already), and records the tombstones it owes Redis.
-func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (cancellation, error) {
+// already, or when k answered this request before), keeps k, and records the
+// tombstones it owes Redis.
+func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k bookingKey) (cancellation, error) {
 	b, err := q.BookingGetForUpdate(ctx, bookingID)
+	if err != nil {
+		return cancellation{}, err
+	}
+	_, again, err := k.replay(ctx, q, bookingID)
 	if err != nil {
 		return cancellation{}, err
 	}
@@ -121,8 +134,8 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (cancella
 	// The tombstones are the seats' and the places' (their place keys, after the seats).
 	marks := append(detail.SeatIds, detail.PlaceKeys...)
 	c := cancellation{showID: b.ShowID, seats: marks, gen: b.Generation, holder: b.HolderID}
-	if b.Status != string(BookingConfirmed) {
-		return c, nil
+	if b.Status != string(BookingConfirmed) || again {
+		return c, keepCancelled(ctx, q, bookingID, k, again)
 	}
 	if _, err := q.SeatClaimsDeleteByBooking(ctx, db.SeatClaimsDeleteByBookingParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
 		return c, err
@@ -138,5 +151,20 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (cancella
 	}
 	c.seq, err = q.MarkerOutboxInsert(ctx, db.MarkerOutboxInsertParams{ShowID: b.ShowID, Generation: b.Generation,
 		Sold: false, SeatIds: marks})
-	return c, err
+	if err != nil {
+		return c, err
+	}
+	return c, keepCancelled(ctx, q, bookingID, k, false)
+}
+
+// keepCancelled keeps k (unless kept already) with the cancelled booking as its answer.
+func keepCancelled(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k bookingKey, kept bool) error {
+	if k.key == "" || kept {
+		return nil
+	}
+	row, err := q.BookingGet(ctx, bookingID)
+	if err != nil {
+		return err
+	}
+	return k.keep(ctx, q, bookingFromRow(row))
 }

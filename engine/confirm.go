@@ -173,10 +173,11 @@ func (e *Engine) newConfirmation(ctx context.Context, h Hold, opts ConfirmOption
 	if err != nil {
 		return nil, err
 	}
-	if err := validateIdempotencyKey(opts.IdempotencyKey); err != nil {
+	key := idempotencyKeyOf(ctx, opts.IdempotencyKey)
+	if err := validateIdempotencyKey("ConfirmOptions.IdempotencyKey", key); err != nil {
 		return nil, err
 	}
-	c := &confirmation{sh: sh, seats: seats, sold: seats, fenced: fencedSeats(seats), places: placesOf(seats), ks: ks, tag: tag, h: h, key: opts.IdempotencyKey,
+	c := &confirmation{sh: sh, seats: seats, sold: seats, fenced: fencedSeats(seats), places: placesOf(seats), ks: ks, tag: tag, h: h, key: key,
 		fp: fingerprint(sh.id, seats, h.Token, h.Generation), hold: holdHash(sh.id, h.Token)}
 	if err := c.part(opts.SeatIDs, opts.Places); err != nil {
 		return nil, err

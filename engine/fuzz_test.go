@@ -101,7 +101,7 @@ func FuzzValidation(f *testing.F) {
 			t.Fatalf("validID(%q) = %v, want %v", s, ok, want)
 		}
 		_ = validateHolderID(s)
-		_ = validateIdempotencyKey(s)
+		_ = validateIdempotencyKey("key", s)
 		if validToken(s) && (len(s) != 32 || strings.ToLower(s) != s) {
 			t.Fatalf("validToken accepted %q", s)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -98,12 +99,24 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 		return Hold{}, err
 	}
 	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, rules.arg}, withPlaces(seats, places, token))
+	key, err := holdIdem(ctx, sh, "HoldRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID,
+		"hold", strings.Join(seats, " "), placesPrint(places), strconv.FormatInt(ttl.Milliseconds(), 10))
+	if err != nil {
+		return Hold{}, err
+	}
+	ks, args = key.apply(e, ks, args)
 	for attempt := 0; ; attempt++ {
 		res, err := lua.Hold.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
 			return Hold{}, e.redisErr(err)
 		}
+		res, first, again := replayed(res)
+		if again {
+			token = first
+		}
 		switch status, _ := res[0].(string); status {
+		case "KEYREUSED":
+			return Hold{}, keyReused("HoldRequest.IdempotencyKey")
 		case "OK":
 			gen, _ := res[1].(int64)
 			exp, _ := res[2].(int64)
@@ -133,6 +146,16 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 			return Hold{}, fmt.Errorf("%w: unexpected hold script reply %v", ErrUnavailable, res)
 		}
 	}
+}
+
+// holdIdem is the idem of a new hold's request under its key (own, or the one ctx
+// carries), scoped to its holder: a key needs one.
+func holdIdem(ctx context.Context, sh *show, field, own, holderID string, request ...string) (idem, error) {
+	key := idempotencyKeyOf(ctx, own)
+	if key != "" && holderID == "" {
+		return idem{}, invalid(field, "needs a HolderID: a hold's key is scoped to its holder")
+	}
+	return redisIdem(sh, field, key, []string{"hold", holderTag(holderID)}, request...)
 }
 
 // holdTTL is a requested hold TTL, or the default for zero, within the allowed range.
@@ -212,15 +235,16 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 }
 
 // runDecided runs a script on a hold (release.lua, extend.lua: args are scriptArgs(tag,
-// fixed, seats)), again while it answers BUSY — a batch is committing the hold — until
+// fixed, seats), then key's), again while it answers BUSY — a batch is committing the hold — until
 // that batch has decided (awaitDecided). A hold whose booking committed answers as a
 // hold that is gone: {"LOST", "BOOKED"}. One whose reservation lapsed (LAPSED: its batch ended
 // without giving it back) is given back once the database says it made no booking.
-func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script *redis.Script, ks []string, tag string, fixed []any, seats []string) ([]any, error) {
+func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script *redis.Script, ks []string, tag string, fixed []any, seats []string, key idem) ([]any, error) {
 	var res []any
+	keyed, args := key.apply(e, ks, scriptArgs(tag, fixed, seats))
 	err := e.awaitDecided(ctx, sh, token, func() (bool, error) {
 		var err error
-		if res, err = script.Run(ctx, e.scripts, ks, scriptArgs(tag, fixed, seats)...).Slice(); err != nil {
+		if res, err = script.Run(ctx, e.scripts, keyed, args...).Slice(); err != nil {
 			return false, e.redisErr(err)
 		}
 		switch status, _ := res[0].(string); status {
@@ -281,12 +305,19 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 	if err != nil {
 		return Hold{}, err
 	}
-	fixed := []any{h.Token, h.Generation, ttl.Milliseconds(), e.cfg.MaxHoldAge.Milliseconds()}
-	res, err := e.runDecided(ctx, sh, h.Token, lua.Extend, ks, tag, fixed, seats)
+	key, err := onHoldIdem(ctx, sh, h, "extend", strconv.FormatInt(ttl.Milliseconds(), 10))
 	if err != nil {
 		return Hold{}, err
 	}
+	fixed := []any{h.Token, h.Generation, ttl.Milliseconds(), e.cfg.MaxHoldAge.Milliseconds()}
+	res, err := e.runDecided(ctx, sh, h.Token, lua.Extend, ks, tag, fixed, seats, key)
+	if err != nil {
+		return Hold{}, err
+	}
+	res, _, _ = replayed(res)
 	switch status, _ := res[0].(string); status {
+	case "KEYREUSED":
+		return Hold{}, keyReused("IdempotencyKey")
 	case "OK":
 		exp, _ := res[1].(int64)
 		e.wrote(sh, res[2])
@@ -321,11 +352,18 @@ func (e *Engine) release(ctx context.Context, h Hold) error {
 	if err != nil {
 		return err
 	}
-	res, err := e.runDecided(ctx, sh, h.Token, lua.Release, ks, tag, []any{h.Token, h.Generation, releaseMemory.Milliseconds()}, seats)
+	key, err := onHoldIdem(ctx, sh, h, "release")
 	if err != nil {
 		return err
 	}
+	res, err := e.runDecided(ctx, sh, h.Token, lua.Release, ks, tag, []any{h.Token, h.Generation, releaseMemory.Milliseconds()}, seats, key)
+	if err != nil {
+		return err
+	}
+	res, _, _ = replayed(res)
 	switch status, _ := res[0].(string); {
+	case status == "KEYREUSED":
+		return keyReused("IdempotencyKey")
 	case status == "LOST":
 		return e.lostOwned(ctx, "release", sh, h, ks, tag, seats, len(res) == 2)
 	case status != "OK" || len(res) != 2:

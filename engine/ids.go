@@ -104,13 +104,14 @@ func validateHolderID(h string) error {
 	return nil
 }
 
-func validateIdempotencyKey(k string) error {
+// validateIdempotencyKey checks an idempotency key (field names it in the error).
+func validateIdempotencyKey(field, k string) error {
 	if len(k) > maxIdempotencyKeyLen {
-		return invalid("ConfirmOptions.IdempotencyKey", "%d bytes, at most %d", len(k), maxIdempotencyKeyLen)
+		return invalid(field, "%d bytes, at most %d", len(k), maxIdempotencyKeyLen)
 	}
 	for i := 0; i < len(k); i++ {
 		if k[i] < 0x21 || k[i] > 0x7e {
-			return invalid("ConfirmOptions.IdempotencyKey", "only printable ASCII without spaces")
+			return invalid(field, "only printable ASCII without spaces")
 		}
 	}
 	return nil

@@ -38,11 +38,18 @@ func (e *Engine) shrink(ctx context.Context, h Hold, keepSeats []string, keep []
 	if err != nil {
 		return Hold{}, err
 	}
-	res, err := e.runDecided(ctx, sh, h.Token, lua.Shrink, ks, tag, []any{h.Token, h.Generation, counts}, seats)
+	key, err := onHoldIdem(ctx, sh, h, "shrink", counts)
 	if err != nil {
 		return Hold{}, err
 	}
+	res, err := e.runDecided(ctx, sh, h.Token, lua.Shrink, ks, tag, []any{h.Token, h.Generation, counts}, seats, key)
+	if err != nil {
+		return Hold{}, err
+	}
+	res, _, _ = replayed(res)
 	switch status, _ := res[0].(string); {
+	case status == "KEYREUSED":
+		return Hold{}, keyReused("IdempotencyKey")
 	case status == "LOST":
 		return Hold{}, e.lostOwned(ctx, "shrink", sh, h, ks, tag, seats, len(res) == 2)
 	case status != "OK" || len(res) != 2:

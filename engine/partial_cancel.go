@@ -29,7 +29,11 @@ const EventSeatsCancelled = "seats_cancelled"
 // and the background repair writes the markers.
 func (e *Engine) CancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs []string, places []Places) (Booking, error) {
 	ctx, o := e.begin(ctx, "cancel_seats", "", len(seatIDs))
-	b, err := e.cancelSeats(ctx, bookingID, seatIDs, places)
+	k, err := bookingKeyOf(ctx, "cancel-seats", bookingID.String(), sortedPrint(seatIDs), placesPrint(places))
+	var b Booking
+	if err == nil {
+		b, err = e.cancelSeats(ctx, bookingID, seatIDs, places, k)
+	}
 	o.end(err, "")
 	return b, err
 }
@@ -40,6 +44,7 @@ func (e *Engine) CancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs [
 // with its marker_outbox row.
 type partCancel struct {
 	after          Booking
+	replayed       bool // after is the answer of the key's first call
 	tombs, sold    []string
 	tombSeq, soldQ int64
 }
@@ -47,29 +52,31 @@ type partCancel struct {
 // errWholeBooking: a partial cancellation names everything the booking has.
 var errWholeBooking = errors.New("the part is the whole booking")
 
-func (e *Engine) cancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs []string, places []Places) (Booking, error) {
+func (e *Engine) cancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs []string, places []Places, k bookingKey) (Booking, error) {
 	if len(seatIDs) == 0 && len(places) == 0 {
 		return Booking{}, invalid("CancelSeats", "nothing to cancel: Cancel cancels the whole booking")
 	}
 	pc, err := retryTx(ctx, func() (pc partCancel, err error) {
 		err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
-			pc, err = cancelPartTx(ctx, e.q.WithTx(tx), bookingID, seatIDs, places)
+			pc, err = cancelPartTx(ctx, e.q.WithTx(tx), bookingID, seatIDs, places, k)
 			return err
 		})
 		return pc, err
 	})
 	switch {
 	case errors.Is(err, errWholeBooking):
-		if err := e.cancel(ctx, bookingID); err != nil {
+		if err := e.cancel(ctx, bookingID, k); err != nil {
 			return Booking{}, err
 		}
 		return e.Booking(ctx, bookingID)
 	case errors.Is(err, pgx.ErrNoRows):
 		return Booking{}, notFound("booking %s", bookingID)
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrIdempotencyKeyReused):
 		return Booking{}, err
 	case err != nil:
 		return Booking{}, e.pgErr(err)
+	case pc.replayed:
+		return pc.after, nil
 	}
 	sh, err := e.show(ctx, pc.after.ShowID)
 	if err != nil {
@@ -93,10 +100,13 @@ func (e *Engine) cancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs [
 
 // cancelPartTx cancels part of a booking inside a transaction and records the markers it
 // owes Redis and its event.
-func cancelPartTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, seatIDs []string, places []Places) (partCancel, error) {
+func cancelPartTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, seatIDs []string, places []Places, k bookingKey) (partCancel, error) {
 	b, err := q.BookingGetForUpdate(ctx, bookingID)
 	if err != nil {
 		return partCancel{}, err
+	}
+	if answer, again, err := k.replay(ctx, q, bookingID); again || err != nil {
+		return partCancel{after: answer, replayed: again}, err
 	}
 	if b.Status != string(BookingConfirmed) {
 		return partCancel{}, invalid("bookingID", "booking %s is %s", bookingID, b.Status)
@@ -149,7 +159,10 @@ func cancelPartTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, seatI
 	}
 	pc.tombSeq, err = q.MarkerOutboxInsert(ctx, db.MarkerOutboxInsertParams{ShowID: b.ShowID, Generation: b.Generation,
 		Sold: false, SeatIds: pc.tombs})
-	return pc, err
+	if err != nil {
+		return partCancel{}, err
+	}
+	return pc, k.keep(ctx, q, pc.after)
 }
 
 // unclaimPart drops the claims of a booking's seats (and takes them out of it), and

@@ -182,7 +182,7 @@ func TestSQLCancelledBookingKeepsItsFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := cancelTx(ctx, db.New(tx), p.BookingID)
+		_, err := cancelTx(ctx, db.New(tx), p.BookingID, bookingKey{})
 		return err
 	})
 	if err != nil {

@@ -50,13 +50,23 @@ func (e *Engine) transfer(ctx context.Context, h Hold, to string) (Hold, error) 
 		return Hold{}, err
 	}
 	token := newToken()
+	key, err := onHoldIdem(ctx, sh, h, "transfer", to)
+	if err != nil {
+		return Hold{}, err
+	}
 	fixed := []any{h.Token, h.Generation, holderTag(to), token, placeHoldID(token), e.cfg.MaxSeatsPerHolder, rules.arg}
 	for attempt := 0; ; attempt++ {
-		res, err := e.runDecided(ctx, sh, h.Token, lua.Transfer, ks, tag, fixed, seats)
+		res, err := e.runDecided(ctx, sh, h.Token, lua.Transfer, ks, tag, fixed, seats, key)
 		if err != nil {
 			return Hold{}, err
 		}
+		res, first, again := replayed(res)
+		if again {
+			token = first
+		}
 		switch status, _ := res[0].(string); status {
+		case "KEYREUSED":
+			return Hold{}, keyReused("IdempotencyKey")
 		case "OK":
 			gen, _ := res[1].(int64)
 			exp, _ := res[2].(int64)
@@ -112,12 +122,16 @@ func validateNewHolder(from, to string) error {
 // resync writes it (the database's check stands meanwhile).
 func (e *Engine) TransferBooking(ctx context.Context, bookingID uuid.UUID, toHolderID string) (Booking, error) {
 	ctx, o := e.begin(ctx, "transfer_booking", "", 0)
-	b, err := e.transferBooking(ctx, bookingID, toHolderID)
+	k, err := bookingKeyOf(ctx, "transfer-booking", bookingID.String(), toHolderID)
+	var b Booking
+	if err == nil {
+		b, err = e.transferBooking(ctx, bookingID, toHolderID, k)
+	}
 	o.end(err, "")
 	return b, err
 }
 
-func (e *Engine) transferBooking(ctx context.Context, bookingID uuid.UUID, to string) (Booking, error) {
+func (e *Engine) transferBooking(ctx context.Context, bookingID uuid.UUID, to string, k bookingKey) (Booking, error) {
 	if err := validateNewHolder("", to); err != nil {
 		return Booking{}, err
 	}
@@ -127,7 +141,7 @@ func (e *Engine) transferBooking(ctx context.Context, bookingID uuid.UUID, to st
 	}
 	m, err := retryTx(ctx, func() (m moved, err error) {
 		err = pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
-			m.b, m.from, err = transferTx(ctx, e.q.WithTx(tx), bookingID, to)
+			m.b, m.from, err = transferTx(ctx, e.q.WithTx(tx), bookingID, to, k)
 			return err
 		})
 		return m, err
@@ -137,8 +151,12 @@ func (e *Engine) transferBooking(ctx context.Context, bookingID uuid.UUID, to st
 		return Booking{}, notFound("booking %s", bookingID)
 	case errors.Is(claimErr(err), errOverLimit):
 		return Booking{}, fmt.Errorf("%w: the new holder's booked seats of the show would pass its holder limit (the database counts them)", ErrHolderLimit)
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrIdempotencyKeyReused):
+		return Booking{}, err
 	case err != nil:
 		return Booking{}, e.pgErr(err)
+	case m.b.Replayed:
+		return m.b, nil
 	}
 	e.transferredCounts(ctx, m.b.ShowID, m.from, to)
 	e.log.InfoContext(ctx, "booking transferred", "show_id", m.b.ShowID, "booking_id", bookingID, "seats", len(m.b.SeatIDs))
@@ -147,10 +165,13 @@ func (e *Engine) transferBooking(ctx context.Context, bookingID uuid.UUID, to st
 
 // transferTx moves a confirmed booking to holder to inside a transaction and writes its
 // event. It returns the booking as it is now and its holder before.
-func transferTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, to string) (Booking, string, error) {
+func transferTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, to string, k bookingKey) (Booking, string, error) {
 	row, err := q.BookingGetForUpdate(ctx, bookingID)
 	if err != nil {
 		return Booking{}, "", err
+	}
+	if answer, again, err := k.replay(ctx, q, bookingID); again || err != nil {
+		return answer, "", err
 	}
 	if row.Status != string(BookingConfirmed) {
 		return Booking{}, "", invalid("bookingID", "booking %s is %s, not confirmed", bookingID, row.Status)
@@ -173,7 +194,7 @@ func transferTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, to stri
 	}
 	b := bookingFromRow(detail)
 	b.HolderID = to
-	return b, row.HolderID, nil
+	return b, row.HolderID, k.keep(ctx, q, b)
 }
 
 // transferredCounts writes both holders' booked seats of a show to Redis after a

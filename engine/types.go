@@ -18,6 +18,11 @@ type HoldRequest struct {
 	// Places asks for a number of places of each of the show's areas (areas.go), held
 	// all or nothing with the seats; a place counts as a seat for every limit.
 	Places []Places
+	// IdempotencyKey makes the hold safe to retry (idempotency.go): while the hold it
+	// made lives, a retry of the same request gets that hold again (the same token);
+	// another request under the key is ErrIdempotencyKeyReused. It needs a HolderID,
+	// which scopes it.
+	IdempotencyKey string
 }
 
 // BestRequest asks for the best available seats of a show: Count of them anywhere (or
@@ -31,6 +36,8 @@ type BestRequest struct {
 	Adjacent bool
 	TTL      time.Duration
 	HolderID string
+	// IdempotencyKey is as HoldRequest's: a retry gets the seats the first call chose.
+	IdempotencyKey string
 }
 
 // Hold is a granted hold. Keep it whole: Extend, Release and Confirm need every field.

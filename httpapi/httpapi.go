@@ -43,7 +43,7 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 // HolderHeader carries the caller's identity, set by the booking backend in front.
 const HolderHeader = "Holder-Id"
 
-// IdempotencyHeader carries a confirmation's idempotency key.
+// IdempotencyHeader carries a write's idempotency key (engine/idempotency.go).
 const IdempotencyHeader = "Idempotency-Key"
 
 // Options tune a Server. Zero values mean the defaults.

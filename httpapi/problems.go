@@ -226,6 +226,7 @@ var wireNames = map[string]string{
 	"HoldRequest.Places": "places", "Hold.Places": "places", "Venue.Areas": "areas", "Venue.Seats": "layout",
 	"Hold.Token": "token", "Hold.Generation": "generation",
 	"HolderID": HolderHeader, "ConfirmOptions.IdempotencyKey": IdempotencyHeader,
+	"IdempotencyKey": IdempotencyHeader, "HoldRequest.IdempotencyKey": IdempotencyHeader, "BestRequest.IdempotencyKey": IdempotencyHeader,
 	"toHolderID": "to", "bookingID": "id",
 }
 

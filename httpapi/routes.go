@@ -34,20 +34,20 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/v1/shows/{show}/layout", shows(s.getLayout)},
 		{"GET", "/v1/shows/{show}/seats", shows(s.getSeats)},
 		{"GET", "/v1/shows/{show}/events", shows(s.getEvents)},
-		{"POST", "/v1/shows/{show}/holds", s.showLookups(s.limited(s.postHold))},
+		{"POST", "/v1/shows/{show}/holds", s.keyed(s.showLookups(s.limited(s.postHold)))},
 		{"POST", "/v1/shows/{show}/holds/reclaim", s.showLookups(s.limited(s.postReclaim))},
 		{"GET", "/v1/shows/{show}/rules", shows(s.getRules)},
 		{"POST", "/v1/shows/{show}/queue", s.showLookups(s.limited(s.postQueue))},
 		{"GET", "/v1/shows/{show}/queue", s.showLookups(s.holderReading(s.getQueue))},
 		{"GET", "/v1/shows/{show}/queue/events", shows(s.getQueueEvents)},
-		{"POST", "/v1/holds/extend", s.limited(s.postExtend)},
-		{"POST", "/v1/holds/release", s.limited(s.postRelease)},
-		{"POST", "/v1/holds/shrink", s.limited(s.postShrink)},
-		{"POST", "/v1/holds/transfer", s.limited(s.postTransfer)},
-		{"POST", "/v1/bookings", s.limited(s.postBooking)},
+		{"POST", "/v1/holds/extend", s.keyed(s.limited(s.postExtend))},
+		{"POST", "/v1/holds/release", s.keyed(s.limited(s.postRelease))},
+		{"POST", "/v1/holds/shrink", s.keyed(s.limited(s.postShrink))},
+		{"POST", "/v1/holds/transfer", s.keyed(s.limited(s.postTransfer))},
+		{"POST", "/v1/bookings", s.keyed(s.limited(s.postBooking))},
 		{"GET", "/v1/bookings/{id}", s.holderReading(s.getBooking)},
-		{"DELETE", "/v1/bookings/{id}", s.limited(s.deleteBooking)},
-		{"POST", "/v1/bookings/{id}/cancel-seats", s.limited(s.postCancelSeats)},
+		{"DELETE", "/v1/bookings/{id}", s.keyed(s.limited(s.deleteBooking))},
+		{"POST", "/v1/bookings/{id}/cancel-seats", s.keyed(s.limited(s.postCancelSeats))},
 		{"GET", "/v1/holders/me/bookings", s.holderReading(s.getMyBookings)},
 		{"GET", "/v1/holders/me/holds", s.holderReading(s.getMyHolds)},
 		{"GET", "/livez", http.HandlerFunc(s.livez)},
@@ -67,13 +67,29 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"POST", "/v1/shows/{show}/resync", s.operatorOnly(s.postResync)},
 		{"PUT", "/v1/shows/{show}/rules", s.operatorOnly(s.putRules)},
 		{"GET", "/v1/shows/{show}/rules", s.operatorOnly(s.getRules)},
-		{"POST", "/v1/bookings/{id}/transfer", s.operatorOnly(s.postBookingTransfer)},
+		{"POST", "/v1/bookings/{id}/transfer", s.operatorOnly(s.keyed(s.postBookingTransfer))},
 		{"GET", "/v1/events", s.operatorOnly(s.getFeed)},
 		{"GET", "/livez", http.HandlerFunc(s.livez)},
 		{"GET", "/readyz", http.HandlerFunc(s.readyzDetailed)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
 	}
 	return s.mux(pub), s.mux(adm)
+}
+
+// keyed passes a write's Idempotency-Key header (sent at most once) to the engine in the
+// request's context (engine.WithIdempotencyKey): a retry under the key gets the first
+// call's answer.
+func (s *Server) keyed(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, ok := s.singleHeader(w, r, IdempotencyHeader)
+		if !ok {
+			return
+		}
+		if key != "" {
+			r = r.WithContext(engine.WithIdempotencyKey(r.Context(), key))
+		}
+		fn(w, r)
+	}
 }
 
 // mux serves routes; a listed path asked with another method is a 405 problem naming

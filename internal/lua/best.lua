@@ -15,6 +15,9 @@
 -- ARGV[7]    the sections to look in: their numbers, space-separated
 -- ARGV[8]    the show's sale rules as the engine has them (see sale_rules in common.lua)
 --
+-- With an idempotency key, as hold.lua: {"REPLAY", token, "OK", generation, expires_ms,
+-- created_ms, "", seat, ...} while the key's hold lives, {"KEYREUSED"} for another request.
+--
 -- Returns {"OK", generation, expires_ms, created_ms, feed entry id, seat, ...},
 -- {"NONE", free seats left in the best section}, {"LIMIT", held} (the holder cap),
 -- {"LIMIT", held and booked, limit} (the sale's holder limit), {"NOTADMITTED"} (the show
@@ -25,6 +28,8 @@
 -- (call again; what it gave back stays given back).
 
 local F = 8
+local I, ierr = idem_open()
+if not I then return ierr end
 local _, err = layout(F, 1, 0)
 if err then return err end
 local tag, token = ARGV[1], ARGV[2]
@@ -50,6 +55,18 @@ if redis.call("EXISTS", BASE .. "ixs") == 0 then return {"NOINDEX"} end
 local now = now_ms()
 local tok = BASE .. "tok:" .. token
 
+if I.reply then
+    -- The key's hold: while it lives, a retry of the request gets it again (as
+    -- hold.lua's); once it is gone, so is the key.
+    local v = redis.call("GET", BASE .. "hold:" .. I.reply[6])
+    if v and string.sub(v, 1, 33) == I.token .. ":" then
+        if not I.same then return {"KEYREUSED"} end
+        local gen, created = string.match(v, "^[0-9a-f]+:(%d+):(%d+):")
+        local out = {"REPLAY", I.token, "OK", tonumber(gen), now + redis.call("PTTL", BASE .. "hold:" .. I.reply[6]), tonumber(created), ""}
+        for i = 6, #I.reply do out[#out + 1] = I.reply[i] end
+        return out
+    end
+end
 local prev = redis.call("GET", tok)
 if prev then
     -- A retry of this very call: answer as the first one did.
@@ -245,4 +262,4 @@ redis.call("SET", tok, list, "PX", ttl)
 local id = feed({"h", list, "x", int(now + ttl)})
 local out = {"OK", gen, now + ttl, now, id}
 for _, s in ipairs(ids) do out[#out + 1] = s end
-return out
+return idem_keep(I, token, out, 5)

@@ -539,3 +539,63 @@ local function held_units(key)
     for _, m in ipairs(redis.call("ZRANGE", key, 0, -1)) do n = n + units(m) end
     return n
 end
+
+-- Idempotency keys (engine/idempotency.go). A call made with one ends its KEYS with the
+-- key's record, <base>idem:<64 hex digits> (under the show's hash tag, named from the
+-- holder and the key), and its ARGV with the request's fingerprint (64 hex digits) and
+-- the record's life in ms. The record holds "<fingerprint>\n<token>\n<reply>": the reply
+-- the first call gave, each field "i<integer>" or "s<string>" on a line of its own, and
+-- the token of the hold it names. idem_open takes the key's items off KEYS and ARGV (the
+-- script's layout then reads as without a key) and returns the call's record, nil and
+-- an error reply when the items are malformed: rec ("" without a key), fp, life, and,
+-- when the record exists, its token, its reply and same (true when it answered this
+-- very request, false when another request).
+local function idem_open()
+    local rec = KEYS[#KEYS]
+    local I = {rec = ""}
+    if not rec or not string.match(rec, ":idem:%x+$") then return I end
+    table.remove(KEYS)
+    I.rec, I.life, I.fp = rec, table.remove(ARGV), table.remove(ARGV)
+    local base = KEYS[1] and string.sub(KEYS[1], 1, -4)
+    if not base or string.sub(KEYS[1], -4) ~= ":gen" or rec ~= base .. "idem:" .. string.sub(rec, #base + 6)
+        or not is_hex(string.sub(rec, #base + 6), 64) then
+        return nil, bad("idempotency record")
+    end
+    if not is_hex(I.fp, 64) then return nil, bad("fingerprint") end
+    if not is_uint(I.life or "", 1, 86400000) then return nil, bad("idempotency life") end
+    local v = redis.call("GET", rec)
+    if not v then return I end
+    local fp, token, rest = string.match(v, "^(%x+)\n(%x*)\n(.*)$")
+    if not fp then return I end
+    I.same, I.token, I.reply = fp == I.fp, token, {}
+    for f in string.gmatch(rest, "[^\n]+") do
+        local kind, x = string.sub(f, 1, 1), string.sub(f, 2)
+        I.reply[#I.reply + 1] = (kind == "i" and tonumber(x)) or x
+    end
+    return I
+end
+
+-- idem_replay is the answer to a call whose record exists: {"REPLAY", token, reply...}
+-- for the request it answered, {"KEYREUSED"} for another; nil without one.
+local function idem_replay(I)
+    if not I.reply then return nil end
+    if not I.same then return {"KEYREUSED"} end
+    local out = {"REPLAY", I.token}
+    for i = 1, #I.reply do out[#out + 1] = I.reply[i] end
+    return out
+end
+
+-- idem_keep keeps reply, the answer to the call, with token (the hold it names), in the
+-- call's record (nothing without a key; the field at index skip, a feed entry id, is
+-- kept as ""), and returns reply.
+local function idem_keep(I, token, reply, skip)
+    if I.rec == "" then return reply end
+    local out = {}
+    for i = 1, #reply do
+        local v = reply[i]
+        if i == skip then v = "" end
+        out[i] = (type(v) == "number" and "i" .. int(v)) or "s" .. v
+    end
+    redis.call("SET", I.rec, I.fp .. "\n" .. token .. "\n" .. table.concat(out, "\n"), "PX", I.life)
+    return reply
+end

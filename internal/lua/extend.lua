@@ -8,14 +8,22 @@
 -- ARGV[5]    maximum total age of a hold in milliseconds
 -- ARGV[6..]  seat ids
 --
+-- With an idempotency key (common.lua: idem_open), a retry of the request answers
+-- {"REPLAY", token, the first call's "OK" reply with "" for its feed entry id}, and
+-- another request under the key {"KEYREUSED"}, without running again.
+--
 -- Returns {"OK", expires_ms, feed entry id}, {"LOST"} (not this hold: nothing changed),
 -- {"LIMIT", deadline_ms} (the new expiry would pass created + max age), {"BUSY"} (a
 -- batch is committing this hold, see reserve.lua: nothing changed), or {"LAPSED",
 -- commit id} (a batch's reservation of it lapsed: nothing changed, see release.lua).
 
 local F = 5
+local I, ierr = idem_open()
+if not I then return ierr end
 local n, err = hold_layout(F)
 if not n then return err end
+local replay = idem_replay(I)
+if replay then return replay end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 if not is_uint(ARGV[4], 1, 86400000) then return bad("ttl") end
 if not is_uint(ARGV[5], 1, 86400000) then return bad("max age") end
@@ -36,4 +44,4 @@ end
 if tag ~= "" and redis.call("EXISTS", KEYS[2]) == 1 and redis.call("PTTL", KEYS[2]) < ttl then
     redis.call("PEXPIRE", KEYS[2], ttl)
 end
-return {"OK", now + ttl, feed({"h", seat_list(F), "x", int(now + ttl)})}
+return idem_keep(I, token, {"OK", now + ttl, feed({"h", seat_list(F), "x", int(now + ttl)})}, 3)

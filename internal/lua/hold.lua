@@ -10,8 +10,13 @@
 -- ARGV[5]    the show's sale rules as the engine has them (see sale_rules in common.lua)
 -- ARGV[6..]  seat ids, then place keys (common.lua: a hold's places of one area each)
 --
--- Returns {"OK", generation, expires_ms, created_ms, feed entry id} (a retried call
--- has no entry id: the first call wrote it), {"TAKEN", seat or place key, ...} (a place
+-- With an idempotency key (common.lua: idem_open), a call whose key names a hold that
+-- still lives answers {"REPLAY", its token, "OK", generation, expires_ms, created_ms}
+-- for the same request and {"KEYREUSED"} for another; once that hold is gone (released,
+-- expired, confirmed, moved to other tokens) the key is free again.
+--
+-- Returns {"OK", generation, expires_ms, created_ms, feed entry id, first seat} (a
+-- retried call has no entry id and no seat: the first call wrote it), {"TAKEN", seat or place key, ...} (a place
 -- key: its area has fewer places free; the places it has free follow the key),
 -- {"LIMIT", held} (the holder cap), {"LIMIT", held and booked, limit} (the sale's holder
 -- limit), {"NOTADMITTED"} (the show has a waiting room and the holder is not admitted
@@ -20,6 +25,8 @@
 -- sale_rules in common.lua).
 
 local F = 5
+local I, ierr = idem_open()
+if not I then return ierr end
 local n, err = layout(F, 1, 1)
 if not n then return err end
 local tag, token = ARGV[1], ARGV[2]
@@ -35,6 +42,16 @@ local rules, closed = sale_rules(given, ARGV[5])
 if not rules then return closed end
 
 local now = now_ms()
+if I.reply then
+    -- The key's hold: while it lives, a retry of the request gets it again; once it is
+    -- gone, so is the key.
+    local v = redis.call("GET", BASE .. "hold:" .. I.reply[6])
+    if v and string.sub(v, 1, 33) == I.token .. ":" then
+        if not I.same then return {"KEYREUSED"} end
+        local gen, created = string.match(v, "^[0-9a-f]+:(%d+):(%d+):")
+        return {"REPLAY", I.token, "OK", tonumber(gen), now + redis.call("PTTL", BASE .. "hold:" .. I.reply[6]), tonumber(created)}
+    end
+end
 local mine, taken, first = 0, {"TAKEN"}, nil
 for i = 1, n do
     local v = redis.call("GET", hk(i))
@@ -96,4 +113,4 @@ end
 if tag ~= "" and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})
-return {"OK", gen, now + ttl, now, id}
+return idem_keep(I, token, {"OK", gen, now + ttl, now, id, seat(1, F)}, 5)

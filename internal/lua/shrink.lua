@@ -14,13 +14,21 @@
 -- hash tag) with the same value and expiry, and its area has the rest back at once. A
 -- seat or place key given back goes as on a release (no tombstone: the hold lives on).
 --
+-- With an idempotency key (common.lua: idem_open), a retry of the request answers
+-- {"REPLAY", token, the first call's "OK" reply with "" for its feed entry id}, and
+-- another request under the key {"KEYREUSED"}, without running again.
+--
 -- Returns {"OK", feed entry id}, {"LOST"} (not this hold: nothing changed), {"BUSY"} or
 -- {"LAPSED", commit id} (a batch is committing the hold, or its reservation lapsed:
 -- nothing changed, see release.lua).
 
 local F = 4
+local I, ierr = idem_open()
+if not I then return ierr end
 local n, err = hold_layout(F)
 if not n then return err end
+local replay = idem_replay(I)
+if replay then return replay end
 local tag, token, gen = ARGV[1], ARGV[2], ARGV[3]
 local keep, kept = {}, 0
 for k in string.gmatch(ARGV[4], "%S+") do keep[#keep + 1] = tonumber(k) end
@@ -56,9 +64,9 @@ for i = 1, n do
         moved[#moved + 1] = to
     end
 end
-if #gone == 0 then return {"OK", ""} end
+if #gone == 0 then return idem_keep(I, token, {"OK", ""}, 2) end
 local fields = {"d", table.concat(gone, " ")}
 if #moved > 0 then
     fields[3], fields[4], fields[5], fields[6] = "h", table.concat(moved, " "), "x", int(exp)
 end
-return {"OK", feed(fields)}
+return idem_keep(I, token, {"OK", feed(fields)}, 2)

@@ -21,6 +21,10 @@
 --
 -- A place key is renamed to the new hold id's (place_rename); a seat keeps its key.
 --
+-- With an idempotency key (common.lua: idem_open), a retry of the request answers
+-- {"REPLAY", the new token, the first call's "OK" reply with "" for its feed entry id}, and
+-- another request under the key {"KEYREUSED"}, without running again.
+--
 -- Returns {"OK", generation, expires_ms, feed entry id ("" without places)}, {"LOST"}
 -- (not this hold: nothing changed), {"BUSY"} or {"LAPSED", commit id} (a batch is
 -- committing the hold, or its reservation lapsed: nothing changed, see release.lua),
@@ -28,8 +32,12 @@
 -- holder limit), {"NOTADMITTED"}, {"NOSTATE"}, {"STALE"} or {"CLOSED"} (as hold.lua).
 
 local F = 8
+local I, ierr = idem_open()
+if not I then return ierr end
 local n, err = hold_layout(F)
 if not n then return err end
+local replay = idem_replay(I)
+if replay then return replay end
 local tag, token, gen, to_tag, new_token, new_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 if not is_hex(to_tag, 32) or to_tag == tag then return bad("new holder tag") end
 if not is_hex(new_token, 32) or new_token == token then return bad("new token") end
@@ -77,4 +85,4 @@ end
 if redis.call("PTTL", to_key) < exp - now then redis.call("PEXPIREAT", to_key, exp) end
 local id = ""
 if #moved > 0 then id = feed({"d", table.concat(gone, " "), "h", table.concat(moved, " "), "x", int(exp)}) end
-return {"OK", g, exp, id}
+return idem_keep(I, new_token, {"OK", g, exp, id}, 4)
