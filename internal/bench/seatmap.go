@@ -23,9 +23,9 @@ import (
 )
 
 // The seat-map workloads: a 20,000-seat show mid-sale (5,000 seats sold, 5,000 held),
-// read by 16 readers in one process through the previous design (every claim from
-// PostgreSQL and a PTTL per unsold seat from Redis, per read: kept here as
-// seatsDirect), the shared SeatMap snapshot and Seats; then over HTTP (the compact map
+// read by 16 readers in one process straight from the backends (every claim from
+// PostgreSQL and a PTTL per unsold seat from Redis, per read: seatsDirect, the baseline),
+// the shared SeatMap snapshot and Seats; then over HTTP (the compact map
 // and its 304 against /livez on the same server). The change feed to its SSE
 // subscribers is feed.go's.
 
@@ -58,8 +58,9 @@ func (e *env) midSale(ctx context.Context, eng *engine.Engine, show string) ([]s
 	return seats, err
 }
 
-// seatsDirect is the previous Seats: the claims from PostgreSQL and a PTTL per unsold
-// seat from Redis, on every read. It stays here to measure the view against.
+// seatsDirect reads a show's seats straight from the backends: the claims from
+// PostgreSQL and a PTTL per unsold seat from Redis, on every read. It is the baseline
+// the view is measured against.
 func seatsDirect(ctx context.Context, q *db.Queries, rdb redis.UniversalClient, prefix, show string, seats []string) ([]engine.SeatState, error) {
 	claims, err := q.SeatClaimListByShow(ctx, show)
 	if err != nil {
