@@ -1,8 +1,8 @@
 package engine
 
-// Tests for the holes a review found: spent holds booking again, sold markers that
-// failed to write, repairs that touch state they did not read, retried and re-issued
-// generations. Each failed on the code before the fix.
+// Tests of what must hold off the happy path: a spent hold never books again, a sold
+// marker that failed to write is repaired, repairs never touch state they did not read,
+// retried and re-issued generations stay usable. Each fails without its mechanism.
 
 import (
 	"context"

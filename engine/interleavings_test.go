@@ -13,8 +13,9 @@ import (
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
-// The interleavings a review found wrong, one test each: each failed on the code before
-// its fix.
+// The faults of group commit, the marker outbox, the seat-map view, fence locks and the
+// best-available index (docs/RELIABILITY.md), one test each: each fails without the
+// mechanism it names.
 
 // TestReleaseWaitsForACommittingConfirmation: once a batch has checked a hold in Redis it
 // has it reserved: a Release of it waits for the batch's outcome instead of answering OK

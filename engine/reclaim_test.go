@@ -178,7 +178,7 @@ func TestConcurrentReclaimAndConfirmBookOnce(t *testing.T) {
 	}
 }
 
-// TestReclaimAfterADeadBatchLapses (issue 36 fault 1, on Reclaim): a batch reserved one
+// TestReclaimAfterADeadBatchLapses: a batch reserved one
 // of a holder's 10-minute holds and never decided (its process died after the check, or
 // every reply to it and to its give-back was lost). Once the reservation has lapsed,
 // within its own bound, Reclaim gives the holder every live hold again, that one

@@ -80,7 +80,7 @@ func (v *env) reserveAs(h Hold, id uuid.UUID) {
 	}
 }
 
-// TestFrozenRedisAtTheCheckLeavesNoReservation (issue 36): Redis freezes between a
+// TestFrozenRedisAtTheCheckLeavesNoReservation: Redis freezes between a
 // batch's fence lock and its Redis check, for longer than the caller's 700 ms deadline.
 // The caller gets ErrUnavailable by its deadline and nothing is booked; Redis, once it
 // thaws, runs the check the batch no longer waits for. From then on, within the

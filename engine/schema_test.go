@@ -382,7 +382,7 @@ func TestSQLInvariants(t *testing.T) {
 			"23000", "seat_claims_immutable"},
 		{"truncate the event log", inTx("TRUNCATE booking_events"), "23000", "booking_events_no_truncate"},
 		{"truncate the fences", inTx("TRUNCATE seat_fences CASCADE"), "23000", "seat_fences_no_truncate"},
-		// Rules that were foreign keys until migration 00008, now triggers of the same names.
+		// Rules checked by triggers under foreign-key names (migration 00008).
 		{"an event of a show that does not exist", inTx(
 			"INSERT INTO booking_events (show_id, kind, generation, seat_ids) VALUES ('nope', 'refused_lost', 1, '{A1}')"),
 			"23503", "booking_events_show_fkey"},
@@ -397,7 +397,7 @@ func TestSQLInvariants(t *testing.T) {
 			"23503", "seat_claims_booking_seat_fkey"},
 		{"rewrite a booking's generation under its claims", inTx("UPDATE bookings SET generation = 6 WHERE booking_id = $1"),
 			"23503", "seat_claims_booking_fkey"},
-		// A foreign key until migration 00015, now a trigger of the same name.
+		// Checked by a trigger under a foreign-key name (migration 00015).
 		{"delete a claimed seat's fence", inTx("DELETE FROM seat_fences WHERE show_id = 'inv' AND seat_id = 'A1'"),
 			"23503", "seat_claims_fence_fkey"},
 		{"move a claimed seat's fence to another seat", inTx("UPDATE seat_fences SET seat_id = 'A3' WHERE show_id = 'inv' AND seat_id = 'A1'"),

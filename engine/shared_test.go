@@ -189,7 +189,7 @@ func TestPolledSeatMapKeepsEachCallersDeadline(t *testing.T) {
 	}
 }
 
-// TestUnknownSeatRereadIsSharedAndBounded (issue 36 fault 4, on the re-read of a show's
+// TestUnknownSeatRereadIsSharedAndBounded (on the re-read of a show's
 // rules that a hold of a seat the engine does not know makes, to learn whether the show
 // was replaced): the table shows is locked, so that the read hangs. 20 such holds at once
 // without a deadline make one read between them (beside the engine's background refresh

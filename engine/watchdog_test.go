@@ -57,13 +57,12 @@ func checkDump(t *testing.T, said []string, what string, frames ...string) {
 	t.Logf("the watchdog reported %q past its bound with %d goroutines' stacks", what, n)
 }
 
-// TestWatchdogDumpsAConfirmationPastItsBound (issue 36, the hang that was not
-// explained): the watchdog of the failover tests reports a confirmation that waits past
+// TestWatchdogDumpsAConfirmationPastItsBound: the watchdog of the failover tests reports a confirmation that waits past
 // its documented bound — its deadline plus Engine.confirmOverrun, plus watchSlack — with
 // the stack of every goroutine, the caller's in Confirm and the batch's it waits for
 // among them, once, by that bound; and says nothing of one that returns in time.
-//   - hung: the batch hangs in its transaction (a hook that ignores every context, as the
-//     unexplained 7-minute wait in Engine.commit did), watched by confirmWatched;
+//   - hung: the batch hangs in its transaction (a hook that ignores every context, so
+//     its confirmation waits in Engine.commit), watched by confirmWatched;
 //   - frozen: the batch's COMMIT goes to a PostgreSQL server frozen with SIGSTOP, watched
 //     with a bound shorter than the confirmation's (its deadline alone): the dump shows
 //     the batch waiting on the frozen server; the confirmation itself still answers by

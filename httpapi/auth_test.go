@@ -16,7 +16,7 @@ import (
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
-// Issue 39, items 4 and 6 (in part): who a caller is decides whose allowance a request
+// Who a caller is decides whose allowance a request
 // spends. Each test's clients connect from an address of their own (all of 127.0.0.0/8
 // is loopback), so the server sees real peers, no proxy.
 

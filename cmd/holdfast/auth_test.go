@@ -15,8 +15,8 @@ import (
 // TestServeRefusesUnsignedHoldersOnAPublicAddress: serve on an address that is not
 // loopback (":0": every interface) without signed holders refuses to start, naming the
 // two ways out; with --trusted-holder-header (a backend in front sets Holder-Id) or a
-// holder key it serves. The review found such a server handing anyone who knew a holder
-// id that holder's bookings and holds, and cancelling them (issue 39, item 3).
+// holder key it serves. Such a server would hand anyone who knew a holder id that
+// holder's bookings and holds, and let them cancel them.
 func TestServeRefusesUnsignedHoldersOnAPublicAddress(t *testing.T) {
 	t.Parallel()
 	const opToken = "operator-token-0123456789"

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The attacks on who a caller is (issue 39, items 3, 4 and 6 in part).
+// The attacks on who a caller is.
 
 func (r *runner) authAttacks() []attack {
 	return []attack{
@@ -22,7 +22,7 @@ func (r *runner) authAttacks() []attack {
 
 // unsignedPublic starts serve on every interface without signed holders. If it starts,
 // whoever reaches it and knows a holder id reads, cancels and blocks that holder's
-// bookings and holds, as the review found.
+// bookings and holds.
 func (r *runner) unsignedPublic(ctx context.Context) string {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // stops the server, if it started

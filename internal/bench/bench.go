@@ -56,7 +56,7 @@ type Row struct {
 	Note     string  `json:"note,omitempty"`
 }
 
-// Goal is one target of issue 6 with its measured value.
+// Goal is one target of the benchmarks (docs/BENCHMARKS.md) with its measured value.
 type Goal struct {
 	Name   string  `json:"name"`
 	Target string  `json:"target"`

@@ -85,8 +85,8 @@ func (r *fairResult) fail(err error) {
 	}
 }
 
-// fairParamsFor is the fair on-sale's shape: the (100,000 arrivals in 10 s for
-// 20,000 seats, 20% bots, limit 6), or a small one for the quick run.
+// fairParamsFor is the fair on-sale's shape: docs/BENCHMARKS.md's (100,000 arrivals in
+// 10 s for 20,000 seats, 20% bots, limit 6), or a small one for the quick run.
 func (e *env) fairParamsFor() fairParams {
 	p := fairParams{seats: e.o.SaleSeats, arrivals: 5 * e.o.SaleSeats, over: 10 * time.Second, bots: 0.2, limit: 6,
 		think: 3 * time.Second, holdTTL: 30 * time.Second, timeout: e.o.SaleTimeout}
