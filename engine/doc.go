@@ -10,11 +10,13 @@
 // [Engine.Confirm] turns a hold into a booking in one PostgreSQL transaction. The
 // transaction advances each seat's fence only if the hold's generation is strictly
 // larger than every generation the database has accepted for that seat, then claims the
-// seats under a (show, seat) primary key. The hold is checked in Redis before the
-// transaction and again just before COMMIT. So an owner whose hold expired while it was
-// paused cannot book: its confirmation fails with [ErrHoldLost] or [ErrStaleGeneration],
-// and the seat's unique claim refuses a second booking whatever Redis says. A hold makes
-// at most one booking, ever ([HoldSpentError]).
+// seats under a (show, seat) primary key. Inside the transaction, once the seats' fences
+// are locked and before anything is written, the hold is checked in Redis and reserved
+// until the transaction has decided (a hold whose ExpiresAt does not promise time enough
+// for the wait is checked once before it queues too). So an owner whose hold expired
+// while it was paused cannot book: its confirmation fails with [ErrHoldLost] or
+// [ErrStaleGeneration], and the seat's unique claim refuses a second booking whatever
+// Redis says. A hold makes at most one booking, ever ([HoldSpentError]).
 //
 // After COMMIT the booked seats get a sold marker in Redis, so new holds on them are
 // refused at once. The marker write is recorded in PostgreSQL by the booking's own

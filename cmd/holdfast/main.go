@@ -1,5 +1,6 @@
 // Command holdfast serves the seat-reservation engine over HTTP, runs its migrations,
-// simulates a sale opening (demo) and measures it (bench).
+// simulates a sale opening (demo) and measures it (bench); env prints its environment
+// variables.
 //
 //	holdfast serve   [--addr host:port] [flags]
 //	holdfast migrate up|down|status
@@ -8,6 +9,7 @@
 //	holdfast abuse   [flags]
 //	holdfast resync  --show SHOW [--from-database]
 //	holdfast events  [--after CURSOR] [--follow]
+//	holdfast env
 //	holdfast version
 //
 // Run "holdfast help" or "holdfast <command> -h" for the flags.
