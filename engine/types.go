@@ -86,8 +86,8 @@ type Booking struct {
 	ConfirmedAt time.Time
 	CancelledAt *time.Time
 	Places      []Places // by area id
-	// Replayed is true when Confirm returned the booking an earlier call with the same
-	// idempotency key created.
+	// Replayed is true when the call returned the answer an earlier call with the same
+	// idempotency key gave (Confirm, CancelSeats, TransferBooking).
 	Replayed bool
 }
 

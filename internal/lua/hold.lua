@@ -13,10 +13,11 @@
 -- With an idempotency key (common.lua: idem_open), a call whose key names a hold that
 -- still lives answers {"REPLAY", its token, "OK", generation, expires_ms, created_ms}
 -- for the same request and {"KEYREUSED"} for another; once that hold is gone (released,
--- expired, confirmed, moved to other tokens) the key is free again.
+-- expired, confirmed, moved to other tokens) the key is free again. The key's record
+-- keeps the hold's first seat argument, by which a retry finds the hold.
 --
--- Returns {"OK", generation, expires_ms, created_ms, feed entry id, first seat} (a
--- retried call has no entry id and no seat: the first call wrote it), {"TAKEN", seat or place key, ...} (a place
+-- Returns {"OK", generation, expires_ms, created_ms, feed entry id} (a retried call
+-- has no entry id: the first call wrote it), {"TAKEN", seat or place key, ...} (a place
 -- key: its area has fewer places free; the places it has free follow the key),
 -- {"LIMIT", held} (the holder cap), {"LIMIT", held and booked, limit} (the sale's holder
 -- limit), {"NOTADMITTED"} (the show has a waiting room and the holder is not admitted
@@ -113,4 +114,5 @@ end
 if tag ~= "" and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})
-return idem_keep(I, token, {"OK", gen, now + ttl, now, id, seat(1, F)}, 5)
+idem_keep(I, token, {"OK", gen, now + ttl, now, "", seat(1, F)}, 0)
+return {"OK", gen, now + ttl, now, id}

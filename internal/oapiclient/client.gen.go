@@ -631,6 +631,9 @@ type Holder = string
 // HolderOptional defines model for HolderOptional.
 type HolderOptional = string
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // Limit defines model for Limit.
 type Limit = int
 
@@ -684,12 +687,15 @@ type PostBookingParams struct {
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 
-	// IdempotencyKey A retry with the same key returns the booking the first call made (200).
-	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // CancelBookingParams defines parameters for CancelBooking.
 type CancelBookingParams struct {
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 }
@@ -708,6 +714,9 @@ type CancelBookingSeatsJSONBody struct {
 
 // CancelBookingSeatsParams defines parameters for CancelBookingSeats.
 type CancelBookingSeatsParams struct {
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 }
@@ -716,6 +725,12 @@ type CancelBookingSeatsParams struct {
 type TransferBookingJSONBody struct {
 	// To The holder the booking moves to.
 	To string `json:"to"`
+}
+
+// TransferBookingParams defines parameters for TransferBooking.
+type TransferBookingParams struct {
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // GetEventFeedParams defines parameters for GetEventFeed.
@@ -751,24 +766,36 @@ type ListMyHoldsParams struct {
 type ExtendHoldParams struct {
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
+
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ReleaseHoldParams defines parameters for ReleaseHold.
 type ReleaseHoldParams struct {
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
+
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ShrinkHoldParams defines parameters for ShrinkHold.
 type ShrinkHoldParams struct {
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
+
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // TransferHoldParams defines parameters for TransferHold.
 type TransferHoldParams struct {
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
+
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListShowsParams defines parameters for ListShows.
@@ -794,6 +821,9 @@ type GetEventsParams struct {
 type PostHoldParams struct {
 	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
 	HolderId *Holder `json:"Holder-Id,omitempty"`
+
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ReclaimHoldsParams defines parameters for ReclaimHolds.
@@ -1379,7 +1409,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
-	TransferBookingWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TransferBookingWithBody(ctx context.Context, id string, params *TransferBookingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TransferBooking Move a confirmed booking to another holder (operator; admin listener)
 	//
@@ -1388,7 +1418,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
-	TransferBooking(ctx context.Context, id string, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TransferBooking(ctx context.Context, id string, params *TransferBookingParams, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PostDemoIdentity A signed demo holder, for the seat-map page (demo only)
 	//
@@ -1884,8 +1914,8 @@ func (c *Client) CancelBookingSeats(ctx context.Context, id string, params *Canc
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
-func (c *Client) TransferBookingWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTransferBookingRequestWithBody(c.Server, id, contentType, body)
+func (c *Client) TransferBookingWithBody(ctx context.Context, id string, params *TransferBookingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransferBookingRequestWithBody(c.Server, id, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1903,8 +1933,8 @@ func (c *Client) TransferBookingWithBody(ctx context.Context, id string, content
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
-func (c *Client) TransferBooking(ctx context.Context, id string, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTransferBookingRequest(c.Server, id, body)
+func (c *Client) TransferBooking(ctx context.Context, id string, params *TransferBookingParams, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransferBookingRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2777,15 +2807,26 @@ func NewCancelBookingRequest(server string, id string, params *CancelBookingPara
 
 	if params != nil {
 
-		if params.HolderId != nil {
+		if params.IdempotencyKey != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("Holder-Id", headerParam0)
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.HolderId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam1)
 		}
 
 	}
@@ -2888,15 +2929,26 @@ func NewCancelBookingSeatsRequestWithBody(server string, id string, params *Canc
 
 	if params != nil {
 
-		if params.HolderId != nil {
+		if params.IdempotencyKey != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("Holder-Id", headerParam0)
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.HolderId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam1)
 		}
 
 	}
@@ -2905,18 +2957,18 @@ func NewCancelBookingSeatsRequestWithBody(server string, id string, params *Canc
 }
 
 // NewTransferBookingRequest calls the generic TransferBooking builder with application/json body
-func NewTransferBookingRequest(server string, id string, body TransferBookingJSONRequestBody) (*http.Request, error) {
+func NewTransferBookingRequest(server string, id string, params *TransferBookingParams, body TransferBookingJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewTransferBookingRequestWithBody(server, id, "application/json", bodyReader)
+	return NewTransferBookingRequestWithBody(server, id, params, "application/json", bodyReader)
 }
 
 // NewTransferBookingRequestWithBody constructs an http.Request for the TransferBooking method, with any body, and a specified content type
-func NewTransferBookingRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+func NewTransferBookingRequestWithBody(server string, id string, params *TransferBookingParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2947,6 +2999,21 @@ func NewTransferBookingRequestWithBody(server string, id string, contentType str
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3240,6 +3307,17 @@ func NewExtendHoldRequestWithBody(server string, params *ExtendHoldParams, conte
 			req.Header.Set("Holder-Id", headerParam0)
 		}
 
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -3293,6 +3371,17 @@ func NewReleaseHoldRequestWithBody(server string, params *ReleaseHoldParams, con
 			}
 
 			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
 		}
 
 	}
@@ -3350,6 +3439,17 @@ func NewShrinkHoldRequestWithBody(server string, params *ShrinkHoldParams, conte
 			req.Header.Set("Holder-Id", headerParam0)
 		}
 
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -3403,6 +3503,17 @@ func NewTransferHoldRequestWithBody(server string, params *TransferHoldParams, c
 			}
 
 			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
 		}
 
 	}
@@ -3687,6 +3798,17 @@ func NewPostHoldRequestWithBody(server string, show Show, params *PostHoldParams
 			}
 
 			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
 		}
 
 	}
@@ -4323,7 +4445,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
-	TransferBookingWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error)
+	TransferBookingWithBodyWithResponse(ctx context.Context, id string, params *TransferBookingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error)
 
 	// TransferBookingWithResponse Move a confirmed booking to another holder (operator; admin listener)
 	//
@@ -4332,7 +4454,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
-	TransferBookingWithResponse(ctx context.Context, id string, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error)
+	TransferBookingWithResponse(ctx context.Context, id string, params *TransferBookingParams, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error)
 
 	// PostDemoIdentityWithResponse A signed demo holder, for the seat-map page (demo only)
 	//
@@ -5100,6 +5222,8 @@ type CancelBookingResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5124,6 +5248,11 @@ func (r CancelBookingResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CancelBookingResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CancelBookingResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5254,6 +5383,8 @@ type CancelBookingSeatsResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5283,6 +5414,11 @@ func (r CancelBookingSeatsResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CancelBookingSeatsResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CancelBookingSeatsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5341,6 +5477,8 @@ type TransferBookingResponse struct {
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5380,6 +5518,11 @@ func (r TransferBookingResponse) GetApplicationproblemJSON409() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r TransferBookingResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r TransferBookingResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5848,6 +5991,8 @@ type ReleaseHoldResponse struct {
 	ApplicationproblemJSON410 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5882,6 +6027,11 @@ func (r ReleaseHoldResponse) GetApplicationproblemJSON410() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ReleaseHoldResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReleaseHoldResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5940,6 +6090,8 @@ type ShrinkHoldResponse struct {
 	ApplicationproblemJSON410 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5979,6 +6131,11 @@ func (r ShrinkHoldResponse) GetApplicationproblemJSON410() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ShrinkHoldResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ShrinkHoldResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6039,6 +6196,8 @@ type TransferHoldResponse struct {
 	ApplicationproblemJSON410 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -6083,6 +6242,11 @@ func (r TransferHoldResponse) GetApplicationproblemJSON410() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r TransferHoldResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r TransferHoldResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6474,6 +6638,8 @@ type PostHoldResponse struct {
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -6513,6 +6679,11 @@ func (r PostHoldResponse) GetApplicationproblemJSON409() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r PostHoldResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PostHoldResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -7453,8 +7624,8 @@ func (c *ClientWithResponses) CancelBookingSeatsWithResponse(ctx context.Context
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
-func (c *ClientWithResponses) TransferBookingWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error) {
-	rsp, err := c.TransferBookingWithBody(ctx, id, contentType, body, reqEditors...)
+func (c *ClientWithResponses) TransferBookingWithBodyWithResponse(ctx context.Context, id string, params *TransferBookingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error) {
+	rsp, err := c.TransferBookingWithBody(ctx, id, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -7468,8 +7639,8 @@ func (c *ClientWithResponses) TransferBookingWithBodyWithResponse(ctx context.Co
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/bookings/{id}/transfer (the `TransferBooking` operationId).
-func (c *ClientWithResponses) TransferBookingWithResponse(ctx context.Context, id string, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error) {
-	rsp, err := c.TransferBooking(ctx, id, body, reqEditors...)
+func (c *ClientWithResponses) TransferBookingWithResponse(ctx context.Context, id string, params *TransferBookingParams, body TransferBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferBookingResponse, error) {
+	rsp, err := c.TransferBooking(ctx, id, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8329,6 +8500,13 @@ func ParseCancelBookingResponse(rsp *http.Response) (*CancelBookingResponse, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8458,6 +8636,13 @@ func ParseCancelBookingSeatsResponse(rsp *http.Response) (*CancelBookingSeatsRes
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8539,6 +8724,13 @@ func ParseTransferBookingResponse(rsp *http.Response) (*TransferBookingResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
@@ -8939,6 +9131,13 @@ func ParseReleaseHoldResponse(rsp *http.Response) (*ReleaseHoldResponse, error) 
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9020,6 +9219,13 @@ func ParseShrinkHoldResponse(rsp *http.Response) (*ShrinkHoldResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
@@ -9109,6 +9315,13 @@ func ParseTransferHoldResponse(rsp *http.Response) (*TransferHoldResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
@@ -9456,6 +9669,13 @@ func ParsePostHoldResponse(rsp *http.Response) (*PostHoldResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
