@@ -1,12 +1,14 @@
 package engine
 
-// The fault suite: a mixed workload of many holders (hold, extend, release, confirm
-// with idempotent retries, cancel, abandon, pay late) runs while a fault is injected;
+// The fault suite: a mixed workload of many holders (keyed holds, extend, release,
+// confirm with idempotent retries, cancel, abandon, pay late, reclaim on another device,
+// transfer to a friend) runs while a fault is injected;
 // afterwards the invariants are checked. make chaos runs it longer
 // (HOLDFAST_CHAOS_SCALE); make test runs a bounded version.
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +65,8 @@ type chaosWorkload struct {
 	mismatches  int                // idempotent retries that returned another booking
 	unexpected  []error
 	races       int      // confirmations raced by a release and another holder's hold
-	violations  []string // what those races must never show
+	moves       int      // holds reclaimed or transferred, then confirmed with the old hold too
+	violations  []string // what those races and moves must never show
 	// keysLost: the scenario destroys hold keys (a restart without persistence, a clock
 	// jump), so another holder may hold a seat whose booking is still committing.
 	keysLost bool
@@ -166,15 +170,25 @@ func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, se
 			want[i] = w.seats[j]
 		}
 		ttl := time.Duration(200+rng.IntN(400)) * time.Millisecond
-		w.stats.holds.Add(1)
-		h, err := e.Hold(ctx, HoldRequest{ShowID: w.show, SeatIDs: want, TTL: ttl, HolderID: holder})
-		w.note(err)
+		key := fmt.Sprintf("%s-%d", holder, n)
+		h, err := w.hold(ctx, e, HoldRequest{ShowID: w.show, SeatIDs: want, TTL: ttl, HolderID: holder, IdempotencyKey: key})
 		if err != nil {
 			time.Sleep(time.Duration(rng.IntN(10)) * time.Millisecond)
 			continue
 		}
-		key := fmt.Sprintf("%s-%d", holder, n)
 		switch r := rng.IntN(100); {
+		case r < 5: // reclaims it on another device, and pays there
+			w.moved(ctx, e, h, key, &mine, func() (Hold, error) {
+				hs, err := e.Reclaim(ctx, w.show, holder)
+				for _, x := range hs {
+					if slices.Equal(x.SeatIDs, h.SeatIDs) {
+						return x, err
+					}
+				}
+				return Hold{}, cmp.Or(err, ErrHoldLost)
+			})
+		case r < 8: // hands it to a friend, who pays
+			w.moved(ctx, e, h, key, &mine, func() (Hold, error) { return e.Transfer(ctx, h, holder+"-friend") })
 		case r < 10: // abandons
 		case r < 20:
 			w.note(e.Release(ctx, h))
@@ -194,6 +208,42 @@ func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, se
 			w.confirm(ctx, e, h, key, &mine)
 		}
 	}
+}
+
+// hold holds under an idempotency key, retrying under it while the answer is
+// ErrUnavailable (a retry gets the first call's hold if that one was granted).
+func (w *chaosWorkload) hold(ctx context.Context, e *Engine, req HoldRequest) (Hold, error) {
+	for attempt := 0; ; attempt++ {
+		w.stats.holds.Add(1)
+		h, err := e.Hold(ctx, req)
+		w.note(err)
+		if err == nil || !errors.Is(err, ErrUnavailable) || attempt == 2 || ctx.Err() != nil {
+			return h, err
+		}
+		time.Sleep(time.Duration(20*(attempt+1)) * time.Millisecond)
+	}
+}
+
+// moved moves h to a new hold (move: a reclaim on another device or a transfer) and
+// confirms the new one; once the move has succeeded, a confirmation with h, the old
+// hold, is refused (its token no longer owns the seats in Redis, and its generation is
+// below the new one at PostgreSQL's fence) — unless the scenario makes Redis forget
+// writes (keysLost), where the fence alone cannot know a move it never saw.
+func (w *chaosWorkload) moved(ctx context.Context, e *Engine, h Hold, key string, mine *[]uuid.UUID, move func() (Hold, error)) {
+	moved, err := move()
+	w.note(err)
+	if err != nil {
+		return
+	}
+	late, err := w.confirmCall(ctx, e, h, key+"-old")
+	w.note(err)
+	w.mu.Lock()
+	w.moves++
+	if err == nil && !w.keysLost {
+		w.violations = append(w.violations, fmt.Sprintf("hold %v: moved to generation %d, then booked with the old hold (booking %s)", h.SeatIDs, moved.Generation, late.ID))
+	}
+	w.mu.Unlock()
+	w.confirm(ctx, e, moved, key, mine)
 }
 
 // raceConfirm confirms h while releasing it and while another holder tries to hold its
@@ -286,7 +336,7 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 	for _, s := range w.violations {
 		t.Errorf("race: %s", s)
 	}
-	races := w.races
+	races, moves := w.races, w.moves
 	acked := maps.Clone(w.acked)
 	refused := append([]string(nil), w.refusedKeys...)
 	mismatches := w.mismatches
@@ -318,8 +368,8 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 	if got, want := v.soldMarkers(w.show), v.claimMarks(w.show); !maps.Equal(got, want) {
 		t.Errorf("sold markers after Resync %v, claims %v", got, want)
 	}
-	t.Logf("ops %d, holds %d, confirms %d, refusals %d, unavailable %d, bookings %d, confirm/release/hold races %d, violations 0 if no error above",
-		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked), races)
+	t.Logf("ops %d, holds %d, confirms %d, refusals %d, unavailable %d, bookings %d, confirm/release/hold races %d, holds reclaimed or transferred %d, violations 0 if no error above",
+		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked), races, moves)
 	if w.stats.confirms.Load() == 0 {
 		t.Error("the workload confirmed nothing: the scenario tested nothing")
 	}
