@@ -13,11 +13,12 @@ import (
 
 const bookingWriteKeyGet = `-- name: BookingWriteKeyGet :one
 SELECT fingerprint, answer FROM booking_write_keys
-WHERE booking_id = $1 AND idempotency_key = $2
+WHERE booking_id = $1 AND scope = $2 AND idempotency_key = $3
 `
 
 type BookingWriteKeyGetParams struct {
 	BookingID      uuid.UUID
+	Scope          string
 	IdempotencyKey string
 }
 
@@ -27,20 +28,21 @@ type BookingWriteKeyGetRow struct {
 }
 
 func (q *Queries) BookingWriteKeyGet(ctx context.Context, arg BookingWriteKeyGetParams) (BookingWriteKeyGetRow, error) {
-	row := q.db.QueryRow(ctx, bookingWriteKeyGet, arg.BookingID, arg.IdempotencyKey)
+	row := q.db.QueryRow(ctx, bookingWriteKeyGet, arg.BookingID, arg.Scope, arg.IdempotencyKey)
 	var i BookingWriteKeyGetRow
 	err := row.Scan(&i.Fingerprint, &i.Answer)
 	return i, err
 }
 
 const bookingWriteKeyInsert = `-- name: BookingWriteKeyInsert :exec
-INSERT INTO booking_write_keys (show_id, booking_id, idempotency_key, fingerprint, answer)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO booking_write_keys (show_id, booking_id, scope, idempotency_key, fingerprint, answer)
+VALUES ($1, $2, $3, $4, $5, $6)
 `
 
 type BookingWriteKeyInsertParams struct {
 	ShowID         string
 	BookingID      uuid.UUID
+	Scope          string
 	IdempotencyKey string
 	Fingerprint    []byte
 	Answer         []byte
@@ -50,6 +52,7 @@ func (q *Queries) BookingWriteKeyInsert(ctx context.Context, arg BookingWriteKey
 	_, err := q.db.Exec(ctx, bookingWriteKeyInsert,
 		arg.ShowID,
 		arg.BookingID,
+		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Fingerprint,
 		arg.Answer,

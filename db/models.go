@@ -77,6 +77,7 @@ type BookingSeat struct {
 type BookingWriteKey struct {
 	ShowID         string
 	BookingID      uuid.UUID
+	Scope          string
 	IdempotencyKey string
 	Fingerprint    []byte
 	Answer         []byte

@@ -97,12 +97,7 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 			gen, _ := res[1].(int64)
 			exp, _ := res[2].(int64)
 			e.wrote(sh, res[4])
-			seats := make([]string, 0, len(res)-5)
-			for _, v := range res[5:] {
-				s, _ := v.(string)
-				seats = append(seats, s)
-			}
-			slices.Sort(seats)
+			seats := slices.Sorted(slices.Values(replyStrings(res[5:])))
 			return Hold{ShowID: sh.id, SeatIDs: seats, Token: token, Generation: gen,
 				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
 		case "NONE":
@@ -116,7 +111,7 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 		case "STALE", "CLOSED":
 			return Hold{}, e.metChange(ctx, sh, status)
 		case "LOST":
-			return Hold{}, fmt.Errorf("%w: the hold this call made is gone", ErrHoldLost)
+			return Hold{}, fmt.Errorf("%w: the hold this call made is gone, or lives under other tokens (Reclaim)", ErrHoldLost)
 		case "AGAIN":
 			// The script gave back a bounded share of the expired holds and has more
 			// to give back before it may choose: every expired hold could beat its pick.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -123,8 +124,14 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 			if len(res) > 4 {
 				e.wrote(sh, res[4])
 			}
+			if again { // the key's hold as it is now: a Shrink may have given part back
+				now := slices.Sorted(slices.Values(replyStrings(res[5:])))
+				seats, places = fencedSeats(now), placesOf(now)
+			}
 			return Hold{ShowID: sh.id, SeatIDs: seats, Places: places, Token: token, Generation: gen,
 				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
+		case "LOST":
+			return Hold{}, fmt.Errorf("%w: the hold this key made lives under other tokens (Reclaim)", ErrHoldLost)
 		case "TAKEN":
 			return Hold{}, unavailableIn(sh.id, res[1:])
 		case "LIMIT", "NOTADMITTED":

@@ -19,17 +19,20 @@ import (
 	"github.com/holdfast/holdfast/db"
 )
 
-// Idempotency keys. Every write takes one: HoldRequest.IdempotencyKey,
+// Idempotency keys. Every write but Reclaim (whose answer is always the holder's live
+// holds) takes one: HoldRequest.IdempotencyKey,
 // BestRequest.IdempotencyKey and ConfirmOptions.IdempotencyKey, and for the writes whose
 // signature has no request struct (Extend, Release, Shrink, Transfer, Cancel,
 // CancelSeats, TransferBooking) the context, by WithIdempotencyKey. A retry of a request
 // under its key gets the first call's answer and changes nothing more; another request
 // under the same key is ErrIdempotencyKeyReused. Keys are scoped to the holder (and,
-// for a write on a hold, to the hold's token; for a write on a booking, to the booking).
+// for a write on a hold, to the hold's token; for a write on a booking, to the booking
+// and to who writes: its holder or the operator).
 //
 // A hold's key is kept inside the hold scripts (common.lua: idem_open), in a record
 // under the show's hash tag, and lives with the hold: while the hold lives, a retry
-// gets it again (same token, generation and seats); once it is gone, the key is free.
+// gets it as it is now (same token; a Shrink's part), or ErrHoldLost once Reclaim gave
+// it fresh tokens; once it is gone, the key is free.
 // A key of a write on a hold is kept in the same way for Config.MaxHoldAge, the longest
 // a hold can live. A booking's key is kept in PostgreSQL with the booking.
 
@@ -101,6 +104,17 @@ func onHoldIdem(ctx context.Context, sh *show, h Hold, request ...string) (idem,
 	return redisIdem(sh, "IdempotencyKey", idempotencyKeyOf(ctx, ""), []string{"on-hold", holderTag(h.HolderID), h.Token}, parts...)
 }
 
+// replyStrings is a script reply's strings.
+func replyStrings(res []any) []string {
+	out := make([]string, 0, len(res))
+	for _, v := range res {
+		if s, ok := v.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // keyReused is the refusal of a request under a key that answered another one.
 func keyReused(field string) error {
 	return fmt.Errorf("%w: %s names another request", ErrIdempotencyKeyReused, field)
@@ -134,11 +148,19 @@ func placesPrint(places []Places) string {
 }
 
 // bookingKey is a write on a booking under its key, as its transaction checks it: the
-// key and the request's fingerprint. The zero bookingKey is no key.
+// key and the request's fingerprint, and who writes (scope: the booking's holder, or
+// the operator). The zero bookingKey is no key.
 type bookingKey struct {
-	key string
-	fp  []byte
+	key, scope string
+	fp         []byte
 }
+
+// byOperator is the scope of an operator's write on a booking; a holder's is
+// holderScope.
+const byOperator = "operator"
+
+// holderScope is the scope of a write by the holder of a booking.
+func holderScope(holderID string) string { return "holder:" + holderID }
 
 // bookingKeyOf is the bookingKey of a write on a booking under the key ctx carries,
 // identified by request.
@@ -154,6 +176,12 @@ func bookingKeyOf(ctx context.Context, request ...string) (bookingKey, error) {
 	return bookingKey{key: key, fp: fp}, nil
 }
 
+// by returns k scoped to who writes.
+func (k bookingKey) by(scope string) bookingKey {
+	k.scope = scope
+	return k
+}
+
 // replay looks the key up in the transaction of q, which holds the booking's row lock:
 // the answer it gave and true when it answered this request, ErrIdempotencyKeyReused
 // when another, false when it is new (or there is no key).
@@ -161,7 +189,7 @@ func (k bookingKey) replay(ctx context.Context, q *db.Queries, bookingID uuid.UU
 	if k.key == "" {
 		return Booking{}, false, nil
 	}
-	row, err := q.BookingWriteKeyGet(ctx, db.BookingWriteKeyGetParams{BookingID: bookingID, IdempotencyKey: k.key})
+	row, err := q.BookingWriteKeyGet(ctx, db.BookingWriteKeyGetParams{BookingID: bookingID, Scope: k.scope, IdempotencyKey: k.key})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Booking{}, false, nil
@@ -189,5 +217,5 @@ func (k bookingKey) keep(ctx context.Context, q *db.Queries, answer Booking) err
 		return err
 	}
 	return q.BookingWriteKeyInsert(ctx, db.BookingWriteKeyInsertParams{ShowID: answer.ShowID, BookingID: answer.ID,
-		IdempotencyKey: k.key, Fingerprint: k.fp, Answer: body})
+		Scope: k.scope, IdempotencyKey: k.key, Fingerprint: k.fp, Answer: body})
 }

@@ -170,6 +170,7 @@ func transferTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, to stri
 	if err != nil {
 		return Booking{}, "", err
 	}
+	k = k.by(byOperator)
 	if answer, again, err := k.replay(ctx, q, bookingID); again || err != nil {
 		return answer, "", err
 	}

@@ -3,18 +3,20 @@
 -- change it names, with the request's fingerprint and the answer the change gave (the
 -- booking as it left it), so that a retry under the key gets that answer and changes
 -- nothing, and another request under it is refused. A key is scoped to its booking and
--- lives as long as the booking does. (A confirmation's key is the booking's own
+-- to who made the write (scope: "holder:<holder id>" for the booking's holder,
+-- "operator" for an operator's transfer), and lives as long as the booking does. (A confirmation's key is the booking's own
 -- bookings.idempotency_key.)
 
 -- +goose Up
 CREATE TABLE booking_write_keys (
     show_id         text        NOT NULL,
     booking_id      uuid        NOT NULL,
+    scope           text        NOT NULL,
     idempotency_key text        NOT NULL,
     fingerprint     bytea       NOT NULL,
     answer          jsonb       NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT booking_write_keys_pkey PRIMARY KEY (booking_id, idempotency_key),
+    CONSTRAINT booking_write_keys_pkey PRIMARY KEY (booking_id, scope, idempotency_key),
     CONSTRAINT booking_write_keys_booking_fkey FOREIGN KEY (show_id, booking_id)
         REFERENCES bookings (show_id, booking_id) ON DELETE CASCADE,
     CONSTRAINT booking_write_keys_key_length CHECK (length(idempotency_key) BETWEEN 1 AND 255),

@@ -16,7 +16,8 @@
 -- ARGV[8]    the show's sale rules as the engine has them (see sale_rules in common.lua)
 --
 -- With an idempotency key, as hold.lua: {"REPLAY", token, "OK", generation, expires_ms,
--- created_ms, "", seat, ...} while the key's hold lives, {"KEYREUSED"} for another request.
+-- created_ms, "", seat, ...} while the key's hold lives, {"LOST"} when it lives under
+-- fresh tokens, {"KEYREUSED"} for another request.
 --
 -- Returns {"OK", generation, expires_ms, created_ms, feed entry id, seat, ...},
 -- {"NONE", free seats left in the best section}, {"LIMIT", held} (the holder cap),
@@ -55,18 +56,9 @@ if redis.call("EXISTS", BASE .. "ixs") == 0 then return {"NOINDEX"} end
 local now = now_ms()
 local tok = BASE .. "tok:" .. token
 
-if I.reply then
-    -- The key's hold: while it lives, a retry of the request gets it again (as
-    -- hold.lua's); once it is gone, so is the key.
-    local v = redis.call("GET", BASE .. "hold:" .. I.reply[6])
-    if v and string.sub(v, 1, 33) == I.token .. ":" then
-        if not I.same then return {"KEYREUSED"} end
-        local gen, created = string.match(v, "^[0-9a-f]+:(%d+):(%d+):")
-        local out = {"REPLAY", I.token, "OK", tonumber(gen), now + redis.call("PTTL", BASE .. "hold:" .. I.reply[6]), tonumber(created), ""}
-        for i = 6, #I.reply do out[#out + 1] = I.reply[i] end
-        return out
-    end
-end
+-- The key's hold, as hold.lua's (common.lua: idem_held).
+local held = idem_held(I, now)
+if held then return held end
 local prev = redis.call("GET", tok)
 if prev then
     -- A retry of this very call: answer as the first one did.

@@ -585,6 +585,43 @@ local function idem_replay(I)
     return out
 end
 
+-- idem_hold finds the hold a new hold's key names (hold.lua, best.lua: its record's
+-- reply is {"OK", generation, expiry, created ms, ...}) among the holder's live seats
+-- (KEYS[2]). It returns the seat arguments that hold the record's token now (none: the
+-- hold is gone), with the hold's generation, creation time and expiry; and whether a
+-- seat of the holder holds a hold created at the same time under another token
+-- (reclaim.lua moved the key's hold to fresh tokens: it lives on, on another device).
+local function idem_hold(I, now)
+    local live, gen, created, at, moved = {}, nil, nil, nil, false
+    for _, s in ipairs(redis.call("ZRANGE", KEYS[2], now, "+inf", "BYSCORE")) do
+        local v = redis.call("GET", BASE .. "hold:" .. s)
+        local t, g, c = string.match(v or "", "^([0-9a-f]+):(%d+):(%d+):")
+        if t == I.token then
+            live[#live + 1], gen, created = s, tonumber(g), tonumber(c)
+            at = at or redis.call("PEXPIRETIME", BASE .. "hold:" .. s)
+        elseif c and tonumber(c) == I.reply[4] then
+            moved = true
+        end
+    end
+    return live, gen, created, at, moved
+end
+
+-- idem_held answers a new hold's call (hold.lua, best.lua) whose key names a hold that
+-- lives: {"REPLAY", token, "OK", generation, expiry, created, "", seat arguments...}
+-- with the hold as it is now (a Shrink may have given part of it back), {"LOST"} when
+-- the hold lives under fresh tokens (Reclaim), {"KEYREUSED"} for another request; nil
+-- when the key's hold is gone (the key is free).
+local function idem_held(I, now)
+    if not I.reply then return nil end
+    local live, gen, created, at, moved = idem_hold(I, now)
+    if #live == 0 and not moved then return nil end
+    if not I.same then return {"KEYREUSED"} end
+    if #live == 0 then return {"LOST"} end
+    local out = {"REPLAY", I.token, "OK", gen, at, created, ""}
+    for _, s in ipairs(live) do out[#out + 1] = s end
+    return out
+end
+
 -- idem_keep keeps reply, the answer to the call, with token (the hold it names), in the
 -- call's record (nothing without a key; the field at index skip, a feed entry id, is
 -- kept as ""), and returns reply.

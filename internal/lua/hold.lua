@@ -11,10 +11,11 @@
 -- ARGV[6..]  seat ids, then place keys (common.lua: a hold's places of one area each)
 --
 -- With an idempotency key (common.lua: idem_open), a call whose key names a hold that
--- still lives answers {"REPLAY", its token, "OK", generation, expires_ms, created_ms}
--- for the same request and {"KEYREUSED"} for another; once that hold is gone (released,
--- expired, confirmed, moved to other tokens) the key is free again. The key's record
--- keeps the hold's first seat argument, by which a retry finds the hold.
+-- still lives answers {"REPLAY", its token, "OK", generation, expires_ms, created_ms,
+-- "", its seat arguments now...} for the same request, {"LOST"} when the hold lives on
+-- under fresh tokens (reclaim.lua), and {"KEYREUSED"} for another request; once that
+-- hold is gone (released, expired, confirmed, transferred) the key is free again
+-- (common.lua: idem_held).
 --
 -- Returns {"OK", generation, expires_ms, created_ms, feed entry id} (a retried call
 -- has no entry id: the first call wrote it), {"TAKEN", seat or place key, ...} (a place
@@ -43,16 +44,10 @@ local rules, closed = sale_rules(given, ARGV[5])
 if not rules then return closed end
 
 local now = now_ms()
-if I.reply then
-    -- The key's hold: while it lives, a retry of the request gets it again; once it is
-    -- gone, so is the key.
-    local v = redis.call("GET", BASE .. "hold:" .. I.reply[6])
-    if v and string.sub(v, 1, 33) == I.token .. ":" then
-        if not I.same then return {"KEYREUSED"} end
-        local gen, created = string.match(v, "^[0-9a-f]+:(%d+):(%d+):")
-        return {"REPLAY", I.token, "OK", tonumber(gen), now + redis.call("PTTL", BASE .. "hold:" .. I.reply[6]), tonumber(created)}
-    end
-end
+-- The key's hold: while it lives, a retry of the request gets it again; once it is
+-- gone, so is the key.
+local held = idem_held(I, now)
+if held then return held end
 local mine, taken, first = 0, {"TAKEN"}, nil
 for i = 1, n do
     local v = redis.call("GET", hk(i))
@@ -114,5 +109,5 @@ end
 if tag ~= "" and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})
-idem_keep(I, token, {"OK", gen, now + ttl, now, "", seat(1, F)}, 0)
+idem_keep(I, token, {"OK", gen, now + ttl, now, ""}, 0)
 return {"OK", gen, now + ttl, now, id}
