@@ -123,7 +123,7 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k booking
 	if err != nil {
 		return cancellation{}, err
 	}
-	k = k.by(holderScope(b.HolderID))
+	k = k.by(byHolder)
 	_, again, err := k.replay(ctx, q, bookingID)
 	if err != nil {
 		return cancellation{}, err

@@ -126,7 +126,8 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 			}
 			if again { // the key's hold as it is now: a Shrink may have given part back
 				now := slices.Sorted(slices.Values(replyStrings(res[5:])))
-				seats, places = fencedSeats(now), placesOf(now)
+				seats = fencedSeats(now)
+				places, _, _ = validPlaces("", placesOf(now)) // in area order, as the first answer
 			}
 			return Hold{ShowID: sh.id, SeatIDs: seats, Places: places, Token: token, Generation: gen,
 				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil

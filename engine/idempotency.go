@@ -27,7 +27,7 @@ import (
 // under its key gets the first call's answer and changes nothing more; another request
 // under the same key is ErrIdempotencyKeyReused. Keys are scoped to the holder (and,
 // for a write on a hold, to the hold's token; for a write on a booking, to the booking
-// and to who writes: its holder or the operator).
+// and to the side that writes: its holder or the operator).
 //
 // A hold's key is kept inside the hold scripts (common.lua: idem_open), in a record
 // under the show's hash tag, and lives with the hold: while the hold lives, a retry
@@ -155,12 +155,13 @@ type bookingKey struct {
 	fp         []byte
 }
 
-// byOperator is the scope of an operator's write on a booking; a holder's is
-// holderScope.
-const byOperator = "operator"
-
-// holderScope is the scope of a write by the holder of a booking.
-func holderScope(holderID string) string { return "holder:" + holderID }
+// The scopes of a write on a booking: by its holder (whoever holds it when the key is
+// first used: a retry after an operator moved the booking still gets its answer), or
+// by an operator.
+const (
+	byHolder   = "holder"
+	byOperator = "operator"
+)
 
 // bookingKeyOf is the bookingKey of a write on a booking under the key ctx carries,
 // identified by request.

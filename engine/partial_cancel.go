@@ -105,7 +105,7 @@ func cancelPartTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, seatI
 	if err != nil {
 		return partCancel{}, err
 	}
-	k = k.by(holderScope(b.HolderID))
+	k = k.by(byHolder)
 	if answer, again, err := k.replay(ctx, q, bookingID); again || err != nil {
 		return partCancel{after: answer, replayed: again}, err
 	}

@@ -3,8 +3,9 @@
 -- change it names, with the request's fingerprint and the answer the change gave (the
 -- booking as it left it), so that a retry under the key gets that answer and changes
 -- nothing, and another request under it is refused. A key is scoped to its booking and
--- to who made the write (scope: "holder:<holder id>" for the booking's holder,
--- "operator" for an operator's transfer), and lives as long as the booking does. (A confirmation's key is the booking's own
+-- to the side that made the write (scope: "holder" for the booking's holder, whoever
+-- holds it then, "operator" for an operator's transfer), and lives as long as the
+-- booking does. (A confirmation's key is the booking's own
 -- bookings.idempotency_key.)
 
 -- +goose Up

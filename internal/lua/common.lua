@@ -586,23 +586,34 @@ local function idem_replay(I)
 end
 
 -- idem_hold finds the hold a new hold's key names (hold.lua, best.lua: its record's
--- reply is {"OK", generation, expiry, created ms, ...}) among the holder's live seats
--- (KEYS[2]). It returns the seat arguments that hold the record's token now (none: the
--- hold is gone), with the hold's generation, creation time and expiry; and whether a
--- seat of the holder holds a hold created at the same time under another token
--- (reclaim.lua moved the key's hold to fresh tokens: it lives on, on another device).
+-- reply is {"OK", generation, expiry, created ms, "", the first call's seat arguments}).
+-- A seat argument holds it when its hold key holds the record's token, among the
+-- holder's live seats (KEYS[2]: a Shrink may have renamed a place key) and the record's
+-- own seat arguments (in case the holder's set lost one). A hold whose batch
+-- reservation outlived it (its own expiry, before the reservation, has passed) is gone.
+-- It returns those seat arguments (none: the hold is gone) with the hold's generation,
+-- creation time and own expiry; and whether a recorded seat holds, for this holder, a
+-- hold created at the same time under another token (reclaim.lua gave the key's hold
+-- fresh tokens: it lives on, on another device).
 local function idem_hold(I, now)
-    local live, gen, created, at, moved = {}, nil, nil, nil, false
-    for _, s in ipairs(redis.call("ZRANGE", KEYS[2], now, "+inf", "BYSCORE")) do
+    local live, seen, gen, created, at, moved = {}, {}, nil, nil, nil, false
+    local function look(s, recorded)
+        if seen[s] then return end
+        seen[s] = true
         local v = redis.call("GET", BASE .. "hold:" .. s)
-        local t, g, c = string.match(v or "", "^([0-9a-f]+):(%d+):(%d+):")
+        if not v then return end
+        local t, g, c, h, _, cid, cexp = parse_hold(v)
         if t == I.token then
-            live[#live + 1], gen, created = s, tonumber(g), tonumber(c)
-            at = at or redis.call("PEXPIRETIME", BASE .. "hold:" .. s)
-        elseif c and tonumber(c) == I.reply[4] then
+            local own = (cid ~= "" and tonumber(cexp)) or redis.call("PEXPIRETIME", BASE .. "hold:" .. s)
+            if own > now then
+                live[#live + 1], gen, created, at = s, tonumber(g), tonumber(c), at or own
+            end
+        elseif recorded and h == ARGV[1] and tonumber(c) == I.reply[4] then
             moved = true
         end
     end
+    for i = 6, #I.reply do look(I.reply[i], true) end
+    for _, s in ipairs(redis.call("ZRANGE", KEYS[2], now, "+inf", "BYSCORE")) do look(s, false) end
     return live, gen, created, at, moved
 end
 

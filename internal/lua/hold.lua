@@ -109,5 +109,7 @@ end
 if tag ~= "" and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
 sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})
-idem_keep(I, token, {"OK", gen, now + ttl, now, ""}, 0)
+local kept = {"OK", gen, now + ttl, now, ""}
+for i = 1, n do kept[#kept + 1] = seat(i, F) end
+idem_keep(I, token, kept, 0)
 return {"OK", gen, now + ttl, now, id}
