@@ -76,12 +76,13 @@ local function lengthen(now)
 end
 
 local ttl = redis.call("PTTL", hk(1))
+local own = redis.call("PEXPIRETIME", hk(1)) -- exact: now + ttl mixes two clocks, 1 ms apart at times
 -- Each key gets the reservation: this commit id and nonce (a later check's, kept), the
 -- hold's own expiry (kept from the reservation it renews), and the end.
 for i = 1, n do
     local v = redis.call("GET", hk(i))
     local _, _, _, _, _, cid, cexp, _, cnonce = parse_hold(v)
-    if commit ~= id or cexp == "" then cexp = int(now + ttl) end
+    if commit ~= id or cexp == "" then cexp = int(own) end
     local keep = nonce
     if cid == id and #cnonce == 16 and cnonce > nonce then keep = cnonce end
     redis.call("SET", hk(i), hold_base(v) .. "|" .. id .. keep .. ":" .. cexp .. ":" .. int(now + life), "KEEPTTL")
