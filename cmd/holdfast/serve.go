@@ -425,7 +425,7 @@ Try it (another terminal):
 
   make demo    # 200 buyers open a sale of a new show over a minute: it prints the show's
                # page, and http://%[1]s/ lists every show
-  Ctrl-C stops the server; make services-down stops PostgreSQL and Redis.
+  Ctrl-C stops the server; make stop stops PostgreSQL and Redis.
 
 `, addr, show)
 }
