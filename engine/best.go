@@ -75,8 +75,9 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 	token := newToken()
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
 	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), rules.arg}
-	key, err := holdIdem(ctx, sh, "BestRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID,
-		"best", strconv.Itoa(req.Count), req.Section, adjacent, strconv.FormatInt(ttl.Milliseconds(), 10))
+	key, err := holdIdem(ctx, sh, "BestRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID, tag, func() []string {
+		return []string{"best", strconv.Itoa(req.Count), req.Section, adjacent, strconv.FormatInt(ttl.Milliseconds(), 10)}
+	})
 	if err != nil {
 		return Hold{}, err
 	}

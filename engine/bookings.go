@@ -38,7 +38,7 @@ func bookingFromRow(r db.BookingDetail) Booking {
 // nothing in PostgreSQL and writes its tombstones again, so a retry finishes the job.
 func (e *Engine) Cancel(ctx context.Context, bookingID uuid.UUID) error {
 	ctx, o := e.begin(ctx, "cancel", "", 0)
-	k, err := bookingKeyOf(ctx, "cancel", bookingID.String())
+	k, err := bookingKeyOf(ctx, byHolder, "cancel", bookingID.String())
 	if err == nil {
 		err = e.cancel(ctx, bookingID, k)
 	}
@@ -123,7 +123,6 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k booking
 	if err != nil {
 		return cancellation{}, err
 	}
-	k = k.by(byHolder)
 	_, again, err := k.replay(ctx, q, bookingID)
 	if err != nil {
 		return cancellation{}, err
@@ -135,8 +134,11 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k booking
 	// The tombstones are the seats' and the places' (their place keys, after the seats).
 	marks := append(detail.SeatIds, detail.PlaceKeys...)
 	c := cancellation{showID: b.ShowID, seats: marks, gen: b.Generation, holder: b.HolderID}
-	if b.Status != string(BookingConfirmed) || again {
-		return c, keepCancelled(ctx, q, bookingID, k, again)
+	if again {
+		return c, nil
+	}
+	if b.Status != string(BookingConfirmed) {
+		return c, keepCancelled(ctx, q, bookingID, k)
 	}
 	if _, err := q.SeatClaimsDeleteByBooking(ctx, db.SeatClaimsDeleteByBookingParams{ShowID: b.ShowID, BookingID: bookingID}); err != nil {
 		return c, err
@@ -155,12 +157,12 @@ func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k booking
 	if err != nil {
 		return c, err
 	}
-	return c, keepCancelled(ctx, q, bookingID, k, false)
+	return c, keepCancelled(ctx, q, bookingID, k)
 }
 
-// keepCancelled keeps k (unless kept already) with the cancelled booking as its answer.
-func keepCancelled(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k bookingKey, kept bool) error {
-	if k.key == "" || kept {
+// keepCancelled keeps k with the cancelled booking as its answer.
+func keepCancelled(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k bookingKey) error {
+	if k.key == "" {
 		return nil
 	}
 	row, err := q.BookingGet(ctx, bookingID)

@@ -100,8 +100,9 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 		return Hold{}, err
 	}
 	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, rules.arg}, withPlaces(seats, places, token))
-	key, err := holdIdem(ctx, sh, "HoldRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID,
-		"hold", strings.Join(seats, " "), placesPrint(places), strconv.FormatInt(ttl.Milliseconds(), 10))
+	key, err := holdIdem(ctx, sh, "HoldRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID, tag, func() []string {
+		return []string{"hold", strings.Join(seats, " "), placesPrint(places), strconv.FormatInt(ttl.Milliseconds(), 10)}
+	})
 	if err != nil {
 		return Hold{}, err
 	}
@@ -157,13 +158,17 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 }
 
 // holdIdem is the idem of a new hold's request under its key (own, or the one ctx
-// carries), scoped to its holder: a key needs one.
-func holdIdem(ctx context.Context, sh *show, field, own, holderID string, request ...string) (idem, error) {
+// carries), scoped to its holder (tag): a key needs one. request, the request's
+// fingerprint parts, is only built for a key: a hold without one pays for nothing.
+func holdIdem(ctx context.Context, sh *show, field, own, holderID, tag string, request func() []string) (idem, error) {
 	key := idempotencyKeyOf(ctx, own)
-	if key != "" && holderID == "" {
+	switch {
+	case key == "":
+		return idem{}, nil
+	case holderID == "":
 		return idem{}, invalid(field, "needs a HolderID: a hold's key is scoped to its holder")
 	}
-	return redisIdem(sh, field, key, []string{"hold", holderTag(holderID)}, request...)
+	return redisIdem(sh, field, key, []string{"hold", tag}, request()...)
 }
 
 // holdTTL is a requested hold TTL, or the default for zero, within the allowed range.

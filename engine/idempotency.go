@@ -100,8 +100,12 @@ func replayed(res []any) ([]any, string, bool) {
 // the hold's holder and token and identified by request with the hold's seats and
 // generation.
 func onHoldIdem(ctx context.Context, sh *show, h Hold, request ...string) (idem, error) {
+	key := idempotencyKeyOf(ctx, "")
+	if key == "" {
+		return idem{}, nil
+	}
 	parts := append([]string{strconv.FormatInt(h.Generation, 10), sortedPrint(h.SeatIDs), placesPrint(h.Places)}, request...)
-	return redisIdem(sh, "IdempotencyKey", idempotencyKeyOf(ctx, ""), []string{"on-hold", holderTag(h.HolderID), h.Token}, parts...)
+	return redisIdem(sh, "IdempotencyKey", key, []string{"on-hold", holderTag(h.HolderID), h.Token}, parts...)
 }
 
 // replyStrings is a script reply's strings.
@@ -120,9 +124,9 @@ func keyReused(field string) error {
 	return fmt.Errorf("%w: %s names another request", ErrIdempotencyKeyReused, field)
 }
 
-// printOf is a SHA-256 over parts, length-prefixed so that no two lists share an
-// encoding, as 64 hex digits.
-func printOf(parts ...string) string {
+// printSum is a SHA-256 over parts, length-prefixed so that no two lists share an
+// encoding; printOf is the same as 64 hex digits.
+func printSum(parts ...string) []byte {
 	h := sha256.New()
 	var n [8]byte
 	for _, p := range parts {
@@ -130,8 +134,10 @@ func printOf(parts ...string) string {
 		h.Write(n[:])
 		h.Write([]byte(p))
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return h.Sum(nil)
 }
+
+func printOf(parts ...string) string { return hex.EncodeToString(printSum(parts...)) }
 
 // sortedPrint is seat ids, in any order, as one fingerprint part.
 func sortedPrint(seats []string) string {
@@ -165,7 +171,7 @@ const (
 
 // bookingKeyOf is the bookingKey of a write on a booking under the key ctx carries,
 // identified by request.
-func bookingKeyOf(ctx context.Context, request ...string) (bookingKey, error) {
+func bookingKeyOf(ctx context.Context, scope string, request ...string) (bookingKey, error) {
 	key := idempotencyKeyOf(ctx, "")
 	if key == "" {
 		return bookingKey{}, nil
@@ -173,14 +179,7 @@ func bookingKeyOf(ctx context.Context, request ...string) (bookingKey, error) {
 	if err := validateIdempotencyKey("IdempotencyKey", key); err != nil {
 		return bookingKey{}, err
 	}
-	fp, _ := hex.DecodeString(printOf(request...))
-	return bookingKey{key: key, fp: fp}, nil
-}
-
-// by returns k scoped to who writes.
-func (k bookingKey) by(scope string) bookingKey {
-	k.scope = scope
-	return k
+	return bookingKey{key: key, scope: scope, fp: printSum(request...)}, nil
 }
 
 // replay looks the key up in the transaction of q, which holds the booking's row lock:

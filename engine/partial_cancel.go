@@ -29,7 +29,7 @@ const EventSeatsCancelled = "seats_cancelled"
 // and the background repair writes the markers.
 func (e *Engine) CancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs []string, places []Places) (Booking, error) {
 	ctx, o := e.begin(ctx, "cancel_seats", "", len(seatIDs))
-	k, err := bookingKeyOf(ctx, "cancel-seats", bookingID.String(), sortedPrint(seatIDs), placesPrint(places))
+	k, err := bookingKeyOf(ctx, byHolder, "cancel-seats", bookingID.String(), sortedPrint(seatIDs), placesPrint(places))
 	var b Booking
 	if err == nil {
 		b, err = e.cancelSeats(ctx, bookingID, seatIDs, places, k)
@@ -105,7 +105,6 @@ func cancelPartTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, seatI
 	if err != nil {
 		return partCancel{}, err
 	}
-	k = k.by(byHolder)
 	if answer, again, err := k.replay(ctx, q, bookingID); again || err != nil {
 		return partCancel{after: answer, replayed: again}, err
 	}

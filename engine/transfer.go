@@ -122,7 +122,7 @@ func validateNewHolder(from, to string) error {
 // resync writes it (the database's check stands meanwhile).
 func (e *Engine) TransferBooking(ctx context.Context, bookingID uuid.UUID, toHolderID string) (Booking, error) {
 	ctx, o := e.begin(ctx, "transfer_booking", "", 0)
-	k, err := bookingKeyOf(ctx, "transfer-booking", bookingID.String(), toHolderID)
+	k, err := bookingKeyOf(ctx, byOperator, "transfer-booking", bookingID.String(), toHolderID)
 	var b Booking
 	if err == nil {
 		b, err = e.transferBooking(ctx, bookingID, toHolderID, k)
@@ -170,7 +170,6 @@ func transferTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, to stri
 	if err != nil {
 		return Booking{}, "", err
 	}
-	k = k.by(byOperator)
 	if answer, again, err := k.replay(ctx, q, bookingID); again || err != nil {
 		return answer, "", err
 	}
