@@ -392,9 +392,13 @@ func (e *Engine) checkRedis(ctx context.Context) error {
 }
 
 // sharedPolicyCheck reads the eviction policy of every master, once for every caller
-// at a time; it records a good one, and forgets the last good one on a bad one.
+// at a time; it records a good one, and forgets the last good one on a bad one. A caller
+// that found no good check and arrives just after a shared one recorded it reads nothing.
 func (e *Engine) sharedPolicyCheck(ctx context.Context) error {
 	_, _, err := shared(ctx, &e.loads, "policy\x00", "redis", policyCheckTimeout, func(ctx context.Context) (struct{}, error) {
+		if e.policyFresh() {
+			return struct{}{}, nil
+		}
 		err := e.readPolicy(ctx)
 		switch {
 		case err == nil:
@@ -405,6 +409,12 @@ func (e *Engine) sharedPolicyCheck(ctx context.Context) error {
 		return struct{}{}, err
 	})
 	return err
+}
+
+// policyFresh: a good eviction-policy check is recorded and not yet due again.
+func (e *Engine) policyFresh() bool {
+	last := e.policyCheckedAt.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < policyRecheck
 }
 
 // errEvictingPolicy: Redis may evict keys, holds among them.

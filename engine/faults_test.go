@@ -395,7 +395,7 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 }
 
 // TestPolicyCheckSharedByTheFirstHolds: a sale's first holds on a new engine share one
-// eviction-policy check (one CONFIG GET), instead of one each — a crowd of checks that,
+// eviction-policy check (one CONFIG GET), late arrivals included, instead of one each — a crowd of checks that,
 // on a busy machine or a Redis Cluster (one per master), ran past their bound and
 // answered the holds ErrUnavailable.
 func TestPolicyCheckSharedByTheFirstHolds(t *testing.T) {
@@ -418,8 +418,13 @@ func TestPolicyCheckSharedByTheFirstHolds(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
+	// A hold that found no good check, and reached the shared read only after the
+	// first check had recorded one and ended (the race a CI run lost: two reads).
+	if err := v.e.sharedPolicyCheck(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if calls := commandCalls(t, v.rdb, "config|get"); calls != 1 {
-		t.Fatalf("%d first holds read the eviction policy %d times, want once", n, calls)
+		t.Fatalf("%d first holds and a late one read the eviction policy %d times, want once", n, calls)
 	}
 }
 
