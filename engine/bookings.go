@@ -29,6 +29,27 @@ func bookingFromRow(r db.BookingDetail) Booking {
 		HolderID: r.HolderID, Status: BookingStatus(r.Status), ConfirmedAt: r.ConfirmedAt, CancelledAt: r.CancelledAt}
 }
 
+type asHolderCtx struct{}
+
+// AsHolder returns a context that makes the write it is passed to on behalf of
+// holderID: Cancel and CancelSeats then find, under the booking's row lock, only a
+// booking that is that holder's; another's is ErrNotFound and changes nothing. A
+// caller that checked the booking was the holder's before the call (the HTTP API does)
+// is not outrun by a TransferBooking that commits in between.
+func AsHolder(ctx context.Context, holderID string) context.Context {
+	return context.WithValue(ctx, asHolderCtx{}, holderID)
+}
+
+// lockHoldersBooking locks a booking's row and reads it; a booking that is not the
+// holder's the context names (AsHolder), if any, is pgx.ErrNoRows (not found).
+func lockHoldersBooking(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (db.BookingGetForUpdateRow, error) {
+	b, err := q.BookingGetForUpdate(ctx, bookingID)
+	if holder, ok := ctx.Value(asHolderCtx{}).(string); err == nil && ok && b.HolderID != holder {
+		return db.BookingGetForUpdateRow{}, pgx.ErrNoRows
+	}
+	return b, err
+}
+
 // Cancel cancels a confirmed booking: its claims go, the booking is marked cancelled and
 // the event logged, then the seats' sold markers become tombstones (free). The seats'
 // fences stay, so the hold that made the booking can never confirm again. When Redis
@@ -119,7 +140,7 @@ func (e *Engine) countsAfterCancel(ctx context.Context, sh *show, holder string)
 // already, or when k answered this request before), keeps k, and records the
 // tombstones it owes Redis.
 func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k bookingKey) (cancellation, error) {
-	b, err := q.BookingGetForUpdate(ctx, bookingID)
+	b, err := lockHoldersBooking(ctx, q, bookingID)
 	if err != nil {
 		return cancellation{}, err
 	}

@@ -101,7 +101,7 @@ func (e *Engine) cancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs [
 // cancelPartTx cancels part of a booking inside a transaction and records the markers it
 // owes Redis and its event.
 func cancelPartTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, seatIDs []string, places []Places, k bookingKey) (partCancel, error) {
-	b, err := q.BookingGetForUpdate(ctx, bookingID)
+	b, err := lockHoldersBooking(ctx, q, bookingID)
 	if err != nil {
 		return partCancel{}, err
 	}

@@ -377,6 +377,43 @@ func TestTransferBookingMovesCountsAndLeavesAnEvent(t *testing.T) {
 	}
 }
 
+// TestCancelAsTheOldHolderAfterATransfer: a cancellation made on behalf of a holder
+// (AsHolder) of a booking transferred away from them since they last read it, whole or in
+// part, is ErrNotFound and changes nothing; made on behalf of the new holder, it cancels.
+func TestCancelAsTheOldHolderAfterATransfer(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	v.show("s1", seatNames(4)...)
+	b, err := v.e.Confirm(ctx, v.hold("s1", time.Minute, "alice", "S000", "S001"), ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.e.TransferBooking(ctx, b.ID, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := AsHolder(ctx, "alice"), AsHolder(ctx, "bob")
+	redisBefore, dbBefore := v.redisSnapshot(), v.dbSnapshot()
+	if err := v.e.Cancel(alice, b.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("alice cancels bob's booking: %v, want ErrNotFound", err)
+	}
+	for _, seats := range [][]string{{"S000"}, {"S000", "S001"}} {
+		if _, err := v.e.CancelSeats(alice, b.ID, seats, nil); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("alice cancels %v of bob's booking: %v, want ErrNotFound", seats, err)
+		}
+	}
+	if v.redisSnapshot() != redisBefore || v.dbSnapshot() != dbBefore {
+		t.Fatalf("a refused cancellation changed something")
+	}
+	after, err := v.e.CancelSeats(bob, b.ID, []string{"S000"}, nil)
+	if err != nil || fmt.Sprint(after.SeatIDs) != "[S001]" || after.HolderID != "bob" {
+		t.Fatalf("bob cancels S000: %+v, %v", after, err)
+	}
+	if err := v.e.Cancel(bob, b.ID); err != nil {
+		t.Fatalf("bob cancels the rest: %v", err)
+	}
+}
+
 // TestConcurrentTransferBookingKeepsTheLimit: bookings are moved to one holder while
 // that holder confirms holds of its own, from many goroutines: the holder's booked
 // seats never pass the show's holder limit, and PostgreSQL's count is its bookings'.

@@ -58,7 +58,7 @@ func (s *Server) postCancelSeats(w http.ResponseWriter, r *http.Request, holder 
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
-	b, err := s.e.CancelSeats(r.Context(), b.ID, body.Seats, fromPlacesJSON(body.Places))
+	b, err := s.e.CancelSeats(engine.AsHolder(r.Context(), holder), b.ID, body.Seats, fromPlacesJSON(body.Places))
 	if err != nil {
 		s.fail(w, r, err)
 		return

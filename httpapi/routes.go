@@ -446,7 +446,8 @@ func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder stri
 }
 
 // ownBooking reads the booking named in the path if it belongs to the caller; another
-// holder's booking is reported as not found.
+// holder's booking is reported as not found. A write on it passes engine.AsHolder, so
+// that a transfer committed after this read is found under the booking's lock.
 func (s *Server) ownBooking(w http.ResponseWriter, r *http.Request, holder string) (engine.Booking, bool) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
@@ -475,7 +476,7 @@ func (s *Server) deleteBooking(w http.ResponseWriter, r *http.Request, holder st
 	if !ok {
 		return
 	}
-	if err := s.e.Cancel(r.Context(), b.ID); err != nil {
+	if err := s.e.Cancel(engine.AsHolder(r.Context(), holder), b.ID); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +91,60 @@ func TestBookingTransferOverHTTP(t *testing.T) {
 	a.want(a.do("POST", "/v1/bookings/00000000-0000-0000-0000-000000000001/transfer", "", "", map[string]any{"to": "x"}), 404, "not-found")
 	a.want(a.doHeaders("POST", path+"/transfer", http.Header{}, map[string]any{"to": "x"}), 401, "unauthorized")
 	a.want(a.doOn(a.srv, "POST", path+"/transfer", http.Header{}, map[string]any{"to": "x"}), 404, "no-such-route")
+}
+
+// TestCancelRacingABookingTransfer: a holder's cancellation that races an operator's
+// transfer of the same booking never cancels the booking once it is the new holder's.
+// Either the cancellation comes first (the transfer then refuses a booking no longer
+// confirmed: 400) or the transfer does (the old holder's cancellation then finds no
+// booking of theirs: 404); both answering 200 is the fault: the old holder cancelled
+// the new holder's booking, read as theirs a moment before the transfer committed.
+func TestCancelRacingABookingTransfer(t *testing.T) {
+	t.Parallel()
+	const n = 80
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(n)}), 201, "")
+	ids := make([]string, n)
+	for i, seat := range seats(n) {
+		h := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{seat}})
+		a.want(h, 201, "")
+		b := a.do("POST", "/v1/bookings", "alice", "", h.body)
+		a.want(b, 201, "")
+		ids[i] = b.body["id"].(string)
+	}
+	cancelled, transferred := make([]int, n), make([]int, n)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wait := time.Duration(rand.IntN(1500)) * time.Microsecond // spread the two over each other's steps
+		wg.Go(func() { cancelled[i] = a.do("DELETE", "/v1/bookings/"+id, "alice", "", nil).status })
+		wg.Go(func() {
+			time.Sleep(wait)
+			transferred[i] = a.do("POST", "/v1/bookings/"+id+"/transfer", "", "", map[string]any{"to": "bob"}).status
+		})
+	}
+	wg.Wait()
+	both := 0
+	for i, id := range ids {
+		after := a.do("GET", "/v1/bookings/"+id, "bob", "", nil)
+		switch {
+		case cancelled[i] == 200 && transferred[i] == 200:
+			both++
+		case transferred[i] == 200 && (after.status != 200 || after.body["status"] != "confirmed"):
+			t.Errorf("booking %s transferred to bob, then: %d %s", id, after.status, after.raw)
+		case !(cancelled[i] == 200 && transferred[i] == 400) && !(cancelled[i] == 404 && transferred[i] == 200):
+			t.Errorf("booking %s: cancel %d, transfer %d", id, cancelled[i], transferred[i])
+		}
+	}
+	t.Logf("combos: %v", combos(cancelled, transferred))
+	if both > 0 {
+		t.Fatalf("%d of %d bookings transferred to bob were then cancelled by alice", both, n)
+	}
+}
+
+func combos(a, b []int) map[string]int {
+	m := map[string]int{}
+	for i := range a {
+		m[fmt.Sprint(a[i], "/", b[i])]++
+	}
+	return m
 }
