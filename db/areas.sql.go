@@ -10,7 +10,7 @@ import (
 )
 
 const areaListByShow = `-- name: AreaListByShow :many
-SELECT area_id, section, capacity, sold, generation FROM areas
+SELECT area_id, section, capacity, sold, generation, category FROM areas
 WHERE show_id = $1 ORDER BY area_id
 `
 
@@ -20,6 +20,7 @@ type AreaListByShowRow struct {
 	Capacity   int32
 	Sold       int32
 	Generation int64
+	Category   string
 }
 
 // AreaListByShow is a show's areas in id order, with the places sold now.
@@ -38,6 +39,7 @@ func (q *Queries) AreaListByShow(ctx context.Context, showID string) ([]AreaList
 			&i.Capacity,
 			&i.Sold,
 			&i.Generation,
+			&i.Category,
 		); err != nil {
 			return nil, err
 		}
@@ -50,8 +52,9 @@ func (q *Queries) AreaListByShow(ctx context.Context, showID string) ([]AreaList
 }
 
 const areasInsert = `-- name: AreasInsert :exec
-INSERT INTO areas (show_id, area_id, section, capacity)
-SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int[])
+INSERT INTO areas (show_id, area_id, section, capacity, category)
+SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::int[]),
+       unnest($5::text[])
 `
 
 type AreasInsertParams struct {
@@ -59,6 +62,7 @@ type AreasInsertParams struct {
 	AreaIds    []string
 	Sections   []string
 	Capacities []int32
+	Categories []string
 }
 
 // AreasInsert adds a show's areas, one array element per area.
@@ -68,6 +72,7 @@ func (q *Queries) AreasInsert(ctx context.Context, arg AreasInsertParams) error 
 		arg.AreaIds,
 		arg.Sections,
 		arg.Capacities,
+		arg.Categories,
 	)
 	return err
 }

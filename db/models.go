@@ -18,6 +18,7 @@ type Area struct {
 	Capacity   int32
 	Sold       int32
 	Generation int64
+	Category   string
 }
 
 type Booking struct {
@@ -114,6 +115,7 @@ type Seat struct {
 	Rank     int32
 	X        float64
 	Y        float64
+	Category string
 }
 
 type SeatClaim struct {

@@ -10,7 +10,7 @@ import (
 )
 
 const seatLayoutListByShow = `-- name: SeatLayoutListByShow :many
-SELECT sh.epoch, s.seat_id, s.section, s.row_label, s.position, s.rank, s.x, s.y
+SELECT sh.epoch, s.seat_id, s.section, s.row_label, s.position, s.rank, s.x, s.y, s.category
 FROM seats s JOIN shows sh ON sh.show_id = s.show_id
 WHERE s.show_id = $1 ORDER BY s.seat_id
 `
@@ -24,6 +24,7 @@ type SeatLayoutListByShowRow struct {
 	Rank     int32
 	X        float64
 	Y        float64
+	Category string
 }
 
 // SeatLayoutListByShow is a show's seats with their layout, in seat id order, each
@@ -46,6 +47,7 @@ func (q *Queries) SeatLayoutListByShow(ctx context.Context, showID string) ([]Se
 			&i.Rank,
 			&i.X,
 			&i.Y,
+			&i.Category,
 		); err != nil {
 			return nil, err
 		}
@@ -81,9 +83,10 @@ func (q *Queries) SeatsInsert(ctx context.Context, arg SeatsInsertParams) error 
 
 const seatsInsertLayout = `-- name: SeatsInsertLayout :exec
 WITH inserted AS (
-    INSERT INTO seats (show_id, seat_id, section, row_label, position, rank, x, y)
+    INSERT INTO seats (show_id, seat_id, section, row_label, position, rank, x, y, category)
     SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),
-           unnest($5::int[]), unnest($6::int[]), unnest($7::float8[]), unnest($8::float8[])
+           unnest($5::int[]), unnest($6::int[]), unnest($7::float8[]), unnest($8::float8[]),
+           unnest($9::text[])
     RETURNING show_id, seat_id
 )
 INSERT INTO seat_fences (show_id, seat_id)
@@ -91,14 +94,15 @@ SELECT show_id, seat_id FROM inserted
 `
 
 type SeatsInsertLayoutParams struct {
-	ShowID    string
-	SeatIds   []string
-	Sections  []string
-	RowLabels []string
-	Positions []int32
-	Ranks     []int32
-	Xs        []float64
-	Ys        []float64
+	ShowID     string
+	SeatIds    []string
+	Sections   []string
+	RowLabels  []string
+	Positions  []int32
+	Ranks      []int32
+	Xs         []float64
+	Ys         []float64
+	Categories []string
 }
 
 // SeatsInsertLayout adds a show's inventory with its layout, one array element per
@@ -113,6 +117,7 @@ func (q *Queries) SeatsInsertLayout(ctx context.Context, arg SeatsInsertLayoutPa
 		arg.Ranks,
 		arg.Xs,
 		arg.Ys,
+		arg.Categories,
 	)
 	return err
 }

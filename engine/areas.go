@@ -17,8 +17,8 @@ import (
 // show's namespace with the seat ids (no seat of the show has an area's id).
 type Area struct {
 	ID, Section string
-	Capacity    int // places; 1 … 1,000,000
-	Category    string
+	Capacity    int    // places; 1 … 1,000,000
+	Category    string // optional, as a seat's
 }
 
 // Venue is a show's inventory: its seats (with their layout) and its areas.
@@ -104,8 +104,8 @@ func validAreas(areas []Area, seats []Seat) ([]Area, error) {
 			return nil, invalid("Venue.Areas", "area %q: section %q is not a valid label", a.ID, a.Section)
 		case a.Capacity < 1 || a.Capacity > maxAreaCapacity:
 			return nil, invalid("Venue.Areas", "area %q: capacity %d, must be from 1 to %d", a.ID, a.Capacity, maxAreaCapacity)
-		case a.Category != "":
-			return nil, invalid("Venue.Areas", "area %q: categories are not supported yet", a.ID)
+		case !validLabel(a.Category):
+			return nil, invalid("Venue.Areas", "area %q: category %q must be empty or match ^[A-Za-z0-9][A-Za-z0-9 ._-]{0,31}$", a.ID, a.Category)
 		}
 	}
 	return out, nil
@@ -274,6 +274,7 @@ func insertAreas(ctx context.Context, q *db.Queries, showID string, areas []Area
 	p := db.AreasInsertParams{ShowID: showID}
 	for _, a := range areas {
 		p.AreaIds, p.Sections, p.Capacities = append(p.AreaIds, a.ID), append(p.Sections, a.Section), append(p.Capacities, int32(a.Capacity))
+		p.Categories = append(p.Categories, a.Category)
 	}
 	return q.AreasInsert(ctx, p)
 }
@@ -282,7 +283,7 @@ func insertAreas(ctx context.Context, q *db.Queries, showID string, areas []Area
 func areasFromRows(rows []db.AreaListByShowRow) []Area {
 	out := make([]Area, len(rows))
 	for i, r := range rows {
-		out[i] = Area{ID: r.AreaID, Section: r.Section, Capacity: int(r.Capacity)}
+		out[i] = Area{ID: r.AreaID, Section: r.Section, Capacity: int(r.Capacity), Category: r.Category}
 	}
 	return out
 }

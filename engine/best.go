@@ -23,7 +23,7 @@ import (
 const indexPage = 200
 
 // HoldBest holds the best available seats of a show: req.Count of them (in
-// req.Section, or anywhere), or with req.Adjacent req.Count seats side by side in one
+// req.Section and of req.Category when given, or anywhere), or with req.Adjacent req.Count seats side by side in one
 // row, best meaning the lowest ranks. It decides and holds in one script, under one
 // token and one generation, or holds nothing: when nothing fits it returns a
 // [*SeatsUnavailableError] with no seats and the free seats the best section still had.
@@ -60,7 +60,7 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 		return Hold{}, err
 	}
 	defer done()
-	sections, err := e.bestSections(ctx, sh, req.Section)
+	sections, err := e.bestSections(ctx, sh, req.Section, req.Category)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -76,7 +76,11 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
 	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), rules.arg}
 	key, err := holdIdem(ctx, sh, "BestRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID, tag, func() []string {
-		return []string{"best", strconv.Itoa(req.Count), req.Section, adjacent, strconv.FormatInt(ttl.Milliseconds(), 10)}
+		parts := []string{"best", strconv.Itoa(req.Count), req.Section, adjacent, strconv.FormatInt(ttl.Milliseconds(), 10)}
+		if req.Category != "" { // a key's fingerprint without a category is as it was before categories
+			parts = append(parts, "category", req.Category)
+		}
+		return parts
 	})
 	if err != nil {
 		return Hold{}, err
@@ -135,29 +139,42 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 	}
 }
 
-// bestSections are the sections a best-available hold may choose from, as best.lua
-// numbers them: section, or every section of the show when it is "". An unknown one is
-// ErrNotFound, naming the show's sections.
-func (e *Engine) bestSections(ctx context.Context, sh *show, section string) ([]string, error) {
+// bestSections are the index sections a best-available hold may choose from, as
+// best.lua numbers them: those of section and of category, each "" for any. A section
+// or a category that the show's seats do not have, or no seat of both, is ErrNotFound,
+// naming what the show has.
+func (e *Engine) bestSections(ctx context.Context, sh *show, section, category string) ([]string, error) {
 	var sections []string
-	if section != "" {
-		n, ok := sh.sections[section]
-		if !ok {
-			names := make([]string, 0, len(sh.sections))
-			for name := range sh.sections {
-				names = append(names, fmt.Sprintf("%q", name))
-			}
-			slices.Sort(names)
-			return nil, e.unknownSeat(ctx, sh, notFound("section %q in show %q; its sections are %s", section, sh.id, strings.Join(names, ", ")))
-		}
-		sections = []string{strconv.Itoa(n)}
-	} else {
-		for _, n := range sh.sections {
+	sectionKnown, categoryKnown := section == "", category == ""
+	for n, bs := range sh.sections {
+		sectionKnown = sectionKnown || bs.section == section
+		categoryKnown = categoryKnown || bs.category == category
+		if (section == "" || bs.section == section) && (category == "" || bs.category == category) {
 			sections = append(sections, strconv.Itoa(n))
 		}
-		slices.Sort(sections)
+	}
+	switch {
+	case !sectionKnown:
+		return nil, e.unknownSeat(ctx, sh, notFound("section %q in show %q; its sections are %s", section, sh.id, sh.labels(func(bs bestSection) string { return bs.section })))
+	case !categoryKnown:
+		return nil, e.unknownSeat(ctx, sh, notFound("seats of category %q in show %q; its seats' categories are %s", category, sh.id, sh.labels(func(bs bestSection) string { return bs.category })))
+	case len(sections) == 0:
+		return nil, e.unknownSeat(ctx, sh, notFound("seats of category %q in section %q of show %q", category, section, sh.id))
 	}
 	return sections, nil
+}
+
+// labels lists, quoted and sorted, the distinct labels that label takes of the show's
+// index sections.
+func (sh *show) labels(label func(bestSection) string) string {
+	var names []string
+	for _, bs := range sh.sections {
+		if q := strconv.Quote(label(bs)); !slices.Contains(names, q) {
+			names = append(names, q)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // maxReapRounds bounds the calls of one HoldBest that each give back best.lua's share

@@ -35,10 +35,13 @@ func venueLayout(sections, rows, perRow int) []Seat {
 
 // bestOffline computes, from the layout and the seats not available, the score sum of
 // the best choice for a request, and whether one exists.
-func bestOffline(sh *show, taken map[string]bool, count int, section string, adjacent bool) (int64, bool) {
+func bestOffline(sh *show, taken map[string]bool, req BestRequest) (int64, bool) {
+	count := req.Count
 	score := func(i int) int64 { return int64(sh.layout[i].Rank)*bestScale + int64(i) }
-	in := func(i int) bool { return section == "" || sh.layout[i].Section == section }
-	if !adjacent {
+	in := func(i int) bool {
+		return (req.Section == "" || sh.layout[i].Section == req.Section) && (req.Category == "" || sh.layout[i].Category == req.Category)
+	}
+	if !req.Adjacent {
 		var free []int64
 		for i, s := range sh.layout {
 			if in(i) && !taken[s.ID] {
@@ -131,7 +134,7 @@ func TestHoldBestChoosesTheBest(t *testing.T) {
 	}
 	sh := v.showOf("b")
 	taken := map[string]bool{"A01-003": true, "A01-004": true}
-	if want, _ := bestOffline(sh, taken, 4, "", true); sumOf(sh, h4.SeatIDs) != want {
+	if want, _ := bestOffline(sh, taken, BestRequest{Count: 4, Adjacent: true}); sumOf(sh, h4.SeatIDs) != want {
 		t.Fatalf("adjacent 4 chose %v, not the best block", h4.SeatIDs)
 	}
 	// A section: the middle of its front row.
@@ -243,7 +246,7 @@ func TestHoldBestConcurrent(t *testing.T) {
 	sort.Slice(granted, func(i, j int) bool { return granted[i].h.Generation < granted[j].h.Generation })
 	taken := map[string]bool{}
 	for _, r := range granted {
-		want, ok := bestOffline(sh, taken, r.req.Count, r.req.Section, r.req.Adjacent)
+		want, ok := bestOffline(sh, taken, r.req)
 		if !ok || sumOf(sh, r.h.SeatIDs) != want {
 			t.Fatalf("generation %d, %+v: chose %v (score %d), the best then scored %d (exists %v)",
 				r.h.Generation, r.req, r.h.SeatIDs, sumOf(sh, r.h.SeatIDs), want, ok)
@@ -256,7 +259,7 @@ func TestHoldBestConcurrent(t *testing.T) {
 	for _, r := range results {
 		if r.err != nil {
 			refused++
-			if _, ok := bestOffline(sh, final, r.req.Count, r.req.Section, r.req.Adjacent); ok {
+			if _, ok := bestOffline(sh, final, r.req); ok {
 				t.Fatalf("%+v refused, but such seats are free even at the end", r.req)
 			}
 		}
@@ -377,7 +380,7 @@ func (v *env) indexConsistent(show string) {
 		if got := v.rdb.HGet(ctx, sh.k.base+"mt:"+b, s.ID).Val(); got != sh.meta[i] {
 			v.t.Fatalf("seat %s meta %q, want %q", s.ID, got, sh.meta[i])
 		}
-		sec := fmt.Sprint(sh.sections[s.Section])
+		sec := fmt.Sprint(sectionNumber(sh, i))
 		score, err := v.rdb.ZScore(ctx, sh.k.base+"fr:"+sec, s.ID+"@"+b).Result()
 		present := err == nil
 		mark := v.rdb.HGet(ctx, sh.soldKeys[s.ID], s.ID).Val()
@@ -425,7 +428,7 @@ func (v *env) indexConsistent(show string) {
 	// length, at its best seat's score; and every run of free seats within a listed one.
 	type span struct{ from, to int } // layout indices
 	var listed []span
-	for _, sec := range sh.sections {
+	for sec := range sh.sections {
 		for c := 1; c <= 10; c++ {
 			for _, m := range v.rdb.ZRangeWithScores(ctx, fmt.Sprintf("%srn:%d:%d", sh.k.base, sec, c), 0, -1).Val() {
 				var seg, lo, n int
@@ -434,7 +437,7 @@ func (v *env) indexConsistent(show string) {
 				}
 				from, to := seg+lo-1, seg+lo+n-2
 				if seg < 0 || to >= len(sh.layout) || sh.place[seg] != 1 || lo < 1 || n < 1 || min(n, 10) != c ||
-					sh.place[from] != lo || (n > 1 && sh.place[to] != lo+n-1) || sh.sections[sh.layout[from].Section] != sec {
+					sh.place[from] != lo || (n > 1 && sh.place[to] != lo+n-1) || sectionNumber(sh, from) != sec {
 					v.t.Fatalf("listed run %q in section %d, list %d: not a range of a segment", m.Member, sec, c)
 				}
 				best := score(from)
@@ -461,6 +464,11 @@ func (v *env) indexConsistent(show string) {
 		}
 		i = j
 	}
+}
+
+// sectionNumber is the number of seat i's (layout index) section of the index.
+func sectionNumber(sh *show, i int) int {
+	return slices.Index(sh.sections, bestSection{sh.layout[i].Section, sh.layout[i].Category})
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -614,7 +622,7 @@ func TestHoldBestAfterNamedHoldsAndReleases(t *testing.T) {
 			}
 		default: // best available
 			count, adjacent := 1+rng.IntN(8), rng.IntN(3) > 0
-			want, ok := bestOffline(sh, taken, count, "", adjacent)
+			want, ok := bestOffline(sh, taken, BestRequest{Count: count, Adjacent: adjacent})
 			h, err := v.e.HoldBest(t.Context(), BestRequest{ShowID: "lazy", Count: count, Adjacent: adjacent, TTL: 10 * time.Minute})
 			if !ok {
 				if !errors.Is(err, ErrSeatsUnavailable) {

@@ -464,7 +464,7 @@ func TestHoldBestGivesBackLargeBacklogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := bestOffline(sh, map[string]bool{}, 1, "", false)
+	want, _ := bestOffline(sh, map[string]bool{}, BestRequest{Count: 1})
 	if got := sumOf(sh, h.SeatIDs); got != want {
 		t.Fatalf("HoldBest after %d expired holds gave %v (score %d), best is %d", len(sh.layout), h.SeatIDs, got, want)
 	}

@@ -14,8 +14,8 @@ import (
 
 // Seat is one seat of a venue layout: its id, where it is (section, row, and position
 // in the row, so that adjacency is known), its rank (lower is better: best-available
-// holds pick the lowest ranks first) and optional drawing coordinates (zero when not
-// given).
+// holds pick the lowest ranks first), optional drawing coordinates (zero when not
+// given) and an optional category (a price band: BestRequest.Category asks for one).
 type Seat struct {
 	ID       string
 	Section  string
@@ -23,6 +23,7 @@ type Seat struct {
 	Position int
 	Rank     int
 	X, Y     float64
+	Category string
 }
 
 // Layout bounds.
@@ -89,6 +90,8 @@ func validLayout(field string, seats []Seat, max int) ([]Seat, error) {
 			return nil, invalid(field, "seat %q: section %q must be empty or match ^[A-Za-z0-9][A-Za-z0-9 ._-]{0,31}$", s.ID, s.Section)
 		case !validLabel(s.Row):
 			return nil, invalid(field, "seat %q: row %q must be empty or match ^[A-Za-z0-9][A-Za-z0-9 ._-]{0,31}$", s.ID, s.Row)
+		case !validLabel(s.Category):
+			return nil, invalid(field, "seat %q: category %q must be empty or match ^[A-Za-z0-9][A-Za-z0-9 ._-]{0,31}$", s.ID, s.Category)
 		case s.Position < 1 || s.Position > maxPosition:
 			return nil, invalid(field, "seat %q: position %d is out of range [1, %d]", s.ID, s.Position, maxPosition)
 		case s.Rank < 0 || s.Rank > maxRank:
@@ -171,7 +174,7 @@ func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat, a
 			for _, s := range chunk {
 				p.SeatIds, p.Sections, p.RowLabels = append(p.SeatIds, s.ID), append(p.Sections, s.Section), append(p.RowLabels, s.Row)
 				p.Positions, p.Ranks = append(p.Positions, int32(s.Position)), append(p.Ranks, int32(s.Rank))
-				p.Xs, p.Ys = append(p.Xs, s.X), append(p.Ys, s.Y)
+				p.Xs, p.Ys, p.Categories = append(p.Xs, s.X), append(p.Ys, s.Y), append(p.Categories, s.Category)
 			}
 			if err := q.SeatsInsertLayout(ctx, p); err != nil {
 				return err
@@ -196,7 +199,7 @@ func (e *Engine) ensureShow(ctx context.Context, showID string, layout []Seat, a
 func layoutFromRows(rows []db.SeatLayoutListByShowRow) []Seat {
 	out := make([]Seat, len(rows))
 	for i, r := range rows {
-		out[i] = Seat{ID: r.SeatID, Section: r.Section, Row: r.RowLabel, Position: int(r.Position), Rank: int(r.Rank), X: r.X, Y: r.Y}
+		out[i] = Seat{ID: r.SeatID, Section: r.Section, Row: r.RowLabel, Position: int(r.Position), Rank: int(r.Rank), X: r.X, Y: r.Y, Category: r.Category}
 	}
 	return out
 }

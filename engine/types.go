@@ -30,9 +30,11 @@ type HoldRequest struct {
 // lowest ranks (Seat.Rank; for a block, the lowest sum). TTL and HolderID are as in
 // HoldRequest.
 type BestRequest struct {
-	ShowID   string
-	Count    int
-	Section  string
+	ShowID  string
+	Count   int
+	Section string
+	// Category, when given, restricts the hold to seats of that category (Seat.Category).
+	Category string
 	Adjacent bool
 	TTL      time.Duration
 	HolderID string

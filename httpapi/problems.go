@@ -222,7 +222,7 @@ var wireNames = map[string]string{
 	"HoldRequest.ShowID": "show", "Hold.ShowID": "show", "showID": "show",
 	"HoldRequest.SeatIDs": "seats", "Hold.SeatIDs": "seats", "seatIDs": "seats",
 	"HoldRequest.TTL": "ttl_ms", "ttl": "ttl_ms",
-	"BestRequest.ShowID": "show", "BestRequest.Count": "count", "BestRequest.TTL": "ttl_ms", "BestRequest.Section": "section",
+	"BestRequest.ShowID": "show", "BestRequest.Count": "count", "BestRequest.TTL": "ttl_ms", "BestRequest.Section": "section", "BestRequest.Category": "category",
 	"HoldRequest.Places": "places", "Hold.Places": "places", "Venue.Areas": "areas", "Venue.Seats": "layout",
 	"Hold.Token": "token", "Hold.Generation": "generation",
 	"HolderID": HolderHeader, "ConfirmOptions.IdempotencyKey": IdempotencyHeader,

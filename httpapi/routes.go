@@ -184,6 +184,7 @@ type layoutSeatJSON struct {
 	Rank     int     `json:"rank"`
 	X        float64 `json:"x"`
 	Y        float64 `json:"y"`
+	Category string  `json:"category,omitempty"`
 }
 
 func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
@@ -201,7 +202,7 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 	if body.Layout != nil {
 		layout = make([]engine.Seat, len(body.Layout))
 		for i, l := range body.Layout {
-			layout[i] = engine.Seat{ID: l.ID, Section: l.Section, Row: l.Row, Position: l.Position, Rank: l.Rank, X: l.X, Y: l.Y}
+			layout[i] = engine.Seat{ID: l.ID, Section: l.Section, Row: l.Row, Position: l.Position, Rank: l.Rank, X: l.X, Y: l.Y, Category: l.Category}
 		}
 	}
 	switch {
@@ -226,8 +227,9 @@ func (s *Server) putShow(w http.ResponseWriter, r *http.Request) {
 }
 
 // compactLayoutJSON is a layout by column (?format=compact): the seats' ids, positions,
-// ranks and coordinates in layout order, their sections and rows as indices into the
-// names listed once. A 100,000-seat arena is about 3.4 MB instead of 8.8 MB (before gzip).
+// ranks and coordinates in layout order, their sections, rows and categories as indices
+// into the names listed once (categories only when a seat has one). A 100,000-seat arena
+// is about 3.4 MB instead of 8.8 MB (before gzip).
 type compactLayoutJSON struct {
 	Show     string    `json:"show"`
 	Format   string    `json:"format"` // "compact"
@@ -240,11 +242,14 @@ type compactLayoutJSON struct {
 	Rank     []int     `json:"rank"`
 	X        []float64 `json:"x"`
 	Y        []float64 `json:"y"`
+	// Categories and Category are present when a seat has a category.
+	Categories []string `json:"categories,omitempty"`
+	Category   []int    `json:"category,omitempty"`
 }
 
 func compactLayout(show string, seats []engine.Seat) compactLayoutJSON {
 	out := compactLayoutJSON{Show: show, Format: "compact", Sections: []string{}, Rows: []string{}}
-	secs, rows := map[string]int{}, map[string]int{}
+	secs, rows, cats := map[string]int{}, map[string]int{}, map[string]int{}
 	at := func(m map[string]int, names *[]string, name string) int {
 		i, ok := m[name]
 		if !ok {
@@ -262,6 +267,10 @@ func compactLayout(show string, seats []engine.Seat) compactLayoutJSON {
 		out.Rank = append(out.Rank, st.Rank)
 		out.X = append(out.X, st.X)
 		out.Y = append(out.Y, st.Y)
+		out.Category = append(out.Category, at(cats, &out.Categories, st.Category))
+	}
+	if len(out.Categories) == 1 && out.Categories[0] == "" {
+		out.Categories, out.Category = nil, nil
 	}
 	return out
 }
@@ -293,7 +302,7 @@ func (s *Server) getLayout(w http.ResponseWriter, r *http.Request) {
 		} else {
 			out := make([]layoutSeatJSON, len(seats))
 			for i, st := range seats {
-				out[i] = layoutSeatJSON{ID: st.ID, Section: st.Section, Row: st.Row, Position: st.Position, Rank: st.Rank, X: st.X, Y: st.Y}
+				out[i] = layoutSeatJSON{ID: st.ID, Section: st.Section, Row: st.Row, Position: st.Position, Rank: st.Rank, X: st.X, Y: st.Y, Category: st.Category}
 			}
 			v = map[string]any{"show": show, "seats": out}
 		}
@@ -319,7 +328,8 @@ func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
 }
 
 // postHold holds named seats ({"seats": [...]}) or the best available ones
-// ({"count": 4, "section": "B", "adjacent": true}): exactly one of seats and count.
+// ({"count": 4, "section": "B", "category": "A", "adjacent": true}): exactly one of
+// seats and count.
 func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string) {
 	var body struct {
 		Seats    []string     `json:"seats"`
@@ -327,6 +337,7 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 		TTLms    *int64       `json:"ttl_ms"`
 		Count    *int         `json:"count"`
 		Section  *string      `json:"section"`
+		Category *string      `json:"category"`
 		Adjacent *bool        `json:"adjacent"`
 	}
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
@@ -341,9 +352,9 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 		}
 		ttl = d
 	}
-	best := body.Count != nil || body.Section != nil || body.Adjacent != nil
+	best := body.Count != nil || body.Section != nil || body.Category != nil || body.Adjacent != nil
 	if best == (body.Seats != nil || body.Places != nil) {
-		s.fail(w, r, &engine.InvalidArgumentError{Field: "seats", Rule: `send exactly one of "seats" and "places" (named seats, places of areas) and "count" (the best available, with "section" and "adjacent")`})
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "seats", Rule: `send exactly one of "seats" and "places" (named seats, places of areas) and "count" (the best available, with "section", "category" and "adjacent")`})
 		return
 	}
 	if best && body.Count == nil {
@@ -367,6 +378,9 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 		req := engine.BestRequest{ShowID: r.PathValue("show"), Count: *body.Count, TTL: ttl, HolderID: holder}
 		if body.Section != nil {
 			req.Section = *body.Section
+		}
+		if body.Category != nil {
+			req.Category = *body.Category
 		}
 		if body.Adjacent != nil {
 			req.Adjacent = *body.Adjacent

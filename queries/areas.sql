@@ -1,11 +1,12 @@
 -- name: AreasInsert :exec
 -- AreasInsert adds a show's areas, one array element per area.
-INSERT INTO areas (show_id, area_id, section, capacity)
-SELECT @show_id, unnest(@area_ids::text[]), unnest(@sections::text[]), unnest(@capacities::int[]);
+INSERT INTO areas (show_id, area_id, section, capacity, category)
+SELECT @show_id, unnest(@area_ids::text[]), unnest(@sections::text[]), unnest(@capacities::int[]),
+       unnest(@categories::text[]);
 
 -- name: AreaListByShow :many
 -- AreaListByShow is a show's areas in id order, with the places sold now.
-SELECT area_id, section, capacity, sold, generation FROM areas
+SELECT area_id, section, capacity, sold, generation, category FROM areas
 WHERE show_id = @show_id ORDER BY area_id;
 
 -- name: AreasLock :many

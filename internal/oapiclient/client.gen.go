@@ -324,10 +324,10 @@ func (e GetSeatsParamsFormat) Valid() bool {
 type Area struct {
 	Capacity int `json:"capacity"`
 
-	// Category Not supported yet: a non-empty category is 400 invalid-argument.
-	Category *string `json:"category,omitempty"`
-	Id       ID      `json:"id"`
-	Section  string  `json:"section"`
+	// Category An optional category (a price band, a seating class): empty for none, else a label as a section's.
+	Category *Category `json:"category,omitempty"`
+	Id       ID        `json:"id"`
+	Section  string    `json:"section"`
 }
 
 // Booking defines model for Booking.
@@ -348,6 +348,9 @@ type Booking struct {
 
 // BookingStatus defines model for Booking.Status.
 type BookingStatus string
+
+// Category An optional category (a price band, a seating class): empty for none, else a label as a section's.
+type Category = string
 
 // Event A change to a booking; also the `data` of a webhook delivery, whose `webhook-id` is `id`.
 type Event struct {
@@ -398,9 +401,10 @@ type Hold struct {
 	TtlMs *int   `json:"ttl_ms,omitempty"`
 }
 
-// HoldBest The best available `count` seats (lowest ranks): in `section` or anywhere; with `adjacent`, side by side in one row.
+// HoldBest The best available `count` seats (lowest ranks): in `section` and of `category` when given, or anywhere; with `adjacent`, side by side in one row (and of one category).
 type HoldBest struct {
 	Adjacent *bool   `json:"adjacent,omitempty"`
+	Category *string `json:"category,omitempty"`
 	Count    int     `json:"count"`
 	Section  *string `json:"section,omitempty"`
 	TtlMs    *int    `json:"ttl_ms,omitempty"`
@@ -509,13 +513,15 @@ type ID = string
 
 // LayoutSeat defines model for LayoutSeat.
 type LayoutSeat struct {
-	Id       ID      `json:"id"`
-	Position int     `json:"position"`
-	Rank     int     `json:"rank"`
-	Row      string  `json:"row"`
-	Section  string  `json:"section"`
-	X        float32 `json:"x"`
-	Y        float32 `json:"y"`
+	// Category An optional category (a price band, a seating class): empty for none, else a label as a section's.
+	Category *Category `json:"category,omitempty"`
+	Id       ID        `json:"id"`
+	Position int       `json:"position"`
+	Rank     int       `json:"rank"`
+	Row      string    `json:"row"`
+	Section  string    `json:"section"`
+	X        float32   `json:"x"`
+	Y        float32   `json:"y"`
 }
 
 // Places A number of places of one standing area.
@@ -849,6 +855,11 @@ type GetLayout200JSONResponseBody0 struct {
 
 // GetLayout200JSONResponseBody1 defines parameters for GetLayout.
 type GetLayout200JSONResponseBody1 struct {
+	// Categories The seats' categories, listed once; present when a seat has one.
+	Categories *[]string `json:"categories,omitempty"`
+
+	// Category Each seat's category, an index into categories.
+	Category *[]int      `json:"category,omitempty"`
 	Format   interface{} `json:"format"`
 	Ids      []ID        `json:"ids"`
 	Position []int       `json:"position"`
