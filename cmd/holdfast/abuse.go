@@ -30,6 +30,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	only := fs.String("attacks", "", "comma-separated words: run only the attacks whose name contains one (for example \"reconnect,keep-alive\")")
 	storm := fs.String("storm", "", "run only a reconnect storm's clients against this event-stream URL and print what they got as JSON (abuse runs its storm so, in a process of its own)")
 	attackerNice := fs.Int("attacker-nice", 19, "niceness of the reconnect storm's process (0: the servers' priority; an attacker on other machines takes none of their CPU)")
+	attackerCPUs := fs.String("attacker-cpus", "", "CPUs the reconnect storm's process runs on (taskset -c list, e.g. 1); run abuse and the services on the others, so that the storm takes none of their CPU, as from other machines")
 	backends.register(fs, true)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
@@ -87,7 +88,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 		return strings.Replace(public, "[::]", "127.0.0.1", 1), err // an address on every interface: reached on loopback
 	}
 	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: sign("hoarder"), Show: show,
-		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Detached: detached(exe, *attackerNice), Only: onlyList(*only)})
+		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Detached: detached(exe, *attackerNice, *attackerCPUs), Only: onlyList(*only)})
 	fmt.Fprintln(stdout, "\n| attack | measured |\n|---|---|")
 	for _, r := range rows {
 		fmt.Fprintf(stdout, "| %s | %s |\n", r.Attack, r.Result)
@@ -96,11 +97,14 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 }
 
 // detached runs exe abuse with args in a process of its own under nice(1) at nice
-// (below the servers' and the honest buyers' priority) and returns its output and the
-// CPU it used.
-func detached(exe string, nice int) func(ctx context.Context, args ...string) ([]byte, float64, error) {
+// (below the servers' and the honest buyers' priority), on cpus when given (taskset(1)),
+// and returns its output and the CPU it used.
+func detached(exe string, nice int, cpus string) func(ctx context.Context, args ...string) ([]byte, float64, error) {
 	return func(ctx context.Context, args ...string) ([]byte, float64, error) {
 		argv := append([]string{"nice", "-n", fmt.Sprint(nice), exe, "abuse"}, args...)
+		if cpus != "" {
+			argv = append([]string{"taskset", "-c", cpus}, argv...)
+		}
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), "DATABASE_URL=", "REDIS_URL=") // the storm needs neither
 		var stderr strings.Builder
