@@ -33,21 +33,19 @@ type asHolderCtx struct{}
 
 // AsHolder returns a context that makes the write it is passed to on behalf of
 // holderID: Cancel and CancelSeats then find, under the booking's row lock, only a
-// booking that is that holder's; another's is ErrNotFound and changes nothing. A
+// booking that is that holder's; another's is ErrNotFound and changes nothing (a retry
+// under the idempotency key of a write the holder made gets its answer all the same). A
 // caller that checked the booking was the holder's before the call (the HTTP API does)
 // is not outrun by a TransferBooking that commits in between.
 func AsHolder(ctx context.Context, holderID string) context.Context {
 	return context.WithValue(ctx, asHolderCtx{}, holderID)
 }
 
-// lockHoldersBooking locks a booking's row and reads it; a booking that is not the
-// holder's the context names (AsHolder), if any, is pgx.ErrNoRows (not found).
-func lockHoldersBooking(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (db.BookingGetForUpdateRow, error) {
-	b, err := q.BookingGetForUpdate(ctx, bookingID)
-	if holder, ok := ctx.Value(asHolderCtx{}).(string); err == nil && ok && b.HolderID != holder {
-		return db.BookingGetForUpdateRow{}, pgx.ErrNoRows
-	}
-	return b, err
+// notTheHolders reports whether ctx makes its write on behalf of a holder (AsHolder)
+// other than holderID, the booking's.
+func notTheHolders(ctx context.Context, holderID string) bool {
+	holder, ok := ctx.Value(asHolderCtx{}).(string)
+	return ok && holder != holderID
 }
 
 // Cancel cancels a confirmed booking: its claims go, the booking is marked cancelled and
@@ -140,13 +138,16 @@ func (e *Engine) countsAfterCancel(ctx context.Context, sh *show, holder string)
 // already, or when k answered this request before), keeps k, and records the
 // tombstones it owes Redis.
 func cancelTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, k bookingKey) (cancellation, error) {
-	b, err := lockHoldersBooking(ctx, q, bookingID)
+	b, err := q.BookingGetForUpdate(ctx, bookingID)
 	if err != nil {
 		return cancellation{}, err
 	}
 	_, again, err := k.replay(ctx, q, bookingID)
 	if err != nil {
 		return cancellation{}, err
+	}
+	if !again && notTheHolders(ctx, b.HolderID) {
+		return cancellation{}, pgx.ErrNoRows
 	}
 	detail, err := q.BookingGet(ctx, bookingID)
 	if err != nil {

@@ -101,12 +101,15 @@ func (e *Engine) cancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs [
 // cancelPartTx cancels part of a booking inside a transaction and records the markers it
 // owes Redis and its event.
 func cancelPartTx(ctx context.Context, q *db.Queries, bookingID uuid.UUID, seatIDs []string, places []Places, k bookingKey) (partCancel, error) {
-	b, err := lockHoldersBooking(ctx, q, bookingID)
+	b, err := q.BookingGetForUpdate(ctx, bookingID)
 	if err != nil {
 		return partCancel{}, err
 	}
 	if answer, again, err := k.replay(ctx, q, bookingID); again || err != nil {
 		return partCancel{after: answer, replayed: again}, err
+	}
+	if notTheHolders(ctx, b.HolderID) {
+		return partCancel{}, pgx.ErrNoRows
 	}
 	if b.Status != string(BookingConfirmed) {
 		return partCancel{}, invalid("bookingID", "booking %s is %s", bookingID, b.Status)

@@ -414,6 +414,36 @@ func TestCancelAsTheOldHolderAfterATransfer(t *testing.T) {
 	}
 }
 
+// TestKeyedCancelSeatsRetriedAfterATransfer: alice cancels a seat of her booking on her
+// own behalf (AsHolder) under an idempotency key, the answer is lost, an operator moves
+// the booking to bob, and alice retries under the key: she gets the first answer, not
+// ErrNotFound, and nothing more is cancelled.
+func TestKeyedCancelSeatsRetriedAfterATransfer(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	v.show("s1", seatNames(4)...)
+	b, err := v.e.Confirm(ctx, v.hold("s1", time.Minute, "alice", "S000", "S001"), ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := WithIdempotencyKey(AsHolder(ctx, "alice"), "k-cancel-1")
+	first, err := v.e.CancelSeats(alice, b.ID, []string{"S000"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.e.TransferBooking(ctx, b.ID, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := v.e.CancelSeats(alice, b.ID, []string{"S000"}, nil)
+	if err != nil || !again.Replayed || again.ID != first.ID || fmt.Sprint(again.SeatIDs) != "[S001]" {
+		t.Fatalf("alice's retry under her key: %+v, %v; want the first answer replayed", again, err)
+	}
+	if now, err := v.e.Booking(ctx, b.ID); err != nil || now.HolderID != "bob" || fmt.Sprint(now.SeatIDs) != "[S001]" {
+		t.Fatalf("bob's booking after alice's retry: %+v, %v", now, err)
+	}
+}
+
 // TestConcurrentTransferBookingKeepsTheLimit: bookings are moved to one holder while
 // that holder confirms holds of its own, from many goroutines: the holder's booked
 // seats never pass the show's holder limit, and PostgreSQL's count is its bookings'.
