@@ -139,10 +139,10 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 	}
 }
 
-// bestSections are the index sections a best-available hold may choose from, as
-// best.lua numbers them: those of section and of category, each "" for any. A section
-// or a category that the show's seats do not have, or no seat of both, is ErrNotFound,
-// naming what the show has.
+// bestSections are the sections a best-available hold may choose from, as best.lua
+// numbers them: section, or those of category, or every one; each "" for any. A
+// section or a category that the show's seats do not have, or a section of another
+// category, is ErrNotFound, naming what the show has.
 func (e *Engine) bestSections(ctx context.Context, sh *show, section, category string) ([]string, error) {
 	var sections []string
 	sectionKnown, categoryKnown := section == "", category == ""
@@ -165,7 +165,7 @@ func (e *Engine) bestSections(ctx context.Context, sh *show, section, category s
 }
 
 // labels lists, quoted and sorted, the distinct labels that label takes of the show's
-// index sections.
+// sections.
 func (sh *show) labels(label func(bestSection) string) string {
 	var names []string
 	for _, bs := range sh.sections {

@@ -11,31 +11,23 @@ import (
 	"time"
 )
 
-// categoryLayout is venueLayout(3, 10, 12) with categories: rows 01–03 of every section
-// "A", the rest "B", but for the middle four seats of section C's rows, "P" — so that a
-// row of section C has three runs (B, P, B) that adjacency must not join. Ranks favour
-// section A and the front rows, so the best seats overall are of category A.
+// categoryLayout is venueLayout(4, 10, 12) with categories by section: A is "A", B and
+// C are "B", D has none. Ranks favour section A, so the best seats overall are of
+// category A.
 func categoryLayout() []Seat {
-	seats := venueLayout(3, 10, 12)
+	seats := venueLayout(4, 10, 12)
 	for i, s := range seats {
-		switch {
-		case s.Section == "C" && s.Position >= 5 && s.Position <= 8:
-			seats[i].Category = "P"
-		case s.Row <= "03":
-			seats[i].Category = "A"
-		default:
-			seats[i].Category = "B"
-		}
+		seats[i].Category = map[string]string{"A": "A", "B": "B", "C": "B"}[s.Section]
 	}
 	return seats
 }
 
-// TestHoldBestByCategory: many goroutines take best-available holds, a quarter of them
-// of a category (and some of a section too), until the show is nearly gone: every hold
-// has only seats of its category (and section), adjacent ones never span two categories
-// of a row, no seat is held twice, each hold is the best choice left when it was made
-// (replayed in generation order against an offline oracle), and a refused request had
-// no fitting seats even at the end.
+// TestHoldBestByCategory: many goroutines take best-available holds, most of them of a
+// category (some of a section too), until the show is nearly gone: every hold has only
+// seats of its category (and section), no seat is held twice, each hold is the best
+// choice left when it was made (replayed in generation order against an offline
+// oracle), a refused request had no fitting seats even at the end, and the index is
+// consistent with the keys afterwards.
 func TestHoldBestByCategory(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 6 })
@@ -48,19 +40,23 @@ func TestHoldBestByCategory(t *testing.T) {
 		h   Hold
 		err error
 	}
-	results := make([]result, 600)
+	results := make([]result, 800)
 	var wg sync.WaitGroup
 	for w := range 24 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for i := w; i < len(results); i += 24 {
 				req := BestRequest{ShowID: "cat", Count: 1 + rng.IntN(6), Adjacent: rng.IntN(2) == 0, TTL: time.Minute}
-				req.Category = []string{"", "A", "B", "P"}[rng.IntN(4)]
-				if rng.IntN(4) == 0 {
-					req.Section = string(rune('A' + rng.IntN(3)))
-				}
-				if req.Category == "P" {
-					req.Section = "C"
+				switch rng.IntN(6) {
+				case 0:
+				case 1:
+					req.Section = string(rune('A' + rng.IntN(4)))
+				case 2:
+					req.Category, req.Section = "B", []string{"B", "C"}[rng.IntN(2)]
+				case 3, 4:
+					req.Category = "B"
+				default:
+					req.Category = "A"
 				}
 				h, err := v.e.HoldBest(t.Context(), req)
 				results[i] = result{req, h, err}
@@ -84,7 +80,7 @@ func TestHoldBestByCategory(t *testing.T) {
 				}
 				final[s] = true
 			}
-			if len(r.h.SeatIDs) != r.req.Count || (r.req.Adjacent && !adjacentOfOneCategory(sh, r.h.SeatIDs)) {
+			if len(r.h.SeatIDs) != r.req.Count || (r.req.Adjacent && !adjacentSeats(sh, r.h.SeatIDs)) {
 				t.Fatalf("%+v got %v", r.req, r.h.SeatIDs)
 			}
 		case errors.Is(r.err, ErrSeatsUnavailable):
@@ -119,25 +115,14 @@ func TestHoldBestByCategory(t *testing.T) {
 	}
 }
 
-// adjacentOfOneCategory reports whether seats are side by side in one row and of one
-// category.
-func adjacentOfOneCategory(sh *show, seats []string) bool {
-	for _, s := range seats[1:] {
-		if sh.layout[sh.index[s]].Category != sh.layout[sh.index[seats[0]]].Category {
-			return false
-		}
-	}
-	return adjacentSeats(sh, seats)
-}
-
 // TestCategoriesAreKept: a show's seats' and areas' categories are kept with it: the
 // layout returns them, a new engine and a Redis that lost everything choose by them as
 // before, and creating the show again with a seat's or an area's category changed is
-// ErrInvalidArgument. An unknown category, a category of no seat of the section asked
-// for, and a malformed category are refused with nothing changed.
+// ErrInvalidArgument. An unknown category, a section of another category, two
+// categories in one section and a malformed category are refused with nothing changed.
 func TestCategoriesAreKept(t *testing.T) {
 	t.Parallel()
-	v, _ := privateEnv(t)
+	v, _ := privateEnv(t, func(c *Config) { c.MaxSeatsPerHold = 20 })
 	ctx := t.Context()
 	venue := Venue{Seats: categoryLayout(), Areas: []Area{{ID: "FLOOR", Capacity: 100, Category: "GA"}, {ID: "PIT", Capacity: 10}}}
 	if err := v.e.CreateShowVenue(ctx, "kept", venue); err != nil {
@@ -158,18 +143,17 @@ func TestCategoriesAreKept(t *testing.T) {
 	}
 
 	redisBefore, dbBefore := v.redisSnapshot(), v.dbSnapshot()
-	for _, c := range []struct {
-		req  BestRequest
-		want error
-	}{
-		{BestRequest{ShowID: "kept", Count: 1, Category: "Z"}, ErrNotFound},
-		{BestRequest{ShowID: "kept", Count: 1, Category: "GA"}, ErrNotFound}, // an area's only: best-available takes seats
-		{BestRequest{ShowID: "kept", Count: 1, Category: "P", Section: "A"}, ErrNotFound},
-		{BestRequest{ShowID: "kept", Count: 5, Category: "P", Adjacent: true}, ErrSeatsUnavailable}, // P runs are 4 long
+	for _, req := range []BestRequest{
+		{ShowID: "kept", Count: 1, Category: "Z"},
+		{ShowID: "kept", Count: 1, Category: "GA"}, // an area's only: best-available takes seats
+		{ShowID: "kept", Count: 1, Category: "A", Section: "B"},
 	} {
-		if _, err := v.e.HoldBest(ctx, c.req); !errors.Is(err, c.want) {
-			t.Fatalf("%+v: %v, want %v", c.req, err, c.want)
+		if _, err := v.e.HoldBest(ctx, req); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%+v: %v, want ErrNotFound", req, err)
 		}
+	}
+	if _, err := v.e.HoldBest(ctx, BestRequest{ShowID: "kept", Count: 13, Category: "B", Adjacent: true}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("13 together in rows of 12: %v, want ErrSeatsUnavailable", err)
 	}
 	if v.redisSnapshot() != redisBefore || v.dbSnapshot() != dbBefore {
 		t.Fatalf("a refused best-available hold changed something")
@@ -179,20 +163,24 @@ func TestCategoriesAreKept(t *testing.T) {
 	if err := v.rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	v2 := newEnvWith(t, v.pool, v.rdb)
-	h, err := v2.e.HoldBest(ctx, BestRequest{ShowID: "kept", Count: 4, Category: "P", Adjacent: true})
-	if err != nil || !slices.Equal(h.SeatIDs, []string{"C01-005", "C01-006", "C01-007", "C01-008"}) {
-		t.Fatalf("4 together of P after Redis's loss: %v %v", h.SeatIDs, err)
+	v2 := newEnvWith(t, v.pool, v.rdb, func(c *Config) { c.MaxSeatsPerHold = 20 })
+	h, err := v2.e.HoldBest(ctx, BestRequest{ShowID: "kept", Count: 4, Category: "B", Adjacent: true})
+	if err != nil || !slices.Equal(h.SeatIDs, []string{"B01-004", "B01-005", "B01-006", "B01-007"}) {
+		t.Fatalf("4 together of B after Redis's loss: %v %v", h.SeatIDs, err)
 	}
-	h, err = v2.e.HoldBest(ctx, BestRequest{ShowID: "kept", Count: 2, Category: "B"})
-	if err != nil || !slices.Equal(h.SeatIDs, []string{"A04-005", "A04-006"}) {
-		t.Fatalf("the 2 best of B: %v %v", h.SeatIDs, err)
+	h, err = v2.e.HoldBest(ctx, BestRequest{ShowID: "kept", Count: 2, Category: "B", Section: "C"})
+	if err != nil || !slices.Equal(h.SeatIDs, []string{"C01-005", "C01-006"}) {
+		t.Fatalf("the 2 best of B in section C: %v %v", h.SeatIDs, err)
 	}
 
 	changed := Venue{Seats: slices.Clone(venue.Seats), Areas: venue.Areas}
-	changed.Seats[0].Category = "B"
+	for i := range changed.Seats {
+		if changed.Seats[i].Section == "D" {
+			changed.Seats[i].Category = "D"
+		}
+	}
 	if err := v2.e.CreateShowVenue(ctx, "kept", changed); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("the show again with a seat's category changed: %v", err)
+		t.Fatalf("the show again with a section's category changed: %v", err)
 	}
 	changed = Venue{Seats: venue.Seats, Areas: []Area{{ID: "FLOOR", Capacity: 100}, {ID: "PIT", Capacity: 10}}}
 	if err := v2.e.CreateShowVenue(ctx, "kept", changed); !errors.Is(err, ErrInvalidArgument) {
@@ -201,15 +189,39 @@ func TestCategoriesAreKept(t *testing.T) {
 	if err := v2.e.CreateShowVenue(ctx, "kept", venue); err != nil {
 		t.Fatalf("the show again as it is: %v", err)
 	}
-	bad := Venue{Seats: []Seat{{ID: "S1", Position: 1, Category: " A"}}}
-	if err := v2.e.CreateShowVenue(ctx, "bad", bad); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "category") {
-		t.Fatalf("a malformed seat category: %v", err)
-	}
-	bad = Venue{Areas: []Area{{ID: "F", Capacity: 1, Category: strings.Repeat("x", 33)}}}
-	if err := v2.e.CreateShowVenue(ctx, "bad", bad); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "category") {
-		t.Fatalf("a malformed area category: %v", err)
+	for _, bad := range []Venue{
+		{Seats: []Seat{{ID: "S1", Section: "A", Position: 1, Category: "A"}, {ID: "S2", Section: "A", Position: 2, Category: "B"}}},
+		{Seats: []Seat{{ID: "S1", Section: "A", Position: 1, Category: "A"}, {ID: "S2", Section: "A", Position: 2}}},
+		{Seats: []Seat{{ID: "S1", Position: 1, Category: " A"}}},
+		{Areas: []Area{{ID: "F", Capacity: 1, Category: strings.Repeat("x", 33)}}},
+	} {
+		if err := v2.e.CreateShowVenue(ctx, "bad", bad); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "categor") {
+			t.Fatalf("%+v: %v, want ErrInvalidArgument naming the category", bad, err)
+		}
 	}
 	if _, err := v2.e.Layout(ctx, "bad"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a refused show exists: %v", err)
+	}
+}
+
+// TestCategoriesLeaveTheIndexAsItWas: the best-available index of a layout with
+// categories — each seat's meta (section number, segment, place) — is the one of the same
+// layout without them, so engines older than categories that serve the same show (a
+// rolling upgrade) read and keep the same index.
+func TestCategoriesLeaveTheIndexAsItWas(t *testing.T) {
+	with, err := validLayout("seats", categoryLayout(), 10_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without := slices.Clone(with)
+	for i := range without {
+		without[i].Category = ""
+	}
+	a, b := newShow("p", "s", 1, with), newShow("p", "s", 1, without)
+	if !slices.Equal(a.meta, b.meta) {
+		t.Fatalf("the index's meta differs with categories")
+	}
+	if len(a.sections) != 4 || a.sections[1] != (bestSection{"B", "B"}) || a.sections[3] != (bestSection{"D", ""}) {
+		t.Fatalf("sections %v", a.sections)
 	}
 }

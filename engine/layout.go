@@ -15,7 +15,8 @@ import (
 // Seat is one seat of a venue layout: its id, where it is (section, row, and position
 // in the row, so that adjacency is known), its rank (lower is better: best-available
 // holds pick the lowest ranks first), optional drawing coordinates (zero when not
-// given) and an optional category (a price band: BestRequest.Category asks for one).
+// given) and an optional category (a price band: BestRequest.Category asks for one),
+// which is its section's: every seat of a section has the same.
 type Seat struct {
 	ID       string
 	Section  string
@@ -65,8 +66,9 @@ func validLabel(s string) bool {
 }
 
 // validLayout checks a layout — between 1 and max seats, every id well formed and once,
-// labels well formed, positions unique per (section, row), ranks and coordinates in
-// range — and returns it sorted by seat id, in a slice of its own.
+// labels well formed, one category per section, positions unique per (section, row),
+// ranks and coordinates in range — and returns it sorted by seat id, in a slice of its
+// own.
 func validLayout(field string, seats []Seat, max int) ([]Seat, error) {
 	if len(seats) == 0 {
 		return nil, invalid(field, "no seats")
@@ -80,6 +82,7 @@ func validLayout(field string, seats []Seat, max int) ([]Seat, error) {
 	}
 	ids := make(map[string]bool, len(seats))
 	places := make(map[place]string, len(seats))
+	categories := map[string]Seat{} // section -> its first seat: a section's seats share a category
 	for _, s := range seats {
 		switch {
 		case !validID(s.ID):
@@ -98,6 +101,12 @@ func validLayout(field string, seats []Seat, max int) ([]Seat, error) {
 			return nil, invalid(field, "seat %q: rank %d is out of range [0, %d]", s.ID, s.Rank, maxRank)
 		case !(math.Abs(s.X) <= maxCoordinate) || !(math.Abs(s.Y) <= maxCoordinate): // NaN fails too
 			return nil, invalid(field, "seat %q: coordinates must be numbers within ±%d", s.ID, maxCoordinate)
+		}
+		if first, ok := categories[s.Section]; !ok {
+			categories[s.Section] = s
+		} else if first.Category != s.Category {
+			return nil, invalid(field, "seats %q and %q of section %q have categories %q and %q: a category is a whole section's (give each price band a section of its own)",
+				first.ID, s.ID, s.Section, first.Category, s.Category)
 		}
 		p := place{s.Section, s.Row, s.Position}
 		if other, ok := places[p]; ok {

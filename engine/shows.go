@@ -25,7 +25,7 @@ type show struct {
 	buckets  []string          // every sold-marker hash of the show
 	index    map[string]int    // seat -> its index in layout
 	bySeat   []int             // the layout index of each seat of seats
-	sections []bestSection     // by number: the index's sections, in layout order
+	sections []bestSection     // by number: the sections, in layout order
 	meta     []string          // by layout index: the seat's best-available meta (internal/lua/common.lua)
 	place    []int             // by layout index: the seat's place in its index segment, from 1 (0 before indexMeta)
 	bucket   []int             // by layout index: the seat's sold bucket
@@ -205,17 +205,16 @@ const bestScale = 1 << 20
 // seat change makes in the index.
 const runSegment = 32
 
-// bestSection is a section of the best-available index: the seats of one section of
-// the layout and one category (best.lua numbers them, and a hold chooses among some).
+// bestSection is a section of the layout as the best-available index has it: its label
+// and its seats' category (best.lua numbers them; a hold chooses among some).
 type bestSection struct{ section, category string }
 
-// indexMeta computes each seat's best-available meta: its score, its index section's
-// number, its segment (the layout index of the segment's first seat: a run of at most
-// runSegment adjacent seats of one row and one category) and its place in the segment,
-// from 1.
+// indexMeta computes each seat's best-available meta: its score, its section's number
+// (in layout order), its segment (the layout index of the segment's first seat: a run of
+// at most runSegment adjacent seats of one row) and its place in the segment, from 1.
 func (sh *show) indexMeta() {
 	sh.sections = nil
-	numbers := map[bestSection]int{}
+	numbers := map[string]int{}
 	sh.meta = make([]string, len(sh.layout))
 	sh.place = make([]int, len(sh.layout))
 	inRow := make([]int, len(sh.layout)) // the seat's place in its row
@@ -226,16 +225,15 @@ func (sh *show) indexMeta() {
 	}
 	joined := func(i, j int) bool { // j = i+1: side by side in one segment of a row
 		a, b := sh.layout[i], sh.layout[j]
-		return a.Section == b.Section && a.Row == b.Row && a.Category == b.Category && b.Position == a.Position+1 && inRow[j]%runSegment != 0
+		return a.Section == b.Section && a.Row == b.Row && b.Position == a.Position+1 && inRow[j]%runSegment != 0
 	}
 	seg := 0
 	for i, s := range sh.layout {
-		bs := bestSection{s.Section, s.Category}
-		sec, ok := numbers[bs]
+		sec, ok := numbers[s.Section]
 		if !ok {
 			sec = len(sh.sections)
-			numbers[bs] = sec
-			sh.sections = append(sh.sections, bs)
+			numbers[s.Section] = sec
+			sh.sections = append(sh.sections, bestSection{s.Section, s.Category})
 		}
 		if i > 0 && joined(i-1, i) {
 			sh.place[i] = sh.place[i-1] + 1

@@ -11,17 +11,17 @@ import (
 
 // TestCategoriesOverHTTP: a show's seats and areas take a category; the layout, by seat
 // and by column, carries each seat's; a best-available hold asks for one ("category",
-// with or without "section"); an unknown category is 404 and a malformed one 400 naming
-// the seats or the areas, with nothing created.
+// with or without "section"); an unknown category is 404, and a malformed one or two in
+// a section 400 naming the seats or the areas, with nothing created.
 func TestCategoriesOverHTTP(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
 	layout := []map[string]any{
 		{"id": "S1", "section": "Stalls", "row": "A", "position": 1, "rank": 1, "x": 0, "y": 0, "category": "A"},
 		{"id": "S2", "section": "Stalls", "row": "A", "position": 2, "rank": 2, "x": 0, "y": 0, "category": "A"},
-		{"id": "S3", "section": "Stalls", "row": "B", "position": 1, "rank": 3, "x": 0, "y": 0, "category": "B"},
-		{"id": "B1", "section": "Balcony", "row": "A", "position": 1, "rank": 4, "x": 0, "y": 0, "category": "B"},
-		{"id": "B2", "section": "Balcony", "row": "A", "position": 2, "rank": 5, "x": 0, "y": 0},
+		{"id": "C1", "section": "Circle", "row": "A", "position": 1, "rank": 3, "x": 0, "y": 0, "category": "B"},
+		{"id": "C2", "section": "Circle", "row": "A", "position": 2, "rank": 4, "x": 0, "y": 0, "category": "B"},
+		{"id": "B1", "section": "Balcony", "row": "A", "position": 1, "rank": 5, "x": 0, "y": 0},
 	}
 	areas := []map[string]any{{"id": "FLOOR", "section": "Floor", "capacity": 50, "category": "GA"}}
 	a.want(a.do("PUT", "/v1/shows/gala", "", "", map[string]any{"layout": layout, "areas": areas}), 201, "")
@@ -34,7 +34,7 @@ func TestCategoriesOverHTTP(t *testing.T) {
 		m := s.(map[string]any)
 		got[m["id"].(string)] = m["category"]
 	}
-	if fmt.Sprint(got) != "map[B1:B B2:<nil> S1:A S2:A S3:B]" {
+	if fmt.Sprint(got) != "map[B1:<nil> C1:B C2:B S1:A S2:A]" {
 		t.Fatalf("the layout's categories: %v (%s)", got, r.raw)
 	}
 	c := a.do("GET", "/v1/shows/gala/layout?format=compact", "", "", nil)
@@ -46,13 +46,13 @@ func TestCategoriesOverHTTP(t *testing.T) {
 	for i, id := range ids {
 		compact[id.(string)] = names[int(idx[i].(float64))]
 	}
-	if fmt.Sprint(compact) != "map[B1:B B2: S1:A S2:A S3:B]" {
+	if fmt.Sprint(compact) != "map[B1: C1:B C2:B S1:A S2:A]" {
 		t.Fatalf("the compact layout's categories: %v (%s)", compact, c.raw)
 	}
 
 	h := a.do("POST", "/v1/shows/gala/holds", "alice", "", map[string]any{"count": 2, "category": "B"})
 	a.want(h, 201, "")
-	if fmt.Sprint(h.body["seats"]) != "[B1 S3]" {
+	if fmt.Sprint(h.body["seats"]) != "[C1 C2]" {
 		t.Fatalf("the 2 best of B: %s", h.raw)
 	}
 	h = a.do("POST", "/v1/shows/gala/holds", "bob", "", map[string]any{"count": 1, "category": "A", "section": "Stalls"})
@@ -63,6 +63,13 @@ func TestCategoriesOverHTTP(t *testing.T) {
 	a.want(a.do("POST", "/v1/shows/gala/holds", "carol", "", map[string]any{"count": 1, "category": "B"}), 409, "seats-unavailable")
 	a.want(a.do("POST", "/v1/shows/gala/holds", "carol", "", map[string]any{"count": 1, "category": "Z"}), 404, "not-found")
 	a.want(a.do("POST", "/v1/shows/gala/holds", "carol", "", map[string]any{"count": 1, "category": "A", "section": "Balcony"}), 404, "not-found")
+	mixed := a.do("PUT", "/v1/shows/bad", "", "", map[string]any{"layout": []map[string]any{
+		{"id": "S1", "section": "Stalls", "row": "A", "position": 1, "rank": 1, "category": "A"},
+		{"id": "S2", "section": "Stalls", "row": "A", "position": 2, "rank": 2, "category": "B"}}})
+	a.want(mixed, 400, "invalid-argument")
+	if !strings.Contains(mixed.raw, "a category is a whole section's") {
+		t.Fatalf("two categories in a section: %s", mixed.raw)
+	}
 
 	bad := a.do("PUT", "/v1/shows/bad", "", "", map[string]any{"layout": []map[string]any{
 		{"id": "S1", "section": "Stalls", "row": "A", "position": 1, "rank": 1, "category": "-A"}}})

@@ -324,7 +324,7 @@ func (e GetSeatsParamsFormat) Valid() bool {
 type Area struct {
 	Capacity int `json:"capacity"`
 
-	// Category An optional category (a price band, a seating class): empty for none, else a label as a section's.
+	// Category An optional category (a price band, a seating class): empty for none, else a label as a section's. A seat's category is its section's: every seat of a section has the same.
 	Category *Category `json:"category,omitempty"`
 	Id       ID        `json:"id"`
 	Section  string    `json:"section"`
@@ -349,7 +349,7 @@ type Booking struct {
 // BookingStatus defines model for Booking.Status.
 type BookingStatus string
 
-// Category An optional category (a price band, a seating class): empty for none, else a label as a section's.
+// Category An optional category (a price band, a seating class): empty for none, else a label as a section's. A seat's category is its section's: every seat of a section has the same.
 type Category = string
 
 // Event A change to a booking; also the `data` of a webhook delivery, whose `webhook-id` is `id`.
@@ -513,7 +513,7 @@ type ID = string
 
 // LayoutSeat defines model for LayoutSeat.
 type LayoutSeat struct {
-	// Category An optional category (a price band, a seating class): empty for none, else a label as a section's.
+	// Category An optional category (a price band, a seating class): empty for none, else a label as a section's. A seat's category is its section's: every seat of a section has the same.
 	Category *Category `json:"category,omitempty"`
 	Id       ID        `json:"id"`
 	Position int       `json:"position"`
