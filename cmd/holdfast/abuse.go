@@ -30,13 +30,14 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	only := fs.String("attacks", "", "comma-separated words: run only the attacks whose name contains one (for example \"reconnect,keep-alive\")")
 	storm := fs.String("storm", "", "run only a reconnect storm's clients against this event-stream URL and print what they got as JSON (abuse runs its storm so, in a process of its own)")
 	attackerNice := fs.Int("attacker-nice", 19, "niceness of the reconnect storm's process (0: the servers' priority; an attacker on other machines takes none of their CPU)")
+	stormRate := fs.Int("storm-rate", 0, "the reconnect storm's connects a second at most (0: as fast as its clients go); with --attacker-cpus, a storm of a given size")
 	attackerCPUs := fs.String("attacker-cpus", "", "CPUs the reconnect storm's process runs on (taskset -c list, e.g. 1); run abuse and the services on the others, so that the storm takes none of their CPU, as from other machines")
 	backends.register(fs, true)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
 		return err
 	}
 	if *storm != "" {
-		return json.NewEncoder(stdout).Encode(abuse.Storm(ctx, *storm))
+		return json.NewEncoder(stdout).Encode(abuse.Storm(ctx, *storm, *stormRate))
 	}
 	if backends.databaseURL == "" || backends.redisURL == "" {
 		return usageErr("DATABASE_URL and REDIS_URL must be set (make services prints them)")
@@ -88,7 +89,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 		return strings.Replace(public, "[::]", "127.0.0.1", 1), err // an address on every interface: reached on loopback
 	}
 	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: sign("hoarder"), Show: show,
-		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Detached: detached(exe, *attackerNice, *attackerCPUs), Only: onlyList(*only)})
+		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Detached: detached(exe, *attackerNice, *attackerCPUs), StormRate: *stormRate, Only: onlyList(*only)})
 	fmt.Fprintln(stdout, "\n| attack | measured |\n|---|---|")
 	for _, r := range rows {
 		fmt.Fprintf(stdout, "| %s | %s |\n", r.Attack, r.Result)

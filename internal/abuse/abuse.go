@@ -48,6 +48,9 @@ type Options struct {
 	// Detached runs holdfast abuse with args in a process of its own at a lower CPU
 	// priority and returns what it printed and the CPU seconds it used.
 	Detached func(ctx context.Context, args ...string) (out []byte, cpu float64, err error)
+	// StormRate caps the reconnect storm's connects a second (0: as fast as its clients
+	// go), to measure a storm of a given size when its process has CPUs of its own.
+	StormRate int
 	// Only, when set, runs only the attacks whose name contains one of these.
 	Only []string
 }

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // The reconnect storm's clients run in a process of its own at a lower CPU priority
@@ -35,15 +38,23 @@ type StormResult struct {
 
 // Storm connects to the event stream at url from StormWorkers clients, each a fresh
 // address (X-Forwarded-For) every time, for StormDuration: it reads a served stream's
-// first event (its snapshot) and closes it, and starts over.
-func Storm(ctx context.Context, url string) StormResult {
+// first event (its snapshot) and closes it, and starts over; at most perSecond connects
+// a second in all when it is above 0.
+func Storm(ctx context.Context, url string, perSecond int) StormResult {
 	tr := &http.Transport{MaxIdleConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}
 	c := &http.Client{Transport: tr}
 	defer tr.CloseIdleConnections()
 	var st counts
 	var n atomic.Int64
 	t := time.Now()
+	lim := rate.NewLimiter(rate.Inf, 0)
+	if perSecond > 0 {
+		lim = rate.NewLimiter(rate.Limit(perSecond), StormWorkers)
+	}
 	flood(ctx, StormWorkers, StormDuration, func(ctx context.Context, w, i int) {
+		if lim.Wait(ctx) != nil {
+			return // the storm's time was up
+		}
 		status, served := stormConnect(ctx, c, url, fmt.Sprintf("100.80.%d.%d", w, i%250))
 		if ctx.Err() != nil && status <= 0 {
 			return // the storm's time was up: not the server's answer
@@ -89,7 +100,7 @@ func (r *runner) reconnectStorm(ctx context.Context) string {
 	var res StormResult
 	var stormErr error
 	honest := r.during(ctx, func() {
-		out, cpu, err := r.o.Detached(ctx, "--storm", r.o.URL+"/v1/shows/"+r.o.Show+"/events")
+		out, cpu, err := r.o.Detached(ctx, "--storm", r.o.URL+"/v1/shows/"+r.o.Show+"/events", "--storm-rate", strconv.Itoa(r.o.StormRate))
 		if err == nil {
 			err = json.Unmarshal(out, &res)
 		}
@@ -103,6 +114,10 @@ func (r *runner) reconnectStorm(ctx context.Context) string {
 	for _, v := range res.Statuses {
 		total += v
 	}
-	return fmt.Sprintf("the storm (a process of its own, %d connects at a time): %.0f connects/s, %.0f snapshots/s served (%s), the attacker's CPU %.2f cores; %s",
-		StormWorkers, float64(total)/res.Seconds, float64(res.Snapshots)/res.Seconds, c.String(), res.CPU/res.Seconds, honest)
+	capped := ""
+	if r.o.StormRate > 0 {
+		capped = fmt.Sprintf(", at most %d a second", r.o.StormRate)
+	}
+	return fmt.Sprintf("the storm (a process of its own, %d connects at a time%s): %.0f connects/s, %.0f snapshots/s served (%s), the attacker's CPU %.2f cores; %s",
+		StormWorkers, capped, float64(total)/res.Seconds, float64(res.Snapshots)/res.Seconds, c.String(), res.CPU/res.Seconds, honest)
 }
