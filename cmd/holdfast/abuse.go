@@ -31,6 +31,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	storm := fs.String("storm", "", "run only a reconnect storm's clients against this event-stream URL and print what they got as JSON (abuse runs its storm so, in a process of its own)")
 	attackerNice := fs.Int("attacker-nice", 19, "niceness of the reconnect storm's process (0: the servers' priority; an attacker on other machines takes none of their CPU)")
 	stormRate := fs.Int("storm-rate", 0, "the reconnect storm's connects a second at most (0: as fast as its clients go); with --attacker-cpus, a storm of a given size")
+	honestRate := fs.Int("honest-rate", 0, "the honest sale's confirmations a second in all (0: its 8 buyers 20 ms apart, about 300 a second on 2 cores)")
 	attackerCPUs := fs.String("attacker-cpus", "", "CPUs the reconnect storm's process runs on (taskset -c list, e.g. 1); run abuse and the services on the others, so that the storm takes none of their CPU, as from other machines")
 	backends.register(fs, true)
 	if _, err := parseFlags(ctx, fs, args, getenv, stdout, stderr, 0); err != nil {
@@ -89,7 +90,7 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 		return strings.Replace(public, "[::]", "127.0.0.1", 1), err // an address on every interface: reached on loopback
 	}
 	rows, err := abuse.Run(ctx, abuse.Options{URL: public, AdminURL: admin, SignedURL: signed, Token: sign("hoarder"), Show: show,
-		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Detached: detached(exe, *attackerNice, *attackerCPUs), StormRate: *stormRate, Only: onlyList(*only)})
+		LogLines: sv.logLines.Load, Out: stdout, SignedAdminURL: signedAdmin, OperatorToken: opToken, Sign: sign, Serve: serveMore, Detached: detached(exe, *attackerNice, *attackerCPUs), StormRate: *stormRate, HonestRate: *honestRate, Only: onlyList(*only)})
 	fmt.Fprintln(stdout, "\n| attack | measured |\n|---|---|")
 	for _, r := range rows {
 		fmt.Fprintf(stdout, "| %s | %s |\n", r.Attack, r.Result)
