@@ -154,6 +154,8 @@ func (e *Engine) bestSections(ctx context.Context, sh *show, section, category s
 		}
 	}
 	switch {
+	case len(sh.sections) == 0:
+		return nil, notFound("seats in show %q: it has standing areas only (hold places of them)", sh.id)
 	case !sectionKnown:
 		return nil, e.unknownSeat(ctx, sh, notFound("section %q in show %q; its sections are %s", section, sh.id, sh.labels(func(bs bestSection) string { return bs.section })))
 	case !categoryKnown:
@@ -189,6 +191,9 @@ const maxReapRounds = 100
 // since writes nothing (*showChanged), and neither does one Redis lost the rules of
 // meanwhile (ErrUnavailable; the next call rebuilds the show).
 func (e *Engine) buildIndex(ctx context.Context, sh *show) error {
+	if len(sh.layout) == 0 {
+		return nil // standing areas only: no seat to index, and no best-available hold
+	}
 	n, err := e.rdb.Exists(ctx, sh.k.index()).Result()
 	if err != nil {
 		return e.redisErr(err)

@@ -207,3 +207,23 @@ func retry503(do func() reply) reply {
 	}
 	return r
 }
+
+// TestShowOfAreasOnlyOverHTTP: docs/HTTP.md offers "standing areas with or
+// without a layout"; a PUT with areas and no layout must create a show that sells places.
+func TestShowOfAreasOnlyOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	r := a.do("PUT", "/v1/shows/ga", "", "", map[string]any{"areas": []map[string]any{{"id": "FLOOR", "section": "Floor", "capacity": 10}}})
+	t.Logf("PUT areas only: %d %s", r.status, r.raw)
+	h := a.do("POST", "/v1/shows/ga/holds", "alice", "", map[string]any{"places": []map[string]any{{"area": "FLOOR", "count": 2}}})
+	t.Logf("hold places: %d %s", h.status, h.raw)
+	if r.status != 201 || h.status != 201 {
+		t.Fatalf("a show of standing areas only: PUT %d, hold %d", r.status, h.status)
+	}
+	a.want(a.do("POST", "/v1/shows/ga/holds", "bob", "", map[string]any{"count": 1}), 404, "not-found")
+	b := a.do("POST", "/v1/bookings", "alice", "", h.body)
+	a.want(b, 201, "")
+	a.want(a.do("GET", "/v1/shows/ga/seats", "", "", nil), 200, "")
+	a.want(a.do("GET", "/v1/shows/ga/layout", "", "", nil), 200, "")
+	a.want(a.do("POST", "/v1/shows/ga/resync", "", "", nil), 200, "")
+}

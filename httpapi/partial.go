@@ -47,7 +47,7 @@ func (s *Server) postShrink(w http.ResponseWriter, r *http.Request, holder strin
 // postCancelSeats cancels part of a booking of the caller's ({"seats": [...], "places":
 // [...]}) and answers the booking as it is now (cancelled when that was all of it).
 func (s *Server) postCancelSeats(w http.ResponseWriter, r *http.Request, holder string) {
-	b, ok := s.ownBooking(w, r, holder)
+	id, ok := s.bookingID(w, r)
 	if !ok {
 		return
 	}
@@ -58,7 +58,7 @@ func (s *Server) postCancelSeats(w http.ResponseWriter, r *http.Request, holder 
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
-	b, err := s.e.CancelSeats(engine.AsHolder(r.Context(), holder), b.ID, body.Seats, fromPlacesJSON(body.Places))
+	b, err := s.e.CancelSeats(asHolder(r, holder), id, body.Seats, fromPlacesJSON(body.Places))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -460,12 +460,10 @@ func (s *Server) postBooking(w http.ResponseWriter, r *http.Request, holder stri
 }
 
 // ownBooking reads the booking named in the path if it belongs to the caller; another
-// holder's booking is reported as not found. A write on it passes engine.AsHolder, so
-// that a transfer committed after this read is found under the booking's lock.
+// holder's booking is reported as not found.
 func (s *Server) ownBooking(w http.ResponseWriter, r *http.Request, holder string) (engine.Booking, bool) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, &engine.InvalidArgumentError{Field: "id", Rule: "must be a UUID"})
+	id, ok := s.bookingID(w, r)
+	if !ok {
 		return engine.Booking{}, false
 	}
 	b, err := s.e.Booking(r.Context(), id)
@@ -479,6 +477,24 @@ func (s *Server) ownBooking(w http.ResponseWriter, r *http.Request, holder strin
 	return b, true
 }
 
+// bookingID is the booking id named in the path.
+func (s *Server) bookingID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "id", Rule: "must be a UUID"})
+		return uuid.UUID{}, false
+	}
+	return id, true
+}
+
+// asHolder makes a write on a booking the caller's (engine.AsHolder): the engine finds,
+// under the booking's lock, only a booking of theirs — another's is not found — and a
+// retry under the key of a write they made gets its answer even once the booking has
+// moved to another holder.
+func asHolder(r *http.Request, holder string) context.Context {
+	return engine.AsHolder(r.Context(), holder)
+}
+
 func (s *Server) getBooking(w http.ResponseWriter, r *http.Request, holder string) {
 	if b, ok := s.ownBooking(w, r, holder); ok {
 		writeJSON(w, http.StatusOK, toBookingJSON(b))
@@ -486,15 +502,15 @@ func (s *Server) getBooking(w http.ResponseWriter, r *http.Request, holder strin
 }
 
 func (s *Server) deleteBooking(w http.ResponseWriter, r *http.Request, holder string) {
-	b, ok := s.ownBooking(w, r, holder)
+	id, ok := s.bookingID(w, r)
 	if !ok {
 		return
 	}
-	if err := s.e.Cancel(engine.AsHolder(r.Context(), holder), b.ID); err != nil {
+	if err := s.e.Cancel(asHolder(r, holder), id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	b, err := s.e.Booking(r.Context(), b.ID)
+	b, err := s.e.Booking(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err)
 		return

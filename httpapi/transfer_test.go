@@ -148,3 +148,35 @@ func combos(a, b []int) map[string]int {
 	}
 	return m
 }
+
+// TestKeyedCancelSeatsRetriedAfterATransferOverHTTP: 0f3a416's engine fix
+// (AsHolder after the key's replay) seen over HTTP: alice cancels a seat of her booking
+// under Idempotency-Key, the answer is lost, an operator transfers the booking to bob,
+// alice retries the same request under the same key. The engine would replay her first
+// answer; the HTTP API must too (not 404).
+func TestKeyedCancelSeatsRetriedAfterATransferOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(4)}), 201, "")
+	h := a.do("POST", "/v1/shows/s1/holds", "alice", "", map[string]any{"seats": []string{"A1", "A2"}})
+	a.want(h, 201, "")
+	b := a.do("POST", "/v1/bookings", "alice", "", h.body)
+	a.want(b, 201, "")
+	path := "/v1/bookings/" + b.body["id"].(string)
+	first := a.do("POST", path+"/cancel-seats", "alice", "k-cancel-1", map[string]any{"seats": []string{"A1"}})
+	a.want(first, 200, "")
+	a.want(a.do("POST", path+"/transfer", "", "", map[string]any{"to": "bob"}), 200, "")
+	again := a.do("POST", path+"/cancel-seats", "alice", "k-cancel-1", map[string]any{"seats": []string{"A1"}})
+	t.Logf("first: %d %s", first.status, first.raw)
+	t.Logf("retry: %d %s", again.status, again.raw)
+	if again.status != 200 || fmt.Sprint(again.body["seats"]) != fmt.Sprint(first.body["seats"]) {
+		t.Fatalf("alice's keyed retry after the transfer: %d %s; want her first answer (200 %s)", again.status, again.raw, first.raw)
+	}
+	now := a.do("GET", path, "bob", "", nil)
+	if now.status != 200 || fmt.Sprint(now.body["seats"]) != "[A2]" || now.body["status"] != "confirmed" {
+		t.Fatalf("bob's booking after alice's retry: %s", now.raw)
+	}
+	a.want(a.do("POST", path+"/cancel-seats", "alice", "k-cancel-2", map[string]any{"seats": []string{"A2"}}), 404, "not-found")
+	a.want(a.do("DELETE", path, "alice", "", nil), 404, "not-found")
+}
+
