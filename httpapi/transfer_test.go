@@ -179,4 +179,3 @@ func TestKeyedCancelSeatsRetriedAfterATransferOverHTTP(t *testing.T) {
 	a.want(a.do("POST", path+"/cancel-seats", "alice", "k-cancel-2", map[string]any{"seats": []string{"A2"}}), 404, "not-found")
 	a.want(a.do("DELETE", path, "alice", "", nil), 404, "not-found")
 }
-
