@@ -76,11 +76,7 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 	ks := []string{sh.k.gen(), sh.k.holder(tag)}
 	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), rules.arg}
 	key, err := holdIdem(ctx, sh, "BestRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID, tag, func() []string {
-		parts := []string{"best", strconv.Itoa(req.Count), req.Section, adjacent, strconv.FormatInt(ttl.Milliseconds(), 10)}
-		if req.Category != "" { // a key's fingerprint without a category is as it was before categories
-			parts = append(parts, "category", req.Category)
-		}
-		return parts
+		return bestPrint(req, adjacent, ttl)
 	})
 	if err != nil {
 		return Hold{}, err
@@ -137,6 +133,16 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 			return Hold{}, fmt.Errorf("%w: unexpected best script reply %v", ErrUnavailable, res)
 		}
 	}
+}
+
+// bestPrint is what a best-available request's idempotency key fingerprints; without a
+// category it is what it was before categories.
+func bestPrint(req BestRequest, adjacent string, ttl time.Duration) []string {
+	parts := []string{"best", strconv.Itoa(req.Count), req.Section, adjacent, strconv.FormatInt(ttl.Milliseconds(), 10)}
+	if req.Category != "" {
+		parts = append(parts, "category", req.Category)
+	}
+	return parts
 }
 
 // bestSections are the sections a best-available hold may choose from, as best.lua
