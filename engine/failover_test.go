@@ -954,6 +954,9 @@ func inFlightAtFailover(t *testing.T, sc inFlightScenario) {
 		case <-time.After(1500 * time.Millisecond): // within the COMMIT step's bound
 		}
 	}
+	// The show and its holds are on the standby before the scenario arms its fault (an
+	// asynchronous standby may lag: promoted without them, it would not know the show).
+	pair.WaitReplayed()
 	sc.arm(t, pair, front)
 	wd := testsvc.NewWatchdog(t)
 	giveUp := make(chan struct{}) // closed 10 s after the engine saw the new primary
