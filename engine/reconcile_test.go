@@ -123,15 +123,18 @@ func TestFailoverAsynchronousLosesARulesChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each engine's copy comes forward by itself: a copy older than rulesRefresh is read
+	// again in the background when it is used (refreshRules).
 	for i, e := range []*Engine{v.e, other} {
 		sh, err := e.show(ctx, "rl")
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := e.rulesOf(ctx, sh)
-		if err != nil || st.r.HolderLimit != 2 {
-			t.Errorf("engine %d's copy of the rules: %+v (version %d) %v, want the holder limit 2", i, st.r, st.version, err)
-		}
+		var st *rulesState
+		waitFor(t, fmt.Sprintf("engine %d's copy of the rules with the holder limit 2", i), 30*time.Second, func() bool {
+			st, err = e.rulesOf(ctx, sh)
+			return err == nil && st.r.HolderLimit == 2
+		})
 	}
 	if r := rulesOfRaw(t, raw); r.limit != 2 {
 		t.Errorf("Redis's rules %q, want the holder limit 2", raw)
