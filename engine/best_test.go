@@ -191,12 +191,7 @@ func TestHoldBestConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := v.showOf("big")
-	type result struct {
-		req BestRequest
-		h   Hold
-		err error
-	}
-	results := make([]result, 2000)
+	results := make([]bestResult, 2000)
 	var wg sync.WaitGroup
 	var next sync.Mutex
 	n := 0
@@ -218,20 +213,45 @@ func TestHoldBestConcurrent(t *testing.T) {
 					req.Section = string(rune('A' + rng.IntN(4)))
 				}
 				h, err := v.e.HoldBest(t.Context(), req)
-				results[i] = result{req, h, err}
+				results[i] = bestResult{req, h, err}
 			}
 		}()
 	}
 	wg.Wait()
-	var granted []result
+	granted, refused, held := checkBestResults(t, sh, results)
+	t.Logf("%d granted, %d refused, %d of 5,000 seats held", granted, refused, held)
+	if got := v.heldInRedis("big"); got != held {
+		t.Fatalf("%d hold keys in Redis, %d seats granted", got, held)
+	}
+}
+
+// bestResult is one best-available request and what it got.
+type bestResult struct {
+	req BestRequest
+	h   Hold
+	err error
+}
+
+// checkBestResults checks best-available requests made at once against the layout:
+// every grant of the seats asked for (count, section, category, adjacency), no seat in
+// two holds, each grant the best choice left when it was made (replayed in generation
+// order against bestOffline), and a refusal only when nothing of its shape was left
+// even at the end. It returns the grants, the refusals and the seats held.
+func checkBestResults(t *testing.T, sh *show, results []bestResult) (granted, refused, held int) {
+	t.Helper()
+	var grants []bestResult
 	final := map[string]bool{}
 	for _, r := range results {
 		switch {
 		case r.err == nil:
-			granted = append(granted, r)
+			grants = append(grants, r)
 			for _, s := range r.h.SeatIDs {
+				seat := sh.layout[sh.index[s]]
 				if final[s] {
 					t.Fatalf("seat %s in two holds", s)
+				}
+				if (r.req.Category != "" && seat.Category != r.req.Category) || (r.req.Section != "" && seat.Section != r.req.Section) {
+					t.Fatalf("%+v got %s, of section %q and category %q", r.req, s, seat.Section, seat.Category)
 				}
 				final[s] = true
 			}
@@ -240,12 +260,12 @@ func TestHoldBestConcurrent(t *testing.T) {
 			}
 		case errors.Is(r.err, ErrSeatsUnavailable):
 		default:
-			t.Fatalf("HoldBest: %v", r.err)
+			t.Fatalf("HoldBest %+v: %v", r.req, r.err)
 		}
 	}
-	sort.Slice(granted, func(i, j int) bool { return granted[i].h.Generation < granted[j].h.Generation })
+	sort.Slice(grants, func(i, j int) bool { return grants[i].h.Generation < grants[j].h.Generation })
 	taken := map[string]bool{}
-	for _, r := range granted {
+	for _, r := range grants {
 		want, ok := bestOffline(sh, taken, r.req)
 		if !ok || sumOf(sh, r.h.SeatIDs) != want {
 			t.Fatalf("generation %d, %+v: chose %v (score %d), the best then scored %d (exists %v)",
@@ -255,7 +275,6 @@ func TestHoldBestConcurrent(t *testing.T) {
 			taken[s] = true
 		}
 	}
-	refused := 0
 	for _, r := range results {
 		if r.err != nil {
 			refused++
@@ -264,10 +283,7 @@ func TestHoldBestConcurrent(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d granted, %d refused, %d of 5,000 seats held", len(granted), refused, len(final))
-	if got := v.heldInRedis("big"); got != len(final) {
-		t.Fatalf("%d hold keys in Redis, %d seats granted", got, len(final))
-	}
+	return len(grants), refused, len(final)
 }
 
 func (v *env) heldInRedis(show string) int {

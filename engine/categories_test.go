@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -35,12 +34,7 @@ func TestHoldBestByCategory(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := v.showOf("cat")
-	type result struct {
-		req BestRequest
-		h   Hold
-		err error
-	}
-	results := make([]result, 800)
+	results := make([]bestResult, 800)
 	var wg sync.WaitGroup
 	for w := range 24 {
 		wg.Go(func() {
@@ -59,56 +53,13 @@ func TestHoldBestByCategory(t *testing.T) {
 					req.Category = "A"
 				}
 				h, err := v.e.HoldBest(t.Context(), req)
-				results[i] = result{req, h, err}
+				results[i] = bestResult{req, h, err}
 			}
 		})
 	}
 	wg.Wait()
-	var granted []result
-	final := map[string]bool{}
-	for _, r := range results {
-		switch {
-		case r.err == nil:
-			granted = append(granted, r)
-			for _, s := range r.h.SeatIDs {
-				seat := sh.layout[sh.index[s]]
-				if final[s] {
-					t.Fatalf("seat %s in two holds", s)
-				}
-				if (r.req.Category != "" && seat.Category != r.req.Category) || (r.req.Section != "" && seat.Section != r.req.Section) {
-					t.Fatalf("%+v got %s, of section %q and category %q", r.req, s, seat.Section, seat.Category)
-				}
-				final[s] = true
-			}
-			if len(r.h.SeatIDs) != r.req.Count || (r.req.Adjacent && !adjacentSeats(sh, r.h.SeatIDs)) {
-				t.Fatalf("%+v got %v", r.req, r.h.SeatIDs)
-			}
-		case errors.Is(r.err, ErrSeatsUnavailable):
-		default:
-			t.Fatalf("HoldBest %+v: %v", r.req, r.err)
-		}
-	}
-	sort.Slice(granted, func(i, j int) bool { return granted[i].h.Generation < granted[j].h.Generation })
-	taken := map[string]bool{}
-	for _, r := range granted {
-		if want, ok := bestOffline(sh, taken, r.req); !ok || sumOf(sh, r.h.SeatIDs) != want {
-			t.Fatalf("generation %d, %+v: chose %v (score %d), the best then scored %d (exists %v)",
-				r.h.Generation, r.req, r.h.SeatIDs, sumOf(sh, r.h.SeatIDs), want, ok)
-		}
-		for _, s := range r.h.SeatIDs {
-			taken[s] = true
-		}
-	}
-	refused := 0
-	for _, r := range results {
-		if r.err != nil {
-			refused++
-			if _, ok := bestOffline(sh, final, r.req); ok {
-				t.Fatalf("%+v refused, but such seats are free even at the end", r.req)
-			}
-		}
-	}
-	t.Logf("%d granted, %d refused, %d of %d seats held", len(granted), refused, len(final), len(sh.layout))
+	granted, refused, held := checkBestResults(t, sh, results)
+	t.Logf("%d granted, %d refused, %d of %d seats held", granted, refused, held, len(sh.layout))
 	v.indexConsistent("cat")
 	if refused == 0 {
 		t.Fatalf("no request was refused: the show was never short of a category's seats, so the test shows nothing about refusals")

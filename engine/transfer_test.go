@@ -385,10 +385,7 @@ func TestCancelAsTheOldHolderAfterATransfer(t *testing.T) {
 	v := newEnv(t)
 	ctx := t.Context()
 	v.show("s1", seatNames(4)...)
-	b, err := v.e.Confirm(ctx, v.hold("s1", time.Minute, "alice", "S000", "S001"), ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.book("s1", "alice", "S000", "S001")
 	if _, err := v.e.TransferBooking(ctx, b.ID, "bob"); err != nil {
 		t.Fatal(err)
 	}
@@ -423,10 +420,7 @@ func TestKeyedCancelSeatsRetriedAfterATransfer(t *testing.T) {
 	v := newEnv(t)
 	ctx := t.Context()
 	v.show("s1", seatNames(4)...)
-	b, err := v.e.Confirm(ctx, v.hold("s1", time.Minute, "alice", "S000", "S001"), ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.book("s1", "alice", "S000", "S001")
 	alice := WithIdempotencyKey(AsHolder(ctx, "alice"), "k-cancel-1")
 	first, err := v.e.CancelSeats(alice, b.ID, []string{"S000"}, nil)
 	if err != nil {
@@ -495,4 +489,14 @@ func TestConcurrentTransferBookingKeepsTheLimit(t *testing.T) {
 	if n := v.doubleBookings(); n != 0 {
 		t.Fatalf("%d seats booked twice", n)
 	}
+}
+
+// book confirms a hold of these seats for holder: one booking.
+func (v *env) book(show, holder string, seats ...string) Booking {
+	v.t.Helper()
+	b, err := v.e.Confirm(v.t.Context(), v.hold(show, time.Minute, holder, seats...), ConfirmOptions{})
+	if err != nil {
+		v.t.Fatalf("confirm %v for %s: %v", seats, holder, err)
+	}
+	return b
 }
