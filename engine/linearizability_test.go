@@ -507,6 +507,13 @@ func (c *scriptCalls) track() func(cmd *redis.Cmd) *redis.Cmd {
 	}
 }
 
+// started is how many calls have started.
+func (c *scriptCalls) started() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.next
+}
+
 // waitEnded returns once every call started so far has ended.
 func (c *scriptCalls) waitEnded() {
 	c.mu.Lock()
