@@ -21,13 +21,14 @@ var (
 
 const bookingCreate = `-- name: BookingCreate :batchone
 WITH booking AS (
-    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
-    VALUES ($1, $2, $3::bigint, $4, $5, $6, $7)
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash, offer)
+    VALUES ($1, $2, $3::bigint, $4, $5, $6, $7,
+            NULLIF($8::text, ''))
     RETURNING show_id, booking_id, confirmed_at
 ), booked_seats AS (
     INSERT INTO booking_seats (show_id, booking_id, seat_id)
     SELECT booking.show_id, booking.booking_id, s
-    FROM booking, unnest($8::text[]) AS s
+    FROM booking, unnest($9::text[]) AS s
     RETURNING show_id, booking_id, seat_id
 ), claims AS (
     INSERT INTO seat_claims (show_id, seat_id, booking_id, generation)
@@ -38,17 +39,17 @@ WITH booking AS (
 ), places AS (
     INSERT INTO booking_places (show_id, booking_id, area_id, places, generation, hold_id)
     SELECT booking.show_id, booking.booking_id, p.area_id, p.places, $3::bigint, p.hold_id
-    FROM booking, (SELECT unnest($9::text[]) AS area_id, unnest($10::int[]) AS places,
-                          unnest($11::text[]) AS hold_id) AS p
+    FROM booking, (SELECT unnest($10::text[]) AS area_id, unnest($11::int[]) AS places,
+                          unnest($12::text[]) AS hold_id) AS p
     ORDER BY p.area_id
 ), event AS (
     INSERT INTO booking_events (show_id, booking_id, kind, generation, seat_ids, holder_id)
-    SELECT show_id, booking_id, 'confirmed', $3::bigint, $8::text[] || $12::text[], $4
+    SELECT show_id, booking_id, 'confirmed', $3::bigint, $9::text[] || $13::text[], $4
     FROM booking
     RETURNING event_id
 ), marker AS (
     INSERT INTO marker_outbox (show_id, generation, sold, seat_ids)
-    SELECT show_id, $3::bigint, true, $8::text[] || $12::text[]
+    SELECT show_id, $3::bigint, true, $9::text[] || $13::text[]
     FROM booking
     RETURNING seq
 )
@@ -69,6 +70,7 @@ type BookingCreateParams struct {
 	IdempotencyKey pgtype.Text
 	Fingerprint    []byte
 	HoldHash       []byte
+	Offer          string
 	SeatIds        []string
 	PlaceAreas     []string
 	PlaceCounts    []int32
@@ -88,7 +90,8 @@ type BookingCreateRow struct {
 // violation on bookings_hold_unique. The booking's places (@place_areas, @place_counts,
 // @place_holds, one element per area) are claimed too (booking_places; past an area's
 // capacity a check violation on areas_sold_within_capacity), and their place keys
-// (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids.
+// (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids. The
+// booking keeps its hold's @offer (” for none).
 func (q *Queries) BookingCreate(ctx context.Context, arg []BookingCreateParams) *BookingCreateBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
@@ -100,6 +103,7 @@ func (q *Queries) BookingCreate(ctx context.Context, arg []BookingCreateParams) 
 			a.IdempotencyKey,
 			a.Fingerprint,
 			a.HoldHash,
+			a.Offer,
 			a.SeatIds,
 			a.PlaceAreas,
 			a.PlaceCounts,

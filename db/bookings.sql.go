@@ -35,16 +35,16 @@ WITH input AS (
     SELECT unnest($1::text[]) AS show_id, unnest($2::uuid[]) AS booking_id,
            unnest($3::bigint[]) AS generation, unnest($4::text[]) AS holder_id,
            unnest($5::text[]) AS idempotency_key, unnest($6::bytea[]) AS fingerprint,
-           unnest($7::bytea[]) AS hold_hash, generate_series(1, cardinality($1::text[]))::bigint AS i
+           unnest($7::bytea[]) AS hold_hash, unnest($8::text[]) AS offer, generate_series(1, cardinality($1::text[]))::bigint AS i
 ), seat_input AS (
     SELECT input.show_id, input.booking_id, input.generation, s.seat_id
-    FROM (SELECT unnest($8::bigint[]) AS i, unnest($9::text[]) AS seat_id) AS s
+    FROM (SELECT unnest($9::bigint[]) AS i, unnest($10::text[]) AS seat_id) AS s
     JOIN input ON input.i = s.i
 ), place_input AS (
     SELECT input.show_id, input.booking_id, input.generation, p.area_id, p.places, p.hold_id, p.place_key
-    FROM (SELECT unnest($10::bigint[]) AS i, unnest($11::text[]) AS area_id,
-                 unnest($12::int[]) AS places, unnest($13::text[]) AS hold_id,
-                 unnest($14::text[]) AS place_key) AS p
+    FROM (SELECT unnest($11::bigint[]) AS i, unnest($12::text[]) AS area_id,
+                 unnest($13::int[]) AS places, unnest($14::text[]) AS hold_id,
+                 unnest($15::text[]) AS place_key) AS p
     JOIN input ON input.i = p.i
 ), seat_lists AS (
     SELECT input.booking_id,
@@ -52,8 +52,8 @@ WITH input AS (
             || COALESCE((SELECT array_agg(p.place_key ORDER BY p.area_id) FROM place_input p WHERE p.booking_id = input.booking_id), '{}'))::text[] AS seat_ids
     FROM input
 ), booking AS (
-    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
-    SELECT show_id, booking_id, generation, holder_id, NULLIF(idempotency_key, ''), fingerprint, hold_hash
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash, offer)
+    SELECT show_id, booking_id, generation, holder_id, NULLIF(idempotency_key, ''), fingerprint, hold_hash, NULLIF(offer, '')
     FROM input
     RETURNING booking_id, confirmed_at
 ), booked_seats AS (
@@ -95,6 +95,7 @@ type BookingCreateManyParams struct {
 	IdempotencyKeys []string
 	Fingerprints    [][]byte
 	HoldHashes      [][]byte
+	Offers          []string
 	SeatBookings    []int64
 	SeatIds         []string
 	PlaceBookings   []int64
@@ -113,11 +114,11 @@ type BookingCreateManyRow struct {
 // BookingCreateMany is BookingCreate for a batch of bookings, each table written in one
 // statement: booking i is (@show_ids[i], @booking_ids[i], @generations[i], …, ” for no
 // idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
-// 1). It returns each booking's time and marker_outbox row. Run it after
+// 1), its hold's offer @offers[i] (” for none). It returns each booking's time and marker_outbox row. Run it after
 // SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
 // (BookingCreate, one booking each, tells which booking it was). Its places are the
 // @place_areas (@place_counts, @place_holds, @place_keys) whose @place_bookings entry is
-// i, as in BookingCreate.
+// i, as in BookingCreate; its hold's offer is @offers[i] (” for none).
 func (q *Queries) BookingCreateMany(ctx context.Context, arg BookingCreateManyParams) ([]BookingCreateManyRow, error) {
 	rows, err := q.db.Query(ctx, bookingCreateMany,
 		arg.ShowIds,
@@ -127,6 +128,7 @@ func (q *Queries) BookingCreateMany(ctx context.Context, arg BookingCreateManyPa
 		arg.IdempotencyKeys,
 		arg.Fingerprints,
 		arg.HoldHashes,
+		arg.Offers,
 		arg.SeatBookings,
 		arg.SeatIds,
 		arg.PlaceBookings,
@@ -182,7 +184,7 @@ func (q *Queries) BookingEventInsert(ctx context.Context, arg BookingEventInsert
 }
 
 const bookingGet = `-- name: BookingGet :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details WHERE booking_id = $1
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys, offer FROM booking_details WHERE booking_id = $1
 `
 
 func (q *Queries) BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingDetail, error) {
@@ -199,12 +201,13 @@ func (q *Queries) BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingD
 		&i.CancelledAt,
 		&i.SeatIds,
 		&i.PlaceKeys,
+		&i.Offer,
 	)
 	return i, err
 }
 
 const bookingGetByHold = `-- name: BookingGetByHold :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys, offer FROM booking_details
 WHERE booking_id = (
     SELECT b.booking_id FROM bookings b WHERE b.show_id = $1 AND b.hold_hash = $2
 )
@@ -231,12 +234,13 @@ func (q *Queries) BookingGetByHold(ctx context.Context, arg BookingGetByHoldPara
 		&i.CancelledAt,
 		&i.SeatIds,
 		&i.PlaceKeys,
+		&i.Offer,
 	)
 	return i, err
 }
 
 const bookingGetByIdempotencyKey = `-- name: BookingGetByIdempotencyKey :one
-SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys FROM booking_details
+SELECT show_id, booking_id, generation, holder_id, fingerprint, status, confirmed_at, cancelled_at, seat_ids, place_keys, offer FROM booking_details
 WHERE booking_id = (
     SELECT b.booking_id FROM bookings b
     WHERE b.show_id = $1 AND b.holder_id = $2 AND b.idempotency_key = $3::text
@@ -263,6 +267,7 @@ func (q *Queries) BookingGetByIdempotencyKey(ctx context.Context, arg BookingGet
 		&i.CancelledAt,
 		&i.SeatIds,
 		&i.PlaceKeys,
+		&i.Offer,
 	)
 	return i, err
 }
@@ -295,7 +300,7 @@ func (q *Queries) BookingGetForUpdate(ctx context.Context, bookingID uuid.UUID) 
 }
 
 const bookingListByHolder = `-- name: BookingListByHolder :many
-SELECT d.show_id, d.booking_id, d.generation, d.holder_id, d.fingerprint, d.status, d.confirmed_at, d.cancelled_at, d.seat_ids, d.place_keys FROM booking_details d
+SELECT d.show_id, d.booking_id, d.generation, d.holder_id, d.fingerprint, d.status, d.confirmed_at, d.cancelled_at, d.seat_ids, d.place_keys, d.offer FROM booking_details d
 WHERE d.booking_id IN (
     SELECT b.booking_id FROM bookings b
     WHERE b.holder_id = $1
@@ -334,6 +339,7 @@ func (q *Queries) BookingListByHolder(ctx context.Context, arg BookingListByHold
 			&i.CancelledAt,
 			&i.SeatIds,
 			&i.PlaceKeys,
+			&i.Offer,
 		); err != nil {
 			return nil, err
 		}

@@ -32,6 +32,7 @@ type Booking struct {
 	ConfirmedAt    time.Time
 	CancelledAt    *time.Time
 	HoldHash       []byte
+	Offer          pgtype.Text
 }
 
 type BookingDetail struct {
@@ -45,6 +46,7 @@ type BookingDetail struct {
 	CancelledAt *time.Time
 	SeatIds     []string
 	PlaceKeys   []string
+	Offer       pgtype.Text
 }
 
 type BookingEvent struct {

@@ -38,16 +38,17 @@ type Querier interface {
 	// violation on bookings_hold_unique. The booking's places (@place_areas, @place_counts,
 	// @place_holds, one element per area) are claimed too (booking_places; past an area's
 	// capacity a check violation on areas_sold_within_capacity), and their place keys
-	// (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids.
+	// (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids. The
+	// booking keeps its hold's @offer ('' for none).
 	BookingCreate(ctx context.Context, arg []BookingCreateParams) *BookingCreateBatchResults
 	// BookingCreateMany is BookingCreate for a batch of bookings, each table written in one
 	// statement: booking i is (@show_ids[i], @booking_ids[i], @generations[i], …, '' for no
 	// idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
-	// 1). It returns each booking's time and marker_outbox row. Run it after
+	// 1), its hold's offer @offers[i] ('' for none). It returns each booking's time and marker_outbox row. Run it after
 	// SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
 	// (BookingCreate, one booking each, tells which booking it was). Its places are the
 	// @place_areas (@place_counts, @place_holds, @place_keys) whose @place_bookings entry is
-	// i, as in BookingCreate.
+	// i, as in BookingCreate; its hold's offer is @offers[i] ('' for none).
 	BookingCreateMany(ctx context.Context, arg BookingCreateManyParams) ([]BookingCreateManyRow, error)
 	// BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
 	// is written by BookingCreate).

@@ -50,6 +50,9 @@ func (e *Engine) holdBest(ctx context.Context, req BestRequest) (Hold, error) {
 	if err := validateHolderID(req.HolderID); err != nil {
 		return Hold{}, err
 	}
+	if err := validateOffer("BestRequest.Offer", req.Offer); err != nil {
+		return Hold{}, err
+	}
 	return withShow(ctx, e, req.ShowID, func(sh *show) (Hold, error) { return e.holdBestOn(ctx, sh, req, ttl) })
 }
 
@@ -81,6 +84,9 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 	if err != nil {
 		return Hold{}, err
 	}
+	if err := e.keepOffer(ctx, sh, token, req.Offer); err != nil {
+		return Hold{}, err
+	}
 	ks, args = key.apply(e, ks, args)
 	for attempt, rounds := 0, 0; ; {
 		res, err := lua.Best.Run(ctx, e.scripts, ks, args...).Slice()
@@ -100,7 +106,7 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 			e.wrote(sh, res[4])
 			seats := slices.Sorted(slices.Values(replyStrings(res[5:])))
 			return Hold{ShowID: sh.id, SeatIDs: seats, Token: token, Generation: gen,
-				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
+				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID, Offer: req.Offer}, nil
 		case "NONE":
 			left, _ := res[1].(int64)
 			return Hold{}, &SeatsUnavailableError{ShowID: sh.id, Available: int(left)}
@@ -142,7 +148,7 @@ func bestPrint(req BestRequest, adjacent string, ttl time.Duration) []string {
 	if req.Category != "" {
 		parts = append(parts, "category", req.Category)
 	}
-	return parts
+	return append(parts, offerPrint(req.Offer)...)
 }
 
 // bestSections are the sections a best-available hold may choose from, as best.lua

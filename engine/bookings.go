@@ -26,7 +26,8 @@ func (e *Engine) Booking(ctx context.Context, bookingID uuid.UUID) (Booking, err
 
 func bookingFromRow(r db.BookingDetail) Booking {
 	return Booking{ID: r.BookingID, ShowID: r.ShowID, SeatIDs: r.SeatIds, Places: placesOf(r.PlaceKeys), Generation: r.Generation,
-		HolderID: r.HolderID, Status: BookingStatus(r.Status), ConfirmedAt: r.ConfirmedAt, CancelledAt: r.CancelledAt}
+		HolderID: r.HolderID, Status: BookingStatus(r.Status), ConfirmedAt: r.ConfirmedAt, CancelledAt: r.CancelledAt,
+		Offer: r.Offer.String}
 }
 
 type asHolderCtx struct{}

@@ -284,7 +284,7 @@ func (e *Engine) booked(ctx context.Context, c *confirmation, id uuid.UUID, r co
 	}
 	e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 	return Booking{ID: id, ShowID: sh.id, SeatIDs: c.fenced, Places: c.places, Generation: gen, HolderID: c.h.HolderID,
-		Status: BookingConfirmed, ConfirmedAt: r.at}
+		Status: BookingConfirmed, ConfirmedAt: r.at, Offer: r.offer}
 }
 
 // refusedStale answers a batch's stale refusal of c: a fence has seen its generation.
@@ -367,6 +367,7 @@ type committed struct {
 	// counts is the holder's booked seats after it, when the show has a holder limit:
 	// written to Redis before the sold markers.
 	counts []holderCount
+	offer  string // its hold's (reserve.lua)
 }
 
 // optimistic reports whether a confirmation of h may go to its batch without asking
@@ -388,7 +389,9 @@ func (e *Engine) confirmTx(ctx context.Context, c *confirmation, gen int64, id u
 	if err != nil {
 		return committed{}, false, err
 	}
-	return r.res, r.marked, nil
+	res := r.res
+	res.offer = r.offer
+	return res, r.marked, nil
 }
 
 // claimErr maps the unique violations of BookingCreate: a seat claimed already

@@ -162,7 +162,7 @@ func TestLostReplyGiveBackRacesRecommit(t *testing.T) {
 	by := time.Now().Add(5 * time.Second)
 	lost := &confirmReq{ctx: ctx, c: c, gen: h.Generation, id: x, nonce: newNonce()}
 	for _, cmd := range v.e.runScripts(ctx, v.e.reserveCalls([]*confirmReq{lost}, by)) {
-		if res, err := cmd.Int64Slice(); err != nil || res[0] != h.Generation {
+		if res, err := reserveInts(cmd); err != nil || res[0] != h.Generation {
 			t.Fatalf("setup: the lost check: %v %v", res, err)
 		}
 	}
@@ -222,7 +222,7 @@ func TestGiveBackNamesItsCheck(t *testing.T) {
 	by := time.Now().Add(5 * time.Second).UnixMilli()
 	for _, nonce := range []string{late, early} {
 		args := scriptArgs("", []any{h.Token, h.Generation, x, nonce, v.e.reserveLife().Milliseconds(), by}, h.SeatIDs)
-		if res, err := lua.Reserve.Run(ctx, v.rdb, ks, args...).Int64Slice(); err != nil || res[0] != h.Generation {
+		if res, err := reserveInts(lua.Reserve.Run(ctx, v.rdb, ks, args...)); err != nil || res[0] != h.Generation {
 			t.Fatalf("reserve under nonce %s: %v %v", nonce, res, err)
 		}
 	}

@@ -75,8 +75,9 @@ type confirmReq struct {
 	// The outcome, set before done is closed.
 	res      committed
 	err      error
-	marked   bool // its sold markers are in Redis
-	reserved bool // its hold is reserved for its batch in Redis (reserve.lua)
+	marked   bool   // its sold markers are in Redis
+	reserved bool   // its hold is reserved for its batch in Redis (reserve.lua)
+	offer    string // its hold's offer, as reserve.lua read it: its booking's
 	// its reservation's reply was lost: its hold may be reserved for its batch, by a
 	// check Redis ran before the batch stopped waiting (reserve.lua refuses a later one)
 	unanswered bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -47,7 +48,7 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	}
 	for i, cmd := range e.runScripts(ctx, e.reserveCalls(batch, by)) {
 		r := batch[i]
-		cur, _, err := e.verifyReply(cmd)
+		cur, offer, err := e.reserveReply(cmd)
 		switch {
 		case err != nil:
 			// Unless Redis answered (an error reply: the script did not run), it may have
@@ -66,13 +67,34 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 			// regen.lua): given back (unreserveBatch), and refused.
 			r.reserved, r.err = true, errLostBeforeCommit
 		default:
-			r.reserved = true
+			r.reserved, r.offer = true, offer
 		}
 		endStep(spans[i], r.err)
 	}
 	if e.hooks.afterReserve != nil {
 		e.hooks.afterReserve(ctx)
 	}
+}
+
+// reserveReply reads reserve.lua's reply: the hold's current generation (or why it is
+// not reserved, as verifyReply) and, once reserved, its offer.
+func (e *Engine) reserveReply(cmd *redis.Cmd) (int64, string, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, "", e.redisErr(err)
+	}
+	if len(res) < 2 || len(res) > 3 {
+		return 0, "", fmt.Errorf("%w: unexpected reserve script reply %v", ErrUnavailable, res)
+	}
+	cur, ok := res[0].(int64)
+	if !ok {
+		return 0, "", fmt.Errorf("%w: unexpected reserve script reply %v", ErrUnavailable, res)
+	}
+	var offer string
+	if len(res) == 3 {
+		offer, _ = res[2].(string)
+	}
+	return cur, offer, nil
 }
 
 // reserveCalls are the reserve.lua calls of batch's holds, each under its confirmation's

@@ -430,6 +430,7 @@ func createManyParams(params []db.BookingCreateParams) db.BookingCreateManyParam
 		m.IdempotencyKeys = append(m.IdempotencyKeys, p.IdempotencyKey.String) // '' for none
 		m.Fingerprints = append(m.Fingerprints, p.Fingerprint)
 		m.HoldHashes = append(m.HoldHashes, p.HoldHash)
+		m.Offers = append(m.Offers, p.Offer)
 		for _, s := range p.SeatIds {
 			m.SeatBookings = append(m.SeatBookings, int64(i+1))
 			m.SeatIds = append(m.SeatIds, s)
@@ -520,7 +521,7 @@ func (e *Engine) inSavepoint(ctx context.Context, tx pgx.Tx, r *confirmReq) (boo
 // booking is the row r's confirmation writes.
 func (r *confirmReq) booking() db.BookingCreateParams {
 	p := db.BookingCreateParams{ShowID: r.c.sh.id, BookingID: r.id, Generation: r.gen, HolderID: r.c.h.HolderID,
-		Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.fenced}
+		Fingerprint: r.c.fp, HoldHash: r.c.hold, SeatIds: r.c.fenced, Offer: r.offer}
 	r.placeParams(&p)
 	if r.c.key != "" {
 		p.IdempotencyKey.String, p.IdempotencyKey.Valid = r.c.key, true

@@ -79,6 +79,9 @@ func (e *Engine) hold(ctx context.Context, req HoldRequest) (Hold, error) {
 	if err := validateHolderID(req.HolderID); err != nil {
 		return Hold{}, err
 	}
+	if err := validateOffer("HoldRequest.Offer", req.Offer); err != nil {
+		return Hold{}, err
+	}
 	return withShow(ctx, e, req.ShowID, func(sh *show) (Hold, error) { return e.holdOn(ctx, sh, req, seats, places, ttl) })
 }
 
@@ -101,9 +104,13 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 	}
 	args := scriptArgs(tag, []any{token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, rules.arg}, withPlaces(seats, places, token))
 	key, err := holdIdem(ctx, sh, "HoldRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID, tag, func() []string {
-		return []string{"hold", strings.Join(seats, " "), placesPrint(places), strconv.FormatInt(ttl.Milliseconds(), 10)}
+		return append([]string{"hold", strings.Join(seats, " "), placesPrint(places), strconv.FormatInt(ttl.Milliseconds(), 10)},
+			offerPrint(req.Offer)...)
 	})
 	if err != nil {
+		return Hold{}, err
+	}
+	if err := e.keepOffer(ctx, sh, token, req.Offer); err != nil {
 		return Hold{}, err
 	}
 	ks, args = key.apply(e, ks, args)
@@ -131,7 +138,7 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 				places, _, _ = validPlaces("", placesOf(now)) // in area order, as the first answer
 			}
 			return Hold{ShowID: sh.id, SeatIDs: seats, Places: places, Token: token, Generation: gen,
-				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID}, nil
+				ExpiresAt: time.UnixMilli(exp), HolderID: req.HolderID, Offer: req.Offer}, nil
 		case "LOST":
 			return Hold{}, fmt.Errorf("%w: the hold this key made lives under other tokens (Reclaim)", ErrHoldLost)
 		case "TAKEN":

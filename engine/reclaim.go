@@ -122,21 +122,22 @@ func busyOn(res []any, token string) bool {
 	return t == token
 }
 
-// reclaimed reads reclaim.lua's groups of token, generation, expiry and seats.
+// reclaimed reads reclaim.lua's groups of token, generation, expiry, seats and offer.
 func reclaimed(showID, holderID string, groups []any) ([]Hold, error) {
-	if len(groups)%4 != 0 {
+	if len(groups)%5 != 0 {
 		return nil, fmt.Errorf("%w: unexpected reclaim script reply %v", ErrUnavailable, groups)
 	}
-	hs := make([]Hold, 0, len(groups)/4)
-	for i := 0; i < len(groups); i += 4 {
+	hs := make([]Hold, 0, len(groups)/5)
+	for i := 0; i < len(groups); i += 5 {
 		token, _ := groups[i].(string)
 		gen, _ := groups[i+1].(int64)
 		exp, _ := groups[i+2].(int64)
 		list, _ := groups[i+3].(string)
+		offer, _ := groups[i+4].(string)
 		seats := strings.Fields(list)
 		slices.Sort(seats)
 		hs = append(hs, Hold{ShowID: showID, SeatIDs: seats, Token: token, Generation: gen,
-			ExpiresAt: time.UnixMilli(exp), HolderID: holderID})
+			ExpiresAt: time.UnixMilli(exp), HolderID: holderID, Offer: offer})
 	}
 	slices.SortFunc(hs, func(a, b Hold) int { return strings.Compare(a.SeatIDs[0], b.SeatIDs[0]) })
 	return hs, nil

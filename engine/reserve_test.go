@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,11 +65,26 @@ func (v *env) reserveCheck(h Hold, id uuid.UUID, by time.Time) []int64 {
 		v.t.Fatal(err)
 	}
 	args := scriptArgs(tag, []any{h.Token, h.Generation, commitID(id), newNonce(), v.e.reserveLife().Milliseconds(), by.UnixMilli()}, h.SeatIDs)
-	res, err := lua.Reserve.Run(v.t.Context(), v.rdb, ks, args...).Int64Slice()
+	res, err := reserveInts(lua.Reserve.Run(v.t.Context(), v.rdb, ks, args...))
 	if err != nil {
 		v.t.Fatalf("reserve: %v", err)
 	}
 	return res
+}
+
+// reserveInts is a reserve.lua reply's two numbers (the hold's generation or why it is
+// not reserved, and its life), without the offer a reservation adds.
+func reserveInts(cmd *redis.Cmd) ([]int64, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) < 2 {
+		return nil, fmt.Errorf("reserve reply %v", res)
+	}
+	a, _ := res[0].(int64)
+	b, _ := res[1].(int64)
+	return []int64{a, b}, nil
 }
 
 // reserveAs reserves h for a batch of commit id that will never decide (its process

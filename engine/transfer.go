@@ -71,8 +71,12 @@ func (e *Engine) transfer(ctx context.Context, h Hold, to string) (Hold, error) 
 			gen, _ := res[1].(int64)
 			exp, _ := res[2].(int64)
 			e.wrote(sh, res[3])
+			var offer string
+			if len(res) > 4 {
+				offer, _ = res[4].(string)
+			}
 			return Hold{ShowID: sh.id, SeatIDs: fencedSeats(seats), Places: placesOf(seats), Token: token, Generation: gen,
-				ExpiresAt: time.UnixMilli(exp), HolderID: to}, nil
+				ExpiresAt: time.UnixMilli(exp), HolderID: to, Offer: offer}, nil
 		case "LOST":
 			return Hold{}, e.lostOwned(ctx, "transfer", sh, h, ks, tag, seats, len(res) == 2)
 		case "LIMIT", "NOTADMITTED":

@@ -23,6 +23,11 @@ type HoldRequest struct {
 	// another request under the key is ErrIdempotencyKeyReused. It needs a HolderID,
 	// which scopes it.
 	IdempotencyKey string
+	// Offer is an opaque string the hold carries (a price tier, a price-list version; at
+	// most 256 bytes of UTF-8, empty for none): Redis keeps it with the hold, and the
+	// booking the hold makes stores it unchanged (Booking.Offer), whatever the Hold
+	// presented to Confirm says.
+	Offer string
 }
 
 // BestRequest asks for the best available seats of a show: Count of them anywhere (or
@@ -40,6 +45,8 @@ type BestRequest struct {
 	HolderID string
 	// IdempotencyKey is as HoldRequest's: a retry gets the seats the first call chose.
 	IdempotencyKey string
+	// Offer is as HoldRequest's.
+	Offer string
 }
 
 // Hold is a granted hold. Keep it whole: Extend, Release and Confirm need every field.
@@ -52,6 +59,9 @@ type Hold struct {
 	ExpiresAt  time.Time
 	HolderID   string
 	Places     []Places // by area id
+	// Offer is the hold's, as it was asked for (HoldRequest.Offer); Reclaim and Transfer
+	// keep it.
+	Offer string
 }
 
 // ConfirmOptions tunes a confirmation.
@@ -88,6 +98,8 @@ type Booking struct {
 	ConfirmedAt time.Time
 	CancelledAt *time.Time
 	Places      []Places // by area id
+	// Offer is the offer of the hold that made the booking (Hold.Offer), "" for none.
+	Offer string
 	// Replayed is true when the call returned the answer an earlier call with the same
 	// idempotency key gave (Confirm, CancelSeats, TransferBooking).
 	Replayed bool

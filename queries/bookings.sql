@@ -6,10 +6,12 @@
 -- violation on bookings_hold_unique. The booking's places (@place_areas, @place_counts,
 -- @place_holds, one element per area) are claimed too (booking_places; past an area's
 -- capacity a check violation on areas_sold_within_capacity), and their place keys
--- (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids.
+-- (engine/areas.go) follow the seats in the event's and the outbox row's seat_ids. The
+-- booking keeps its hold's @offer ('' for none).
 WITH booking AS (
-    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
-    VALUES (@show_id, @booking_id, @generation::bigint, @holder_id, sqlc.narg(idempotency_key), @fingerprint, @hold_hash)
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash, offer)
+    VALUES (@show_id, @booking_id, @generation::bigint, @holder_id, sqlc.narg(idempotency_key), @fingerprint, @hold_hash,
+            NULLIF(@offer::text, ''))
     RETURNING show_id, booking_id, confirmed_at
 ), booked_seats AS (
     INSERT INTO booking_seats (show_id, booking_id, seat_id)
@@ -45,16 +47,16 @@ SELECT booking.confirmed_at, marker.seq AS marker_seq FROM booking, marker;
 -- BookingCreateMany is BookingCreate for a batch of bookings, each table written in one
 -- statement: booking i is (@show_ids[i], @booking_ids[i], @generations[i], …, '' for no
 -- idempotency key), and its seats are the @seat_ids whose @seat_bookings entry is i (from
--- 1). It returns each booking's time and marker_outbox row. Run it after
+-- 1), its hold's offer @offers[i] ('' for none). It returns each booking's time and marker_outbox row. Run it after
 -- SeatFencesAdvanceMany accepted every seat. Any violation fails the whole statement
 -- (BookingCreate, one booking each, tells which booking it was). Its places are the
 -- @place_areas (@place_counts, @place_holds, @place_keys) whose @place_bookings entry is
--- i, as in BookingCreate.
+-- i, as in BookingCreate; its hold's offer is @offers[i] ('' for none).
 WITH input AS (
     SELECT unnest(@show_ids::text[]) AS show_id, unnest(@booking_ids::uuid[]) AS booking_id,
            unnest(@generations::bigint[]) AS generation, unnest(@holder_ids::text[]) AS holder_id,
            unnest(@idempotency_keys::text[]) AS idempotency_key, unnest(@fingerprints::bytea[]) AS fingerprint,
-           unnest(@hold_hashes::bytea[]) AS hold_hash, generate_series(1, cardinality(@show_ids::text[]))::bigint AS i
+           unnest(@hold_hashes::bytea[]) AS hold_hash, unnest(@offers::text[]) AS offer, generate_series(1, cardinality(@show_ids::text[]))::bigint AS i
 ), seat_input AS (
     SELECT input.show_id, input.booking_id, input.generation, s.seat_id
     FROM (SELECT unnest(@seat_bookings::bigint[]) AS i, unnest(@seat_ids::text[]) AS seat_id) AS s
@@ -71,8 +73,8 @@ WITH input AS (
             || COALESCE((SELECT array_agg(p.place_key ORDER BY p.area_id) FROM place_input p WHERE p.booking_id = input.booking_id), '{}'))::text[] AS seat_ids
     FROM input
 ), booking AS (
-    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash)
-    SELECT show_id, booking_id, generation, holder_id, NULLIF(idempotency_key, ''), fingerprint, hold_hash
+    INSERT INTO bookings (show_id, booking_id, generation, holder_id, idempotency_key, fingerprint, hold_hash, offer)
+    SELECT show_id, booking_id, generation, holder_id, NULLIF(idempotency_key, ''), fingerprint, hold_hash, NULLIF(offer, '')
     FROM input
     RETURNING booking_id, confirmed_at
 ), booked_seats AS (

@@ -540,6 +540,19 @@ local function held_units(key)
     return n
 end
 
+-- A hold's offer (engine/offers.go) is <base>of:<sha1 of its token>, written by the
+-- engine before the hold script, living past any hold. offer_of is the offer of the hold
+-- of token ("" for none); offer_move gives it to the hold's new token (reclaim.lua,
+-- transfer.lua) with the same end, and returns it.
+local function offer_of(token) return redis.call("GET", BASE .. "of:" .. redis.sha1hex(token)) or "" end
+local function offer_move(from, to)
+    local k = BASE .. "of:" .. redis.sha1hex(from)
+    local o = redis.call("GET", k)
+    if not o then return "" end
+    redis.call("SET", BASE .. "of:" .. redis.sha1hex(to), o, "PXAT", redis.call("PEXPIRETIME", k))
+    return o
+end
+
 -- Idempotency keys (engine/idempotency.go). A call made with one ends its KEYS with the
 -- key's record, <base>idem:<64 hex digits> (under the show's hash tag, named from the
 -- holder and the key), and its ARGV with the request's fingerprint (64 hex digits) and

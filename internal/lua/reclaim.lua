@@ -16,8 +16,8 @@
 -- places (their keys name a hash of the token, which Lua cannot recompute) is left as
 -- it is.
 --
--- Returns {"OK", token, generation, expires_ms, "seat seat ...", token, ...} (one
--- group of four per reclaimed hold), {"BUSY", token} when a batch is committing one of
+-- Returns {"OK", token, generation, expires_ms, "seat seat ...", offer, token, ...}
+-- (one group of five per reclaimed hold; the offer moves to the new token, "" for none), {"BUSY", token} when a batch is committing one of
 -- the holder's holds (nothing changed; ask again once it has decided), {"LAPSED", token,
 -- commit id, "seat seat ..."} when a batch's reservation of one of them lapsed and the
 -- hold lives on (nothing changed; the engine gives those seats back as Release does,
@@ -83,6 +83,7 @@ for _, t in ipairs(order) do
         out[#out + 1] = gen
         out[#out + 1] = hd.at
         out[#out + 1] = table.concat(hd.seats, " ")
+        out[#out + 1] = offer_move(t, token)
     end
 end
 return out

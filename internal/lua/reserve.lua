@@ -32,8 +32,8 @@
 -- ARGV[7]    the time (Unix ms) after which the batch no longer reads the reply
 -- ARGV[8..]  seat ids
 --
--- Returns, like verify.lua, {the hold's current generation, its remaining life in ms}
--- once it is reserved for this commit id (again: a retried batch, or one whose COMMIT is
+-- Returns, like verify.lua, {the hold's current generation, its remaining life in ms},
+-- followed by the hold's offer ("" for none, see offer_of), once it is reserved for this commit id (again: a retried batch, or one whose COMMIT is
 -- pending, moves the end to life from now and lengthens the hold to that when shorter),
 -- {-1, 0} when every seat is sold by a booking of this very generation, {-2, 0} when
 -- another batch has it reserved, {-4, 0} when it ran past ARGV[7] (nothing changed),
@@ -91,4 +91,4 @@ if ttl < life then
     lengthen(now)
     ttl = life
 end
-return {tonumber(cur), ttl}
+return {tonumber(cur), ttl, offer_of(token)}

@@ -25,7 +25,8 @@
 -- {"REPLAY", the new token, the first call's "OK" reply with "" for its feed entry id}, and
 -- another request under the key {"KEYREUSED"}, without running again.
 --
--- Returns {"OK", generation, expires_ms, feed entry id ("" without places)}, {"LOST"}
+-- Returns {"OK", generation, expires_ms, feed entry id ("" without places), the hold's
+-- offer (moved to the new token, "" for none)}, {"LOST"}
 -- (not this hold: nothing changed), {"BUSY"} or {"LAPSED", commit id} (a batch is
 -- committing the hold, or its reservation lapsed: nothing changed, see release.lua),
 -- {"LIMIT", held} (the new holder's cap), {"LIMIT", held and booked, limit} (the sale's
@@ -85,4 +86,4 @@ end
 if redis.call("PTTL", to_key) < exp - now then redis.call("PEXPIREAT", to_key, exp) end
 local id = ""
 if #moved > 0 then id = feed({"d", table.concat(gone, " "), "h", table.concat(moved, " "), "x", int(exp)}) end
-return idem_keep(I, new_token, {"OK", g, exp, id}, 4)
+return idem_keep(I, new_token, {"OK", g, exp, id, offer_move(token, new_token)}, 4)
