@@ -70,24 +70,10 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 	if err := e.checkRedis(ctx); err != nil {
 		return Hold{}, err
 	}
-	tag := holderTag(req.HolderID)
-	adjacent := "0"
-	if req.Adjacent {
-		adjacent = "1"
-	}
-	token := newToken()
-	ks := []string{sh.k.gen(), sh.k.holder(tag)}
-	args := []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), rules.arg}
-	key, err := holdIdem(ctx, sh, "BestRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID, tag, func() []string {
-		return bestPrint(req, adjacent, ttl)
-	})
+	token, ks, args, err := e.bestCall(ctx, sh, req, ttl, rules, sections)
 	if err != nil {
 		return Hold{}, err
 	}
-	if err := e.keepOffer(ctx, sh, token, req.Offer); err != nil {
-		return Hold{}, err
-	}
-	ks, args = key.apply(e, ks, args)
 	for attempt, rounds := 0, 0; ; {
 		res, err := lua.Best.Run(ctx, e.scripts, ks, args...).Slice()
 		if err != nil {
@@ -139,6 +125,30 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 			return Hold{}, fmt.Errorf("%w: unexpected best script reply %v", ErrUnavailable, res)
 		}
 	}
+}
+
+// bestCall is best.lua's call for req on sections under a fresh token: its keys and
+// arguments, with the request's idempotency key; the hold's offer is in Redis first.
+func (e *Engine) bestCall(ctx context.Context, sh *show, req BestRequest, ttl time.Duration, rules *rulesState, sections []string) (token string, ks []string, args []any, err error) {
+	tag := holderTag(req.HolderID)
+	adjacent := "0"
+	if req.Adjacent {
+		adjacent = "1"
+	}
+	token = newToken()
+	ks = []string{sh.k.gen(), sh.k.holder(tag)}
+	args = []any{tag, token, ttl.Milliseconds(), e.cfg.MaxSeatsPerHolder, req.Count, adjacent, strings.Join(sections, " "), rules.arg}
+	key, err := holdIdem(ctx, sh, "BestRequest.IdempotencyKey", req.IdempotencyKey, req.HolderID, tag, func() []string {
+		return bestPrint(req, adjacent, ttl)
+	})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err := e.keepOffer(ctx, sh, token, req.Offer); err != nil {
+		return "", nil, nil, err
+	}
+	ks, args = key.apply(e, ks, args)
+	return token, ks, args, nil
 }
 
 // bestPrint is what a best-available request's idempotency key fingerprints; without a

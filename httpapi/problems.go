@@ -227,6 +227,7 @@ var wireNames = map[string]string{
 	"Hold.Token": "token", "Hold.Generation": "generation",
 	"HolderID": HolderHeader, "ConfirmOptions.IdempotencyKey": IdempotencyHeader,
 	"IdempotencyKey": IdempotencyHeader, "HoldRequest.IdempotencyKey": IdempotencyHeader, "BestRequest.IdempotencyKey": IdempotencyHeader,
+	"HoldRequest.Offer": "offer", "BestRequest.Offer": "offer",
 	"toHolderID": "to", "bookingID": "id",
 }
 

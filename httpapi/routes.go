@@ -137,6 +137,9 @@ type holdJSON struct {
 	ExpiresAt  time.Time `json:"expires_at"`
 	// Places is the places of standing areas the hold has (none: omitted).
 	Places []placesJSON `json:"places,omitempty"`
+	// Offer is the hold's offer (none: omitted). Presented back, it is not read: the
+	// booking takes the hold's own.
+	Offer string `json:"offer,omitempty"`
 }
 
 // bookingJSON is a booking on the wire.
@@ -149,6 +152,7 @@ type bookingJSON struct {
 	ConfirmedAt time.Time    `json:"confirmed_at"`
 	CancelledAt *time.Time   `json:"cancelled_at"`
 	Places      []placesJSON `json:"places,omitempty"`
+	Offer       string       `json:"offer,omitempty"`
 }
 
 type seatJSON struct {
@@ -159,12 +163,13 @@ type seatJSON struct {
 
 func toHoldJSON(h engine.Hold) holdJSON {
 	return holdJSON{Show: h.ShowID, Seats: nonNil(h.SeatIDs), Token: h.Token, Generation: h.Generation, ExpiresAt: h.ExpiresAt.UTC(),
-		Places: toPlacesJSON(h.Places)}
+		Places: toPlacesJSON(h.Places), Offer: h.Offer}
 }
 
 func toBookingJSON(b engine.Booking) bookingJSON {
 	return bookingJSON{ID: b.ID, Show: b.ShowID, Seats: nonNil(b.SeatIDs), Generation: b.Generation,
-		Status: string(b.Status), ConfirmedAt: b.ConfirmedAt.UTC(), CancelledAt: b.CancelledAt, Places: toPlacesJSON(b.Places)}
+		Status: string(b.Status), ConfirmedAt: b.ConfirmedAt.UTC(), CancelledAt: b.CancelledAt, Places: toPlacesJSON(b.Places),
+		Offer: b.Offer}
 }
 
 // holdFromJSON turns a presented hold back into an engine Hold of this holder.
@@ -329,7 +334,7 @@ func (s *Server) postResync(w http.ResponseWriter, r *http.Request) {
 
 // postHold holds named seats ({"seats": [...]}) or the best available ones
 // ({"count": 4, "section": "B", "category": "A", "adjacent": true}): exactly one of
-// seats and count.
+// seats and count. Either takes an "offer" the hold and its booking carry.
 func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string) {
 	var body struct {
 		Seats    []string     `json:"seats"`
@@ -339,6 +344,7 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 		Section  *string      `json:"section"`
 		Category *string      `json:"category"`
 		Adjacent *bool        `json:"adjacent"`
+		Offer    string       `json:"offer"`
 	}
 	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
 		return
@@ -375,7 +381,7 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 	var h engine.Hold
 	var err error
 	if best {
-		req := engine.BestRequest{ShowID: r.PathValue("show"), Count: *body.Count, TTL: ttl, HolderID: holder}
+		req := engine.BestRequest{ShowID: r.PathValue("show"), Count: *body.Count, TTL: ttl, HolderID: holder, Offer: body.Offer}
 		if body.Section != nil {
 			req.Section = *body.Section
 		}
@@ -388,7 +394,7 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 		h, err = s.e.HoldBest(r.Context(), req)
 	} else {
 		h, err = s.e.Hold(r.Context(), engine.HoldRequest{ShowID: r.PathValue("show"), SeatIDs: body.Seats, HolderID: holder, TTL: ttl,
-			Places: fromPlacesJSON(body.Places)})
+			Places: fromPlacesJSON(body.Places), Offer: body.Offer})
 	}
 	done(h.Generation, h.ExpiresAt, err == nil)
 	if err != nil {

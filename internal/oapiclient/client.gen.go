@@ -337,6 +337,9 @@ type Booking struct {
 	Generation  int                `json:"generation"`
 	Id          openapi_types.UUID `json:"id"`
 
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer *Offer `json:"offer,omitempty"`
+
 	// Places Places of standing areas, an area at most once (left out when none).
 	Places *PlacesList `json:"places,omitempty"`
 
@@ -389,6 +392,9 @@ type Hold struct {
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	Generation int        `json:"generation"`
 
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer *Offer `json:"offer,omitempty"`
+
 	// Places Places of standing areas, an area at most once (left out when none).
 	Places *PlacesList `json:"places,omitempty"`
 
@@ -406,15 +412,21 @@ type HoldBest struct {
 	Adjacent *bool   `json:"adjacent,omitempty"`
 	Category *string `json:"category,omitempty"`
 	Count    int     `json:"count"`
-	Section  *string `json:"section,omitempty"`
-	TtlMs    *int    `json:"ttl_ms,omitempty"`
+
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer   *Offer  `json:"offer,omitempty"`
+	Section *string `json:"section,omitempty"`
+	TtlMs   *int    `json:"ttl_ms,omitempty"`
 }
 
 // HoldConfirm A hold as the server gave it and, to confirm part of it, the seats and places to book (only_seats, only_places): the rest of the hold is released in the same step, sellable once the booking has committed. Neither: the whole hold. A seat or area the hold does not have, or more places than it holds, is 400 invalid-argument and changes nothing.
 type HoldConfirm struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
-	ExpiresAt  *time.Time    `json:"expires_at,omitempty"`
-	Generation int           `json:"generation"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	Generation int        `json:"generation"`
+
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer      *Offer        `json:"offer,omitempty"`
 	OnlyPlaces *[]PlacesPart `json:"only_places,omitempty"`
 	OnlySeats  *[]ID         `json:"only_seats,omitempty"`
 
@@ -436,6 +448,9 @@ type HoldExtend struct {
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	Generation int        `json:"generation"`
 
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer *Offer `json:"offer,omitempty"`
+
 	// Places Places of standing areas, an area at most once (left out when none).
 	Places *PlacesList `json:"places,omitempty"`
 
@@ -450,6 +465,9 @@ type HoldExtend struct {
 
 // HoldPlaces These places of standing areas, and these seats if any, all or none.
 type HoldPlaces struct {
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer *Offer `json:"offer,omitempty"`
+
 	// Places Places of standing areas, an area at most once (left out when none).
 	Places PlacesList `json:"places"`
 	Seats  *SeatIDs   `json:"seats,omitempty"`
@@ -463,6 +481,8 @@ type HoldRequest struct {
 
 // HoldSeats These seats, all or none.
 type HoldSeats struct {
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer *Offer  `json:"offer,omitempty"`
 	Seats SeatIDs `json:"seats"`
 	TtlMs *int    `json:"ttl_ms,omitempty"`
 }
@@ -474,6 +494,9 @@ type HoldShrink struct {
 	Generation int           `json:"generation"`
 	KeepPlaces *[]PlacesPart `json:"keep_places,omitempty"`
 	KeepSeats  *[]ID         `json:"keep_seats,omitempty"`
+
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer *Offer `json:"offer,omitempty"`
 
 	// Places Places of standing areas, an area at most once (left out when none).
 	Places *PlacesList `json:"places,omitempty"`
@@ -492,6 +515,9 @@ type HoldTransfer struct {
 	// ExpiresAt When the hold expires. Sent back with a confirmation, it spares the server a check of the hold before its batch (the batch checks it either way); left out, or out of date, the answer is the same.
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	Generation int        `json:"generation"`
+
+	// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+	Offer *Offer `json:"offer,omitempty"`
 
 	// Places Places of standing areas, an area at most once (left out when none).
 	Places *PlacesList `json:"places,omitempty"`
@@ -523,6 +549,9 @@ type LayoutSeat struct {
 	X        float32   `json:"x"`
 	Y        float32   `json:"y"`
 }
+
+// Offer An opaque string a hold carries and its booking stores unchanged (a price tier, a price-list version): at most 256 bytes of UTF-8 without control characters, left out when none. The server keeps the hold's own: an offer presented back with a hold is not read, and the booking has the one the hold was given.
+type Offer = string
 
 // Places A number of places of one standing area.
 type Places struct {
