@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -611,4 +612,56 @@ func TestWatchSeatMapMergesForASlowWatcher(t *testing.T) {
 		t.Fatal("after 300 changes missed (more than an eighth of the seats), no snapshot")
 	}
 	sameAsEngine()
+}
+
+// TestNewWatchersShareTheLastSnapshot: a watcher that connects within snapshotReuse of
+// the last map built starts from that map, also when more batches were published since
+// than its buffer holds (a busy sale): they come as one merged event, and the map they
+// give is the view's. A reconnect storm on a busy show then builds a snapshot a second,
+// not one per connect.
+func TestNewWatchersShareTheLastSnapshot(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	seats := seatNames(2000)
+	v.show("share", seats...)
+	ch, err := v.e.WatchSeatMap(t.Context(), "share", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := (<-ch).Snapshot
+	v.e.views.mu.RLock()
+	vw := v.e.views.m["share"]
+	v.e.views.mu.RUnlock()
+	// 3 × watchBuffer batches, a held seat each, published as the feed's entries are.
+	const batches = 3 * watchBuffer
+	vw.mu.Lock()
+	x := strconv.FormatInt(vw.redisNow()+time.Minute.Milliseconds(), 10)
+	for i := range batches {
+		vw.apply(map[string]any{"h": seats[i], "x": x})
+		vw.publish()
+	}
+	vw.mu.Unlock()
+
+	late, err := v.e.WatchSeatMap(t.Context(), "share", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, rest := <-late, <-late
+	if first.Snapshot != built {
+		t.Fatalf("the new watcher's first event is another snapshot than the one built %v ago", time.Since(vw.lastSnap.at))
+	}
+	if rest.Snapshot != nil || len(rest.Changes) != batches || rest.Merged != batches {
+		t.Fatalf("then: snapshot %v, %d changes standing for %d events; want the %d batches merged", rest.Snapshot != nil, len(rest.Changes), rest.Merged, batches)
+	}
+	mine := first.Snapshot
+	for _, c := range rest.Changes {
+		mine = patched(mine, c)
+	}
+	m, err := v.e.SeatMap(t.Context(), "share")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(mapStates(mine), mapStates(m)) {
+		t.Fatal("the new watcher's map is not the view's")
+	}
 }

@@ -851,11 +851,12 @@ func (v *view) snapshotLocked() *SeatMap {
 }
 
 // firstEvents are a new watcher's first events: the last map built, when it is at
-// most snapshotReuse old and the batches published since it fit in the watcher's
-// buffer, followed by those batches (the events every other watcher got); else a
-// snapshot of the map now. Connects that come faster than the map changes (a reconnect
-// storm on a busy show) then cost a snapshot a second, not one per version. Caller
-// holds mu.
+// most snapshotReuse old, followed by the batches published since (the events every
+// other watcher got) — or, when there are more of them than the watcher's buffer
+// holds, by one event standing for them all (merge); else a snapshot of the map now.
+// Connects that come faster than the map changes (a reconnect storm on a busy show)
+// then cost a snapshot a second, not one per connect or per version: a map of 100,000
+// seats is megabytes to build and to collect. Caller holds mu.
 func (v *view) firstEvents() []SeatMapEvent {
 	last := v.lastSnap
 	if last.m == nil || time.Since(last.at) > snapshotReuse {
@@ -865,14 +866,23 @@ func (v *view) firstEvents() []SeatMapEvent {
 	if last.m.Version == v.version {
 		return evs
 	}
-	i, found := slices.BinarySearchFunc(v.ring, last.m.Version, func(b batch, ver uint64) int { return cmp.Compare(b.version, ver) })
-	if !found || len(v.ring)-i > watchBuffer {
+	// Every publication is the next version and a batch in the ring: the batches since
+	// the map are those from its version + 1, unless the ring has dropped that one.
+	i, found := slices.BinarySearchFunc(v.ring, last.m.Version+1, func(b batch, ver uint64) int { return cmp.Compare(b.version, ver) })
+	if !found {
 		return []SeatMapEvent{v.snapshotEvent(1)}
 	}
-	for _, b := range v.ring[i+1:] {
-		evs = append(evs, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes, Merged: 1})
+	since := make([]SeatMapEvent, 0, len(v.ring)-i)
+	for _, b := range v.ring[i:] {
+		since = append(since, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes, Merged: 1})
 	}
-	return evs
+	if len(since) < watchBuffer {
+		return append(evs, since...)
+	}
+	if m := v.merge(since); m.Snapshot == nil {
+		return append(evs, m)
+	}
+	return []SeatMapEvent{v.snapshotEvent(1)} // they changed more than a snapshot weighs
 }
 
 // read returns the published map with its freshness. It waits (briefly) for this
