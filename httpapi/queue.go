@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -151,7 +150,7 @@ func (s *Server) getQueueEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	var buf bytes.Buffer
+	var buf streamOut
 	write := s.startStream(w, &buf)
 	tick := time.NewTicker(queueEventEvery)
 	defer tick.Stop()

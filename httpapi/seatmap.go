@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"reflect"
@@ -325,7 +326,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var buf bytes.Buffer
+	var buf streamOut
 	write := s.startStream(w, &buf)
 	if !write() {
 		return
@@ -450,21 +451,65 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (ctx context
 	}, true
 }
 
+// streamOut is what an event stream sends next, in order: text in a buffer, and
+// events formatted once for every stream (eventCache) by reference. A snapshot of a
+// 100,000-seat show is about 100 KB: copied into a buffer per stream, a reconnect storm
+// allocated — and the collector scanned the show's whole heap for — megabytes a second.
+type streamOut struct {
+	buf   bytes.Buffer
+	parts [][]byte // sent before buf: shared events, and the text that came before each
+}
+
+func (o *streamOut) WriteString(s string) { o.buf.WriteString(s) }
+func (o *streamOut) Write(b []byte)       { o.buf.Write(b) }
+func (o *streamOut) Len() int {
+	n := o.buf.Len()
+	for _, p := range o.parts {
+		n += len(p)
+	}
+	return n
+}
+
+// share queues b, which other streams send too: it is not copied.
+func (o *streamOut) share(b []byte) {
+	if o.buf.Len() > 0 {
+		o.parts = append(o.parts, bytes.Clone(o.buf.Bytes()))
+		o.buf.Reset()
+	}
+	o.parts = append(o.parts, b)
+}
+
+// writeTo writes what o holds to w and empties it.
+func (o *streamOut) writeTo(w io.Writer) error {
+	parts := o.parts
+	o.parts = o.parts[:0]
+	defer func() {
+		clear(parts) // a long-lived stream keeps no shared event alive
+		o.buf.Reset()
+	}()
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+	}
+	_, err := w.Write(o.buf.Bytes())
+	return err
+}
+
 // startStream writes an event stream's headers and returns the function that writes
-// what buf holds (first the reconnect delay), each write bounded by StreamWriteTimeout;
+// what out holds (first the reconnect delay), each write bounded by StreamWriteTimeout;
 // it reports whether the client took it.
-func (s *Server) startStream(w http.ResponseWriter, buf *bytes.Buffer) (write func() bool) {
+func (s *Server) startStream(w http.ResponseWriter, out *streamOut) (write func() bool) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	buf.WriteString("retry: 2000\n\n")
+	out.WriteString("retry: 2000\n\n")
 	return func() bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
-		_, err := w.Write(buf.Bytes())
-		buf.Reset()
+		err := out.writeTo(w)
 		return err == nil && rc.Flush() == nil
 	}
 }
@@ -522,10 +567,10 @@ func shareable(ev engine.SeatMapEvent) bool { return ev.Snapshot != nil || ev.Me
 
 // writeEvent formats one SSE event into buf, once per show and version when shared
 // (an event of one stream alone, a resume's catch-up, is not).
-func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEvent, shared bool) bool {
+func (s *Server) writeEvent(buf *streamOut, show string, ev engine.SeatMapEvent, shared bool) bool {
 	k := eventKey{show: show, version: ev.Version, snapshot: ev.Snapshot != nil}
 	if b := s.events.get(k); shared && b != nil {
-		buf.Write(b)
+		buf.share(b)
 		return true
 	}
 	var data []byte
@@ -552,6 +597,8 @@ func (s *Server) writeEvent(buf *bytes.Buffer, show string, ev engine.SeatMapEve
 	b := []byte("id: " + s.eventID(ev.Version) + "." + strconv.FormatUint(ev.Position, 10) + "\nevent: " + kind + "\ndata: " + string(data) + "\n\n")
 	if shared {
 		s.events.put(k, b)
+		buf.share(b)
+		return true
 	}
 	buf.Write(b)
 	return true
