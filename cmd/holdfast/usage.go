@@ -20,6 +20,7 @@ var flagGroups = map[string][]flagGroup{
 		{"Listening", []string{"addr", "admin-addr", "tls-cert", "tls-key", "trusted-proxy", "max-conns", "max-conns-per-addr",
 			"max-streams", "max-streams-per-addr", "stream-connect-rate", "shutdown-timeout"}},
 		{"Backends", []string{"database-url", "pg-max-conns", "redis-url", "redis-cluster", "key-prefix"}},
+		{"Memory", []string{"gc-percent", "memory-limit-mb"}},
 		{"Holds and confirmations", []string{"default-hold-ttl", "max-hold-ttl", "max-hold-age", "max-seats-per-hold",
 			"max-seats-per-holder", "max-confirm-queue", "confirm-batch", "confirm-batch-wait", "confirm-conns",
 			"confirm-savepoints", "no-auto-pipeline"}},

@@ -47,7 +47,7 @@ func TestServeHelpGroupsEveryFlag(t *testing.T) {
 			headings = append(headings, heading)
 		}
 	}
-	want := []string{"Listening", "Backends", "Holds and confirmations", "Limits per holder and client address", "Security", "Observability", "Webhooks", "Demo"}
+	want := []string{"Listening", "Backends", "Memory", "Holds and confirmations", "Limits per holder and client address", "Security", "Observability", "Webhooks", "Demo"}
 	if strings.Join(headings, "|") != strings.Join(want, "|") {
 		t.Errorf("headings %q, want %q", headings, want)
 	}
