@@ -29,6 +29,9 @@ type SeatMap struct {
 	Layout  []Seat
 	States  []SeatStatus
 	Expires []time.Time
+	// Areas is the show's standing areas (Venue.Areas) in id order, each with its
+	// places free, held and sold.
+	Areas []AreaState
 }
 
 // SeatChange is one seat's new state in a [SeatMapEvent].
@@ -56,6 +59,8 @@ type SeatMapEvent struct {
 	Position uint64
 	Snapshot *SeatMap
 	Changes  []SeatChange
+	// Areas is the areas whose places changed, each in its new state.
+	Areas []AreaState
 }
 
 // Seats returns every seat of a show, sorted, as free, held (with its expiry) or sold,
@@ -277,10 +282,11 @@ func (e *Engine) WatchSeatMap(ctx context.Context, showID string, after uint64) 
 func (e *Engine) WatchSeatMapFrom(ctx context.Context, showID string, position uint64) (<-chan SeatMapEvent, error) {
 	return e.watch(ctx, showID, position, func(v *view) ([]SeatMapEvent, bool) {
 		changes, ok := v.catchUp(position)
-		if !ok || len(changes) == 0 {
+		if !ok || len(changes) == 0 && len(v.areas.pub) == 0 {
 			return nil, ok
 		}
-		return []SeatMapEvent{{Version: v.version, Position: v.feedPos(), Changes: changes}}, true
+		// Every area as it is: a superset of what changed, as the seats are.
+		return []SeatMapEvent{{Version: v.version, Position: v.feedPos(), Changes: changes, Areas: slices.Clone(v.areas.pub)}}, true
 	})
 }
 

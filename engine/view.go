@@ -94,6 +94,7 @@ type batch struct {
 	version uint64
 	pos     uint64 // the feed position it was published at (feedPos)
 	changes []SeatChange
+	areas   []AreaState // areas whose places changed
 }
 
 // entryTouch is the seats (layout indexes) one feed entry touched, at its position.
@@ -117,6 +118,7 @@ type view struct {
 	exp     []int64 // hold expiry, Redis ms; 0 when none
 	pub     []SeatStatus
 	pubExp  []int64
+	areas   areaView // the show's areas (view_areas.go): slot len(layout)+a of touched, mark and expq
 	touched []int
 	mark    []bool // in touched
 	expq    expiryHeap
@@ -169,7 +171,7 @@ type view struct {
 func newView(e *Engine, sh *show) *view {
 	n := len(sh.layout)
 	v := &view{e: e, sh: sh, sold: make([]bool, n), exp: make([]int64, n), pub: make([]SeatStatus, n),
-		pubExp: make([]int64, n), mark: make([]bool, n), subs: map[*watcher]struct{}{},
+		pubExp: make([]int64, n), areas: newAreaView(sh), mark: make([]bool, n+len(sh.areas)), subs: map[*watcher]struct{}{},
 		ready: make(chan struct{}), tried: make(chan struct{}), adv: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	for i := range v.pub {
 		v.pub[i] = SeatFree
@@ -222,7 +224,7 @@ func (v *view) now() int64 { return max(v.redisNow(), int64(v.feedPos()>>22)-1) 
 func (v *view) expireDue(now int64) {
 	for len(v.expq) > 0 && v.expq[0].at <= now {
 		x := heap.Pop(&v.expq).(expiry)
-		if v.exp[x.idx] == x.at {
+		if x.idx >= len(v.exp) || v.exp[x.idx] == x.at { // an area, or the seat's hold as it is
 			v.touch(x.idx)
 		}
 	}
@@ -410,16 +412,18 @@ func fieldString(x any) string {
 
 // apply applies one feed entry's fields. Caller holds mu.
 func (v *view) apply(f map[string]any) (touched []int32) {
+	x, _ := strconv.ParseInt(fieldString(f["x"]), 10, 64)
 	each := func(field string, fn func(i int)) {
 		for _, seat := range strings.Fields(fieldString(f[field])) {
 			if i, ok := v.sh.index[seat]; ok {
 				fn(i)
 				v.touch(i)
 				touched = append(touched, int32(i))
+			} else if len(v.sh.areas) > 0 {
+				v.applyPlace(field, seat, x)
 			}
 		}
 	}
-	x, _ := strconv.ParseInt(fieldString(f["x"]), 10, 64)
 	each("h", func(i int) {
 		v.exp[i] = x
 		heap.Push(&v.expq, expiry{at: x, idx: i})
@@ -464,8 +468,12 @@ func (v *view) publish() {
 	now := v.now()
 	v.expireDue(now)
 	var changes []SeatChange
+	areas := v.publishAreas(v.touched, now)
 	for _, i := range v.touched {
 		v.mark[i] = false
+		if i >= len(v.pub) {
+			continue // an area
+		}
 		st, x := v.state(i, now)
 		if st != v.pub[i] || x != v.pubExp[i] {
 			v.pub[i], v.pubExp[i] = st, x
@@ -477,17 +485,17 @@ func (v *view) publish() {
 		}
 	}
 	v.touched = v.touched[:0]
-	if len(changes) > 0 {
+	if len(changes) > 0 || len(areas) > 0 {
 		v.version++
 		v.snap.Store(nil)
-		b := batch{version: v.version, pos: v.feedPos(), changes: changes}
+		b := batch{version: v.version, pos: v.feedPos(), changes: changes, areas: areas}
 		if len(v.ring) == ringBatches {
 			copy(v.ring, v.ring[1:])
 			v.ring = v.ring[:len(v.ring)-1]
 		}
 		v.ring = append(v.ring, b)
 		for w := range v.subs {
-			v.send(w, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes})
+			v.send(w, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes, Areas: b.areas})
 		}
 	}
 	close(v.adv)
@@ -638,6 +646,7 @@ func (v *view) merge(evs []SeatMapEvent) SeatMapEvent {
 			at[c.Index] = len(out.Changes)
 			out.Changes = append(out.Changes, c)
 		}
+		out.Areas = mergeAreas(out.Areas, ev.Areas)
 		if len(out.Changes) > len(v.sh.layout)/8 {
 			return v.snapshotEvent(out.Merged)
 		}
@@ -686,6 +695,10 @@ func (v *view) rebuild(ctx context.Context) error {
 	for i, s := range sh.layout {
 		exps[i] = pipe.PExpireTime(ctx, sh.holdKeys[s.ID])
 	}
+	areas, err := v.readAreas(ctx, pipe)
+	if err != nil {
+		return err
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return v.e.redisErr(err)
 	}
@@ -705,6 +718,7 @@ func (v *view) rebuild(ctx context.Context) error {
 		}
 		v.touch(i)
 	}
+	v.setAreas(areas)
 	heap.Init(&v.expq)
 	for _, c := range claims {
 		if i, ok := sh.index[c.SeatID]; ok {
@@ -838,7 +852,7 @@ func (v *view) snapshotLocked() *SeatMap {
 		return m
 	}
 	m := &SeatMap{ShowID: v.sh.id, Version: v.version, Layout: v.sh.layout,
-		States: make([]SeatStatus, len(v.pub)), Expires: make([]time.Time, len(v.pub))}
+		States: make([]SeatStatus, len(v.pub)), Expires: make([]time.Time, len(v.pub)), Areas: slices.Clone(v.areas.pub)}
 	copy(m.States, v.pub)
 	for i, x := range v.pubExp {
 		if x != 0 {
@@ -874,7 +888,7 @@ func (v *view) firstEvents() []SeatMapEvent {
 	}
 	since := make([]SeatMapEvent, 0, len(v.ring)-i)
 	for _, b := range v.ring[i:] {
-		since = append(since, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes, Merged: 1})
+		since = append(since, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes, Areas: b.areas, Merged: 1})
 	}
 	if len(since) < watchBuffer {
 		return append(evs, since...)
