@@ -115,9 +115,9 @@ func (v *view) publishAreas(touched []int, now int64) []AreaState {
 // areaReads is what a rebuild reads of the show's areas: the place keys of the holds
 // in each area's expiry set (ax) with their hold keys' expiries, and the places sold.
 type areaReads struct {
-	keys [][]string              // by area
+	keys [][]string             // by area
 	exps [][]*redis.DurationCmd // by area, as keys
-	sold map[string]int          // claimed place key -> count
+	sold map[string]int         // claimed place key -> count
 }
 
 // readAreas reads the show's areas for a rebuild: the place keys first (one round trip),

@@ -227,3 +227,36 @@ func TestShowOfAreasOnlyOverHTTP(t *testing.T) {
 	a.want(a.do("GET", "/v1/shows/ga/layout", "", "", nil), 200, "")
 	a.want(a.do("POST", "/v1/shows/ga/resync", "", "", nil), 200, "")
 }
+
+// TestAreasOnTheSeatMapOverHTTP: GET …/seats (both forms) and the event stream carry
+// each area's places free, held and sold: the stream's first event has them, and a hold
+// and a confirmation of places come as "areas" in a changes event.
+func TestAreasOnTheSeatMapOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/am", "", "", venueBody(50)), 201, "")
+	st, _ := a.openEvents("am", "")
+	first := st.next(5 * time.Second)
+	if first.event != "snapshot" || fmt.Sprint(first.data["areas"]) != "[map[capacity:50 free:50 held:0 id:FLOOR sold:0]]" {
+		t.Fatalf("first event: %+v", first)
+	}
+	h := a.do("POST", "/v1/shows/am/holds", "alice", "", map[string]any{"places": places("FLOOR", 7)})
+	a.want(h, 201, "")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", map[string]any{"show": "am", "seats": []string{}, "token": h.body["token"],
+		"generation": h.body["generation"], "places": h.body["places"], "only_places": places("FLOOR", 5)}), 201, "")
+	// areaOf is FLOOR as the stream's events bring it, once it reads want.
+	want := "[map[capacity:50 free:45 held:0 id:FLOOR sold:5]]"
+	for seen := ""; seen != want; {
+		ev := st.next(5 * time.Second)
+		if ev.event == "changes" && ev.data["areas"] != nil {
+			seen = fmt.Sprint(ev.data["areas"])
+		}
+	}
+	for _, format := range []string{"json", "compact"} {
+		r := a.do("GET", "/v1/shows/am/seats?format="+format, "", "", nil)
+		a.want(r, 200, "")
+		if got := fmt.Sprint(r.body["areas"]); got != want {
+			t.Fatalf("GET seats?format=%s: areas %s, want %s", format, got, want)
+		}
+	}
+}

@@ -64,16 +64,36 @@ type compactJSON struct {
 	Format  string `json:"format"` // "compact"
 	Seats   int    `json:"seats"`
 	States  string `json:"states"`
+	// Areas is the show's standing areas with their places (none: omitted).
+	Areas []areaStateJSON `json:"areas,omitempty"`
+}
+
+// areaStateJSON is a standing area's places on the seat map.
+type areaStateJSON struct {
+	ID       string `json:"id"`
+	Capacity int    `json:"capacity"`
+	Free     int    `json:"free"`
+	Held     int    `json:"held"`
+	Sold     int    `json:"sold"`
+}
+
+func toAreaStatesJSON(as []engine.AreaState) []areaStateJSON {
+	var out []areaStateJSON
+	for _, a := range as {
+		out = append(out, areaStateJSON{ID: a.AreaID, Capacity: a.Capacity, Free: a.Free, Held: a.Held, Sold: a.Sold})
+	}
+	return out
 }
 
 // seatMapJSON is the per-seat seat map on the wire.
 type seatMapJSON struct {
-	Show    string     `json:"show"`
-	Version string     `json:"version"`
-	Format  string     `json:"format"` // "json"
-	AsOf    time.Time  `json:"as_of"`
-	Stale   bool       `json:"stale"`
-	Seats   []seatJSON `json:"seats"`
+	Show    string          `json:"show"`
+	Version string          `json:"version"`
+	Format  string          `json:"format"` // "json"
+	AsOf    time.Time       `json:"as_of"`
+	Stale   bool            `json:"stale"`
+	Seats   []seatJSON      `json:"seats"`
+	Areas   []areaStateJSON `json:"areas,omitempty"`
 }
 
 // encoded is a response body encoded once for every reader: its ETag, the body and
@@ -257,10 +277,10 @@ func (s *Server) getSeats(w http.ResponseWriter, r *http.Request) {
 		var v any
 		if format == "compact" {
 			v = compactJSON{Show: m.ShowID, Version: s.eventID(m.Version), Format: "compact",
-				Seats: len(m.States), States: compactStates(m.States)}
+				Seats: len(m.States), States: compactStates(m.States), Areas: toAreaStatesJSON(m.Areas)}
 		} else {
 			out := seatMapJSON{Show: m.ShowID, Version: s.eventID(m.Version), Format: "json", AsOf: m.AsOf, Stale: m.Stale,
-				Seats: make([]seatJSON, len(m.Layout))}
+				Seats: make([]seatJSON, len(m.Layout)), Areas: toAreaStatesJSON(m.Areas)}
 			for i, st := range m.Layout {
 				out.Seats[i] = seatJSON{Seat: st.ID, Status: string(m.States[i])}
 				if m.States[i] == engine.SeatHeld {
@@ -580,7 +600,7 @@ func (s *Server) writeEvent(buf *streamOut, show string, ev engine.SeatMapEvent,
 		kind = "snapshot"
 		s.events.encodes.Add(1)
 		data, err = json.Marshal(compactJSON{Show: show, Version: s.eventID(ev.Version), Format: "compact",
-			Seats: len(ev.Snapshot.States), States: compactStates(ev.Snapshot.States)})
+			Seats: len(ev.Snapshot.States), States: compactStates(ev.Snapshot.States), Areas: toAreaStatesJSON(ev.Snapshot.Areas)})
 	} else {
 		cs := make([]changeJSON, len(ev.Changes))
 		for i, c := range ev.Changes {
@@ -589,7 +609,11 @@ func (s *Server) writeEvent(buf *streamOut, show string, ev engine.SeatMapEvent,
 				cs[i].Expires = c.ExpiresAt.UnixMilli()
 			}
 		}
-		data, err = json.Marshal(map[string]any{"version": s.eventID(ev.Version), "changes": cs})
+		body := map[string]any{"version": s.eventID(ev.Version), "changes": cs}
+		if len(ev.Areas) > 0 {
+			body["areas"] = toAreaStatesJSON(ev.Areas)
+		}
+		data, err = json.Marshal(body)
 	}
 	if err != nil {
 		return false

@@ -330,6 +330,15 @@ type Area struct {
 	Section  string    `json:"section"`
 }
 
+// AreaStates The show's standing areas in id order, each with its places (left out when the show has none; in a `changes` event, the areas that changed).
+type AreaStates = []struct {
+	Capacity int `json:"capacity"`
+	Free     int `json:"free"`
+	Held     int `json:"held"`
+	Id       ID  `json:"id"`
+	Sold     int `json:"sold"`
+}
+
 // Booking defines model for Booking.
 type Booking struct {
 	CancelledAt *time.Time         `json:"cancelled_at"`
@@ -619,6 +628,8 @@ type SeatIDs = []ID
 
 // SeatMapCompact defines model for SeatMapCompact.
 type SeatMapCompact struct {
+	// Areas The show's standing areas in id order, each with its places (left out when the show has none; in a `changes` event, the areas that changed).
+	Areas   *AreaStates `json:"areas,omitempty"`
 	Format  interface{} `json:"format"`
 	Seats   int         `json:"seats"`
 	Show    ID          `json:"show"`
@@ -939,6 +950,8 @@ type GetSeatsParamsFormat string
 
 // GetSeats200JSONResponseBody1 defines parameters for GetSeats.
 type GetSeats200JSONResponseBody1 struct {
+	// Areas The show's standing areas in id order, each with its places (left out when the show has none; in a `changes` event, the areas that changed).
+	Areas   *AreaStates `json:"areas,omitempty"`
 	AsOf    time.Time   `json:"as_of"`
 	Format  interface{} `json:"format"`
 	Seats   []SeatState `json:"seats"`
@@ -1596,7 +1609,7 @@ type ClientInterface interface {
 	// GetEvents Server-Sent Events of the show's seat changes
 	//
 	// Events: `snapshot` (data is the compact seat map, to start from) and `changes`
-	// (data `{"version", "changes": [{"i", "s", "x"}]}`: `i` the seat's index in the
+	// (data `{"version", "changes": [{"i", "s", "x"}], "areas"}`, `areas` only when an area's places changed: `i` the seat's index in the
 	// layout, `s` its state character as in the compact map, `x` a held seat's hold
 	// expiry in Unix milliseconds). Each has an id `<epoch>.<version>.<position>`; a
 	// reconnect with `Last-Event-ID` gets the changes after it — on the same server by
@@ -2281,7 +2294,7 @@ func (c *Client) PutShow(ctx context.Context, show Show, body PutShowJSONRequest
 // GetEvents Server-Sent Events of the show's seat changes
 //
 // Events: `snapshot` (data is the compact seat map, to start from) and `changes`
-// (data `{"version", "changes": [{"i", "s", "x"}]}`: `i` the seat's index in the
+// (data `{"version", "changes": [{"i", "s", "x"}], "areas"}`, `areas` only when an area's places changed: `i` the seat's index in the
 // layout, `s` its state character as in the compact map, `x` a held seat's hold
 // expiry in Unix milliseconds). Each has an id `<epoch>.<version>.<position>`; a
 // reconnect with `Last-Event-ID` gets the changes after it — on the same server by
@@ -4644,7 +4657,7 @@ type ClientWithResponsesInterface interface {
 	// GetEventsWithResponse Server-Sent Events of the show's seat changes
 	//
 	// Events: `snapshot` (data is the compact seat map, to start from) and `changes`
-	// (data `{"version", "changes": [{"i", "s", "x"}]}`: `i` the seat's index in the
+	// (data `{"version", "changes": [{"i", "s", "x"}], "areas"}`, `areas` only when an area's places changed: `i` the seat's index in the
 	// layout, `s` its state character as in the compact map, `x` a held seat's hold
 	// expiry in Unix milliseconds). Each has an id `<epoch>.<version>.<position>`; a
 	// reconnect with `Last-Event-ID` gets the changes after it — on the same server by
@@ -7931,7 +7944,7 @@ func (c *ClientWithResponses) PutShowWithResponse(ctx context.Context, show Show
 // GetEventsWithResponse Server-Sent Events of the show's seat changes
 //
 // Events: `snapshot` (data is the compact seat map, to start from) and `changes`
-// (data `{"version", "changes": [{"i", "s", "x"}]}`: `i` the seat's index in the
+// (data `{"version", "changes": [{"i", "s", "x"}], "areas"}`, `areas` only when an area's places changed: `i` the seat's index in the
 // layout, `s` its state character as in the compact map, `x` a held seat's hold
 // expiry in Unix milliseconds). Each has an id `<epoch>.<version>.<position>`; a
 // reconnect with `Last-Event-ID` gets the changes after it — on the same server by
