@@ -236,3 +236,43 @@ func saveScreenshot(t *testing.T, ctx context.Context, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestAreasOnThePageInABrowser: the page lists a show's standing areas with their
+// places free, held and sold as the stream brings them, and holds and confirms a number
+// of places of one.
+func TestAreasOnThePageInABrowser(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/ga", "", "", venueBody(50)), 201, "")
+	ctx := newBrowser(t)
+	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	floorSays := func(text string) {
+		t.Helper()
+		q := `//li[@data-area="FLOOR"]/span[starts-with(., "` + text + `")]`
+		if err := chromedp.Do(tctx, chromedp.WaitVisible(chromedp.Search(q))); err != nil {
+			got, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`document.getElementById('area-list').textContent`))
+			t.Fatalf("FLOOR on the page: %q, want %q (%v)", got, text, err)
+		}
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(a.srv.URL+"/shows/ga")); err != nil {
+		t.Fatal(err)
+	}
+	floorSays("FLOOR: 50 of 50 free (0 held, 0 sold)")
+	a.want(a.do("POST", "/v1/shows/ga/holds", "bob", "", map[string]any{"places": places("FLOOR", 5)}), 201, "")
+	floorSays("FLOOR: 45 of 50 free (5 held, 0 sold)")
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](`(() => { const n = document.querySelector('li[data-area="FLOOR"] input'); n.value = 3; return true })()`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.CSS(`li[data-area="FLOOR"] button`))); err != nil {
+		t.Fatal(err)
+	}
+	floorSays("FLOOR: 42 of 50 free (8 held, 0 sold)")
+	if err := chromedp.Do(tctx, chromedp.Click(chromedp.ID(`confirm`))); err != nil {
+		t.Fatal(err)
+	}
+	floorSays("FLOOR: 42 of 50 free (5 held, 3 sold)")
+	if r := a.do("GET", "/v1/shows/ga/seats?format=json", "", "", nil); !strings.Contains(r.raw, `"id":"FLOOR","capacity":50,"free":42,"held":5,"sold":3`) {
+		t.Fatalf("the server's map: %s", r.raw)
+	}
+}

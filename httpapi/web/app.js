@@ -123,7 +123,8 @@
     for (const h of live) {
       const li = document.createElement('li');
       const left = Math.max(0, Math.ceil((Date.parse(h.expires_at) - Date.now()) / 1000));
-      li.textContent = `Held ${h.seats.join(', ')} — ${Math.floor(left / 60)}:${String(left % 60).padStart(2, '0')} left`;
+      const what = [...h.seats, ...(h.places || []).map((p) => `${p.count} × ${p.area}`)];
+      li.textContent = `Held ${what.join(', ')} — ${Math.floor(left / 60)}:${String(left % 60).padStart(2, '0')} left`;
       li.className = 'countdown';
       ul.appendChild(li);
     }
@@ -470,12 +471,52 @@
     paintAll();
   });
 
+  // Standing areas: each with its places free, held and sold (the stream's "areas"), a
+  // count to hold and its button.
+  const areas = new Map(); // id -> {id, capacity, free, held, sold}
+  function setAreas(list) {
+    for (const a of list || []) areas.set(a.id, a);
+    const box = $('areas');
+    box.hidden = areas.size === 0;
+    const ul = $('area-list');
+    for (const a of areas.values()) {
+      let li = ul.querySelector(`li[data-area="${CSS.escape(a.id)}"]`);
+      if (!li) {
+        li = document.createElement('li');
+        li.dataset.area = a.id;
+        const label = document.createElement('span');
+        const n = document.createElement('input');
+        Object.assign(n, { type: 'number', min: 1, value: 1, size: 3 });
+        n.setAttribute('aria-label', 'places of ' + a.id);
+        const b = document.createElement('button');
+        b.textContent = 'Hold places';
+        b.addEventListener('click', () => holdPlaces(a.id, Number(n.value)));
+        li.append(label, ' ', n, ' ', b);
+        ul.append(li);
+      }
+      li.querySelector('span').textContent = `${a.id}: ${a.free} of ${a.capacity} free (${a.held} held, ${a.sold} sold)`;
+      li.querySelector('input').max = a.free;
+      li.querySelector('button').disabled = a.free < 1;
+    }
+  }
+
+  async function holdPlaces(area, count) {
+    say('');
+    try {
+      const h = await call('POST', api + '/holds', { places: [{ area, count }] });
+      myHolds.push(h);
+      saveHolds();
+      panel();
+    } catch (e) { say('Hold refused: ' + e.message); }
+  }
+
   function listen() {
     const es = new EventSource(api + '/events');
     es.addEventListener('snapshot', (e) => {
       const t0 = performance.now();
       const m = JSON.parse(e.data);
       setStates(m.states);
+      setAreas(m.areas);
       version = m.version;
       connected = true;
       loaded = true;
@@ -487,6 +528,7 @@
       const t0 = performance.now();
       const m = JSON.parse(e.data);
       for (const c of m.changes) setState(c.i, c.s);
+      setAreas(m.areas);
       version = m.version;
       const my = mine();
       for (const c of m.changes) paint(c.i, my);
