@@ -27,6 +27,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		adminURL = fs.String("admin-url", "http://127.0.0.1:9090", "that server's admin listener (serve --admin-addr), where the show is created")
 		show     = fs.String("show", "", "show to create and sell (default sale-<unix time>: a new show each run)")
 		seats    = fs.Int("seats", 500, "seats of the show")
+		places   = fs.Int("places", 100, "places of the show's standing area FLOOR, sold by count beside the seats (0: none)")
 		buyers   = fs.Int("buyers", 200, "concurrent buyers")
 		ttl      = fs.Duration("hold-ttl", time.Second, "TTL buyers ask for (late payers wait past it)")
 		pace     = fs.Duration("pace", time.Minute, "spread the sale over about this long, to watch it on the page; 0: as fast as the buyers go")
@@ -83,16 +84,16 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintf(stdout, "demo: serving in-process on %s\n", url)
 	}
 	fmt.Fprintf(stdout, "demo: watch the sale on %s/shows/%s\n", strings.TrimRight(url, "/"), *show)
-	fmt.Fprintf(stdout, "demo: %d buyers open the sale of %s (%d seats, paced over %v) in %v\n", *buyers, *show, *seats, *pace, *startIn)
-	sum, err := demo.Run(ctx, demo.Options{BaseURL: url, Pool: pool, ShowID: *show, Seats: *seats, Buyers: *buyers,
+	fmt.Fprintf(stdout, "demo: %d buyers open the sale of %s (%d seats, %d standing places, paced over %v) in %v\n", *buyers, *show, *seats, *places, *pace, *startIn)
+	sum, err := demo.Run(ctx, demo.Options{BaseURL: url, Pool: pool, ShowID: *show, Seats: *seats, Places: *places, Buyers: *buyers,
 		HoldTTL: *ttl, Duration: *duration, Pace: *pace, StartIn: *startIn, Progress: stderr, AdminURL: *adminURL, OperatorToken: *opToken})
 	if err != nil {
 		return err
 	}
 	sum.Print(stdout)
 	if !sum.OK() {
-		return fmt.Errorf("the sale broke a promise: %d double bookings, %d acknowledged bookings missing, %d replay mismatches",
-			sum.DoubleBookings, sum.MissingAcked, sum.ReplayMismatch)
+		return fmt.Errorf("the sale broke a promise: %d double bookings, %d acknowledged bookings missing, %d replay mismatches, %d places oversold or miscounted",
+			sum.DoubleBookings, sum.MissingAcked, sum.ReplayMismatch, sum.PlacesMiscounted)
 	}
 	return nil
 }

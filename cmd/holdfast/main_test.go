@@ -238,11 +238,12 @@ func TestDemoInProcess(t *testing.T) {
 	}
 	for _, c := range []struct {
 		pace    string
-		atLeast time.Duration // the pace's floor: 60 seats at 1.33 x 60/3 s with a burst of 5
-	}{{"0", 0}, {"3s", 2 * time.Second}} {
+		places  string
+		atLeast time.Duration // the pace's floor: 60 seats (and 40 places) at 1.33 x 100/3 s with a burst of 8
+	}{{"0", "0", 0}, {"3s", "40", 2 * time.Second}} {
 		var out bytes.Buffer
 		start := time.Now()
-		err := run(t.Context(), []string{"demo", "--show", "paced-" + strings.TrimSuffix(c.pace, "s"), "--seats", "60", "--buyers", "30",
+		err := run(t.Context(), []string{"demo", "--show", "paced-" + strings.TrimSuffix(c.pace, "s"), "--seats", "60", "--places", c.places, "--buyers", "30",
 			"--hold-ttl", "300ms", "--duration", "60s", "--pace", c.pace, "--start-in", "0"}, vars, &out, io.Discard)
 		if err != nil {
 			t.Fatalf("demo --pace %s: %v\n%s", c.pace, err, out.String())
@@ -252,9 +253,12 @@ func TestDemoInProcess(t *testing.T) {
 		sc := bufio.NewScanner(strings.NewReader(text))
 		var sawCheck bool
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "independent SQL check: double bookings 0, acknowledged bookings missing 0, replay mismatches 0") {
+			if sc.Text() == "independent SQL check: double bookings 0, acknowledged bookings missing 0, replay mismatches 0, places oversold or miscounted 0" {
 				sawCheck = true
 			}
+		}
+		if c.places != "0" && !strings.Contains(text, "60/60 seats sold and 40/40 places") {
+			t.Fatalf("demo --places 40 did not sell the standing area out:\n%s", text)
 		}
 		if !sawCheck || !strings.Contains(text, "60/60 seats sold") || !strings.Contains(text, "demo: watch the sale on http://127.0.0.1:") ||
 			!strings.Contains(text, "/shows/paced-") {

@@ -26,10 +26,13 @@ import (
 
 // Options describe one simulated sale.
 type Options struct {
-	BaseURL  string        // the API, e.g. http://127.0.0.1:8080
-	Pool     *pgxpool.Pool // the same database, for the independent check
-	ShowID   string        // created with Seats seats
-	Seats    int
+	BaseURL string        // the API, e.g. http://127.0.0.1:8080
+	Pool    *pgxpool.Pool // the same database, for the independent check
+	ShowID  string        // created with Seats seats
+	Seats   int
+	// Places is the capacity of the show's standing area FLOOR, sold by count beside
+	// the seats (0: no area): one buyer in ten asks for 1–4 places of it.
+	Places   int
 	Buyers   int           // concurrent buyers
 	HoldTTL  time.Duration // TTL buyers ask for; late payers wait past it
 	Duration time.Duration // stop by then even if seats remain
@@ -48,16 +51,21 @@ type Options struct {
 
 // Summary is what happened.
 type Summary struct {
-	Elapsed        time.Duration
-	Requests       int64
-	Outcomes       map[string]int64 // "op status/type" -> count
-	Bookings       int              // confirmed bookings in the database
-	SeatsSold      int              // claimed seats in the database
-	Seats          int
-	DoubleBookings int // seats in two confirmed bookings (must be 0)
-	MissingAcked   int // bookings the API acknowledged that the database lacks (must be 0)
-	ReplayMismatch int64
-	Latency        map[string][3]time.Duration // op -> p50, p90, p99
+	Elapsed    time.Duration
+	Requests   int64
+	Outcomes   map[string]int64 // "op status/type" -> count
+	Bookings   int              // confirmed bookings in the database
+	SeatsSold  int              // claimed seats in the database
+	Seats      int
+	PlacesSold int // places of the area claimed by confirmed bookings in the database
+	Places     int
+	// PlacesMiscounted is the places sold past the area's capacity, plus the difference
+	// between the area's sold count and its claimed places (must be 0).
+	PlacesMiscounted int
+	DoubleBookings   int // seats in two confirmed bookings (must be 0)
+	MissingAcked     int // bookings the API acknowledged that the database lacks (must be 0)
+	ReplayMismatch   int64
+	Latency          map[string][3]time.Duration // op -> p50, p90, p99
 	// TransportErrors counts requests that got no response (connection refused or
 	// reset, timeouts).
 	TransportErrors int64
@@ -156,6 +164,7 @@ type hold struct {
 	Token      string    `json:"token"`
 	Generation int64     `json:"generation"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	Places     []any     `json:"places,omitempty"` // presented back: they name the hold's place keys
 }
 
 type booking struct {
@@ -206,7 +215,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		seats[i] = s.ID
 		layout[i] = map[string]any{"id": s.ID, "section": s.Section, "row": s.Row, "position": s.Position, "rank": s.Rank, "x": s.X, "y": s.Y}
 	}
-	status, typ, err := c.call(ctx, http.MethodPut, "/v1/shows/"+o.ShowID, "", "", map[string]any{"layout": layout}, nil)
+	show := map[string]any{"layout": layout}
+	if o.Places > 0 {
+		show["areas"] = []map[string]any{{"id": "FLOOR", "section": "Floor", "capacity": o.Places}}
+	}
+	status, typ, err := c.call(ctx, http.MethodPut, "/v1/shows/"+o.ShowID, "", "", show, nil)
 	if err != nil || status >= 300 {
 		hint := ""
 		if status == http.StatusForbidden || status == http.StatusUnauthorized {
@@ -237,13 +250,18 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if o.Pace > 0 {
 		// A third more than the seats: holds that lapse, are released or come too late
 		// give theirs back.
-		perSecond := 1.33 * float64(o.Seats) / o.Pace.Seconds()
+		perSecond := 1.33 * float64(o.Seats+o.Places) / o.Pace.Seconds()
 		pace = rate.NewLimiter(rate.Limit(perSecond), max(4, int(perSecond/5)))
 	}
 	var wg sync.WaitGroup
 	for b := range o.Buyers {
 		best := b%5 != 0 // four buyers in five ask for the best available
-		wg.Go(func() { buyer(ctx, c, o, view, rec, pace, fmt.Sprintf("buyer-%04d", b), best) })
+		holder := fmt.Sprintf("buyer-%04d", b)
+		if o.Places > 0 && b%10 == 3 { // one in ten stands
+			wg.Go(func() { standing(ctx, c, o, rec, pace, holder) })
+			continue
+		}
+		wg.Go(func() { buyer(ctx, c, o, view, rec, pace, holder, best) })
 	}
 	// The sale ends when the seat map shows every seat sold (or at the deadline), or
 	// when the server stops answering.
@@ -256,6 +274,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 					Seat   string `json:"seat"`
 					Status string `json:"status"`
 				} `json:"seats"`
+				Areas []struct {
+					Sold int `json:"sold"`
+				} `json:"areas"`
 			}
 			st, _, err := c.call(ctx, http.MethodGet, "/v1/shows/"+o.ShowID+"/seats?format=json", "", "", nil, &m)
 			if err != nil && ctx.Err() == nil {
@@ -275,7 +296,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 						view.markSold(s.Seat)
 					}
 				}
-				if sold == o.Seats {
+				if sold == o.Seats && (o.Places == 0 || len(m.Areas) == 1 && m.Areas[0].Sold == o.Places) {
 					cancel()
 					return
 				}
@@ -288,7 +309,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	close(stopProgress)
 	progressDone.Wait()
 
-	sum := Summary{Elapsed: elapsed, Requests: rec.requests.Load(), Outcomes: rec.outcomes, Seats: o.Seats,
+	sum := Summary{Elapsed: elapsed, Requests: rec.requests.Load(), Outcomes: rec.outcomes, Seats: o.Seats, Places: o.Places,
 		ReplayMismatch: rec.mismatch.Load(), Latency: map[string][3]time.Duration{}, TransportErrors: c.failed.Load(),
 		RefusedPerBooking: map[string]float64{}}
 	for k, name := range []string{"pick-your-seat", "best-available"} {
@@ -331,7 +352,54 @@ func check(ctx context.Context, o Options, rec *recorder, sum *Summary) error {
 		return err
 	}
 	sum.MissingAcked = len(acked) - found
+	return checkPlaces(q, o, sum)
+}
+
+// checkPlaces counts the area's places sold two ways, independently of the engine: the
+// places of the confirmed bookings' claimed rows, and the area's own count.
+func checkPlaces(q func(string, ...any) (int, error), o Options, sum *Summary) error {
+	if o.Places == 0 {
+		return nil
+	}
+	var err error
+	if sum.PlacesSold, err = q(`SELECT COALESCE(sum(p.places), 0)::int FROM booking_places p JOIN bookings b USING (show_id, booking_id)
+		WHERE p.show_id = $1 AND p.claimed AND b.status = 'confirmed'`, o.ShowID); err != nil {
+		return err
+	}
+	counted, err := q("SELECT sold FROM areas WHERE show_id = $1 AND area_id = 'FLOOR'", o.ShowID)
+	if err != nil {
+		return err
+	}
+	sum.PlacesMiscounted = max(sum.PlacesSold-o.Places, 0) + max(counted-sum.PlacesSold, sum.PlacesSold-counted)
 	return nil
+}
+
+// standing keeps buying 1–4 places of the standing area FLOOR until the sale ends:
+// most confirm, some abandon the hold.
+func standing(ctx context.Context, c *client, o Options, rec *recorder, pace *rate.Limiter, holder string) {
+	for ctx.Err() == nil {
+		n := 1 + rand.IntN(4)
+		if pace != nil && pace.WaitN(ctx, min(n, pace.Burst())) != nil {
+			return
+		}
+		var h hold
+		t := time.Now()
+		body := map[string]any{"places": []map[string]any{{"area": "FLOOR", "count": n}}, "ttl_ms": o.HoldTTL.Milliseconds()}
+		st, p, err := c.callP(ctx, http.MethodPost, "/v1/shows/"+o.ShowID+"/holds", holder, "", body, &h)
+		if err != nil {
+			continue
+		}
+		rec.add("hold places", st, p.Type, time.Since(t))
+		if st != http.StatusCreated {
+			time.Sleep(o.HoldTTL / 4) // the area is short: wait for holds to end
+			continue
+		}
+		rec.holdsOK.Add(1)
+		if rand.IntN(10) == 0 {
+			continue // abandoned: the places come back at the hold's expiry
+		}
+		confirm(ctx, c, rec, holder, fmt.Sprintf("%s-%d", holder, h.Generation), h, false)
+	}
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -523,8 +591,12 @@ func (v *seatView) pick(n int) []string {
 
 // Print writes the summary for a person.
 func (s Summary) Print(w io.Writer) {
-	fmt.Fprintf(w, "sale over in %s: %d/%d seats sold in %d bookings, %d requests (%.0f/s)\n",
-		s.Elapsed.Round(time.Millisecond), s.SeatsSold, s.Seats, s.Bookings, s.Requests, float64(s.Requests)/s.Elapsed.Seconds())
+	places := ""
+	if s.Places > 0 {
+		places = fmt.Sprintf(" and %d/%d places", s.PlacesSold, s.Places)
+	}
+	fmt.Fprintf(w, "sale over in %s: %d/%d seats sold%s in %d bookings, %d requests (%.0f/s)\n",
+		s.Elapsed.Round(time.Millisecond), s.SeatsSold, s.Seats, places, s.Bookings, s.Requests, float64(s.Requests)/s.Elapsed.Seconds())
 	fmt.Fprintf(w, "refused hold attempts per booking: best-available %.2f, pick-your-seat %.2f\n",
 		s.RefusedPerBooking["best-available"], s.RefusedPerBooking["pick-your-seat"])
 	fmt.Fprintln(w, "outcomes:")
@@ -539,13 +611,13 @@ func (s Summary) Print(w io.Writer) {
 	if s.TransportErrors > 0 {
 		fmt.Fprintf(w, "requests without a response: %d\n", s.TransportErrors)
 	}
-	fmt.Fprintf(w, "independent SQL check: double bookings %d, acknowledged bookings missing %d, replay mismatches %d\n",
-		s.DoubleBookings, s.MissingAcked, s.ReplayMismatch)
+	fmt.Fprintf(w, "independent SQL check: double bookings %d, acknowledged bookings missing %d, replay mismatches %d, places oversold or miscounted %d\n",
+		s.DoubleBookings, s.MissingAcked, s.ReplayMismatch, s.PlacesMiscounted)
 }
 
 // OK reports whether the sale kept every promise.
 func (s Summary) OK() bool {
-	return s.DoubleBookings == 0 && s.MissingAcked == 0 && s.ReplayMismatch == 0
+	return s.DoubleBookings == 0 && s.MissingAcked == 0 && s.ReplayMismatch == 0 && s.PlacesMiscounted == 0
 }
 
 // showProgress shows the sale as it goes until stop is closed: a progress bar of seats sold
