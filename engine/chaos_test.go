@@ -2,7 +2,8 @@ package engine
 
 // The fault suite: a mixed workload of many holders (keyed holds, extend, release,
 // confirm with idempotent retries, cancel, abandon, pay late, reclaim on another device,
-// transfer to a friend) runs while a fault is injected;
+// transfer to a friend; on a venue, places of a standing area and confirmations of part
+// of a hold) runs while a fault is injected;
 // afterwards the invariants are checked. make chaos runs it longer
 // (HOLDFAST_CHAOS_SCALE); make test runs a bounded version.
 
@@ -72,25 +73,43 @@ type chaosWorkload struct {
 	keysLost bool
 	// wd, when set, watches every confirmation (confirmWatched).
 	wd *testsvc.Watchdog
+	// places is the capacity of the show's standing area FLOOR (newChaosVenue; 0: none),
+	// and placed the places each acknowledged booking confirmed.
+	places int
+	placed map[uuid.UUID]int
 }
 
 // confirmCall is one Confirm of the workload, under its watchdog when it has one (a
 // call without a deadline then gets one of 30 s).
-func (w *chaosWorkload) confirmCall(ctx context.Context, e *Engine, h Hold, key string) (Booking, error) {
+func (w *chaosWorkload) confirmCall(ctx context.Context, e *Engine, h Hold, opts ConfirmOptions) (Booking, error) {
 	if w.wd == nil {
-		return e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: key})
+		return e.Confirm(ctx, h, opts)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
-	return confirmWatched(ctx, w.wd, e, h, ConfirmOptions{IdempotencyKey: key})
+	return confirmWatched(ctx, w.wd, e, h, opts)
 }
 
 func newChaosWorkload(v *env, show string, seats int) *chaosWorkload {
-	w := &chaosWorkload{v: v, show: show, seats: seatNames(seats), acked: map[uuid.UUID]bool{}}
+	w := &chaosWorkload{v: v, show: show, seats: seatNames(seats), acked: map[uuid.UUID]bool{}, placed: map[uuid.UUID]int{}}
 	v.show(show, w.seats...)
+	return w
+}
+
+// newChaosVenue is newChaosWorkload on a venue: the seats and a standing area FLOOR of
+// places, which a quarter of the holds ask for (with a seat or alone).
+func newChaosVenue(v *env, show string, seats, places int) *chaosWorkload {
+	w := &chaosWorkload{v: v, show: show, seats: seatNames(seats), acked: map[uuid.UUID]bool{}, placed: map[uuid.UUID]int{}, places: places}
+	layout := make([]Seat, seats)
+	for i, id := range w.seats {
+		layout[i] = Seat{ID: id, Position: i + 1}
+	}
+	if err := v.e.CreateShowVenue(v.t.Context(), show, Venue{Seats: layout, Areas: []Area{{ID: "FLOOR", Capacity: places}}}); err != nil {
+		v.t.Fatalf("CreateShowVenue(%s): %v", show, err)
+	}
 	return w
 }
 
@@ -171,7 +190,14 @@ func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, se
 		}
 		ttl := time.Duration(200+rng.IntN(400)) * time.Millisecond
 		key := fmt.Sprintf("%s-%d", holder, n)
-		h, err := w.hold(ctx, e, HoldRequest{ShowID: w.show, SeatIDs: want, TTL: ttl, HolderID: holder, IdempotencyKey: key})
+		req := HoldRequest{ShowID: w.show, SeatIDs: want, TTL: ttl, HolderID: holder, IdempotencyKey: key}
+		if w.places > 0 && rng.IntN(4) == 0 {
+			req.Places = []Places{{AreaID: "FLOOR", Count: 1 + rng.IntN(3)}}
+			if rng.IntN(2) == 0 {
+				req.SeatIDs = nil
+			}
+		}
+		h, err := w.hold(ctx, e, req)
 		if err != nil {
 			time.Sleep(time.Duration(rng.IntN(10)) * time.Millisecond)
 			continue
@@ -235,7 +261,7 @@ func (w *chaosWorkload) moved(ctx context.Context, e *Engine, h Hold, key string
 	if err != nil {
 		return
 	}
-	late, err := w.confirmCall(ctx, e, h, key+"-old")
+	late, err := w.confirmCall(ctx, e, h, ConfirmOptions{IdempotencyKey: key + "-old"})
 	w.note(err)
 	w.mu.Lock()
 	w.moves++
@@ -259,10 +285,13 @@ func (w *chaosWorkload) raceConfirm(ctx context.Context, e *Engine, h Hold, key 
 		relErr = e.Release(ctx, h)
 		w.note(relErr)
 	})
-	wg.Go(func() {
-		_, otherErr = e.Hold(ctx, HoldRequest{ShowID: w.show, SeatIDs: h.SeatIDs, TTL: 200 * time.Millisecond, HolderID: h.HolderID + "-rival"})
-		w.note(otherErr)
-	})
+	otherErr = errors.New("no seats to try") // a hold of places alone: another holder's places are others
+	if len(h.SeatIDs) > 0 {
+		wg.Go(func() {
+			_, otherErr = e.Hold(ctx, HoldRequest{ShowID: w.show, SeatIDs: h.SeatIDs, TTL: 200 * time.Millisecond, HolderID: h.HolderID + "-rival"})
+			w.note(otherErr)
+		})
+	}
 	wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -279,18 +308,21 @@ func (w *chaosWorkload) raceConfirm(ctx context.Context, e *Engine, h Hold, key 
 // answer is ErrUnavailable, and sometimes once more after a success (a lost response).
 // It reports whether the hold was confirmed.
 func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key string, mine *[]uuid.UUID) bool {
+	opts := partOf(h)
+	opts.IdempotencyKey = key
 	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
-		b, err := w.confirmCall(ctx, e, h, key)
+		b, err := w.confirmCall(ctx, e, h, opts)
 		w.note(err)
 		switch {
 		case err == nil:
 			w.stats.confirms.Add(1)
 			w.mu.Lock()
 			w.acked[b.ID] = false
+			w.placed[b.ID] = placesTotal(b.Places)
 			w.mu.Unlock()
 			*mine = append(*mine, b.ID)
 			if rand.IntN(5) == 0 {
-				again, err := w.confirmCall(ctx, e, h, key)
+				again, err := w.confirmCall(ctx, e, h, opts)
 				w.note(err)
 				if err == nil && again.ID != b.ID {
 					w.mu.Lock()
@@ -311,6 +343,30 @@ func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key stri
 		}
 	}
 	return false
+}
+
+// partOf is, for a third of the holds that have more than one seat or place, the
+// options of a confirmation of part of the hold (the rest is released with it).
+func partOf(h Hold) ConfirmOptions {
+	if rand.IntN(3) != 0 {
+		return ConfirmOptions{}
+	}
+	switch {
+	case len(h.Places) == 1 && h.Places[0].Count > 1:
+		return ConfirmOptions{Places: []Places{{AreaID: h.Places[0].AreaID, Count: h.Places[0].Count - 1}}, SeatIDs: h.SeatIDs}
+	case len(h.SeatIDs) > 1:
+		return ConfirmOptions{SeatIDs: h.SeatIDs[:1], Places: h.Places}
+	}
+	return ConfirmOptions{}
+}
+
+// placesTotal is the places of ps.
+func placesTotal(ps []Places) int {
+	n := 0
+	for _, p := range ps {
+		n += p.Count
+	}
+	return n
 }
 
 // check asserts the invariants after the faults healed.
@@ -368,11 +424,53 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 	if got, want := v.soldMarkers(w.show), v.claimMarks(w.show); !maps.Equal(got, want) {
 		t.Errorf("sold markers after Resync %v, claims %v", got, want)
 	}
+	w.checkPlaces(t, e)
 	t.Logf("ops %d, holds %d, confirms %d, refusals %d, unavailable %d, bookings %d, confirm/release/hold races %d, holds reclaimed or transferred %d, violations 0 if no error above",
 		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked), races, moves)
 	if w.stats.confirms.Load() == 0 {
 		t.Error("the workload confirmed nothing: the scenario tested nothing")
 	}
+}
+
+// checkPlaces asserts, on a venue, that the area never sold past its capacity, that the
+// database's count of it is its claimed places (areaSold) and at least the places of
+// the acknowledged bookings that stand, each of which has the places it confirmed, and
+// that Redis counts the same places sold after Resync.
+func (w *chaosWorkload) checkPlaces(t *testing.T, e *Engine) {
+	t.Helper()
+	if w.places == 0 {
+		return
+	}
+	sold := w.v.areaSold(w.show, "FLOOR")
+	if sold > w.places {
+		t.Errorf("FLOOR sold %d places of %d", sold, w.places)
+	}
+	w.mu.Lock()
+	acked, placed := maps.Clone(w.acked), maps.Clone(w.placed)
+	w.mu.Unlock()
+	standing := 0
+	for id, cancelled := range acked {
+		if cancelled {
+			continue
+		}
+		// A cancellation whose answer was ErrUnavailable may have committed: the booking's
+		// status says.
+		b, err := e.Booking(context.Background(), id)
+		if err != nil || b.Status != BookingConfirmed {
+			continue
+		}
+		if placesTotal(b.Places) != placed[id] {
+			t.Errorf("booking %s has %d places, confirmed with %d", id, placesTotal(b.Places), placed[id])
+		}
+		standing += placed[id]
+	}
+	if standing > sold {
+		t.Errorf("the acknowledged bookings that stand have %d places, the database counts %d sold", standing, sold)
+	}
+	if c, _, s := w.v.areaState(w.show, "FLOOR"); c != w.places || s != sold {
+		t.Errorf("Redis's FLOOR after Resync: capacity %d, sold %d; want %d and %d", c, s, w.places, sold)
+	}
+	t.Logf("FLOOR: %d of %d places sold, %d of them by acknowledged bookings that stand", sold, w.places, standing)
 }
 
 // noLeak waits until the goroutine count is back near its baseline.
@@ -471,7 +569,7 @@ func TestChaos(t *testing.T) {
 			rdb := redis.NewClient(opt)
 			defer rdb.Close()
 			v := newEnvWith(t, testsvc.Database(t), rdb, func(c *Config) { c.LockTimeout = 500 * time.Millisecond })
-			w := newChaosWorkload(v, "chaos", 30)
+			w := newChaosVenue(v, "chaos", 30, 24)
 			w.keysLost = sc.keysLost
 			baseline := runtime.NumGoroutine()
 			stop := make(chan struct{})
@@ -511,7 +609,7 @@ func TestChaosHoldReplyLost(t *testing.T) {
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	v := newEnvWith(t, testsvc.Database(t), rdb)
-	w := newChaosWorkload(v, "cut", 30)
+	w := newChaosVenue(v, "cut", 30, 24)
 	w.run([]*Engine{v.e}, 8, 1500*time.Millisecond*chaosScale())
 	if proxy.Cuts.Load() == 0 {
 		t.Fatal("the proxy cut no reply: the scenario tested nothing")
@@ -644,7 +742,7 @@ func TestChaosPostgresCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := newEnvWith(t, pool, testsvc.Redis(t), func(c *Config) { c.StatementTimeout = time.Second })
-	w := newChaosWorkload(v, "crash", 30)
+	w := newChaosVenue(v, "crash", 30, 24)
 	d := 2 * time.Second * chaosScale()
 	var fault sync.WaitGroup
 	fault.Go(func() {
