@@ -284,6 +284,15 @@ func (e *Engine) readRules(ctx context.Context, sh *show) (*rulesState, error) {
 	}
 	st.arg = fmt.Sprintf("%d %d %d %d %s %d %d", sh.epoch, st.version, st.r.HolderLimit, opens,
 		strconv.FormatFloat(rate, 'f', -1, 64), ttl, row.SeatCount)
+	if len(sh.areas) > 0 {
+		// The waiting room's supply counts the places with the seats, and its count of
+		// what sold reads the areas' markers (queue.lua).
+		places := 0
+		for _, a := range sh.areas {
+			places += a.Capacity
+		}
+		st.arg += fmt.Sprintf(" %d %d", places, len(sh.areas))
+	}
 	return st, nil
 }
 

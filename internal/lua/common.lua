@@ -354,8 +354,9 @@ local function index_state(i, seat_id, now)
 end
 
 -- Sale rules (engine/sale.go). A show's rules are one string, "<epoch> <version> <holder
--- limit> <queue opens ms or -1> <admissions per second> <admission ttl ms> <seats>", kept
--- in <base>rules. epoch is the show's identity (a show deleted and created again under its
+-- limit> <queue opens ms or -1> <admissions per second> <admission ttl ms> <seats>", and
+-- for a show with standing areas " <places> <areas>" (their capacities' sum, and how
+-- many), kept in <base>rules. epoch is the show's identity (a show deleted and created again under its
 -- id has a larger one), version counts the changes of that show's rules. From the moment
 -- DeleteShow closes a show (close.lua), and for good once it is deleted, the key says
 -- "<epoch> closed". Every script that needs the rules is given the engine's copy (read
@@ -365,10 +366,16 @@ end
 -- closed one, decides nothing: the script refuses (see sale_rules).
 local function rules_parse(s)
     if type(s) ~= "string" then return nil end
-    local e, v, lim, opens, rate, ttl, seats = string.match(s, "^(%d+) (%d+) (%d+) (%-?%d+) (%d+%.?%d*) (%d+) (%d+)$")
+    local head, places, areas = string.match(s, "^(.*) (%d+) (%d+)$")
+    local e, v, lim, opens, rate, ttl, seats = string.match(head or "", "^(%d+) (%d+) (%d+) (%-?%d+) (%d+%.?%d*) (%d+) (%d+)$")
+    if not e then
+        places, areas = "0", "0"
+        e, v, lim, opens, rate, ttl, seats = string.match(s, "^(%d+) (%d+) (%d+) (%-?%d+) (%d+%.?%d*) (%d+) (%d+)$")
+    end
     if not e then return nil end
     return {e = tonumber(e), v = tonumber(v), limit = tonumber(lim), opens = tonumber(opens), rate = tonumber(rate),
-        ttl = tonumber(ttl), seats = tonumber(seats), queue = tonumber(opens) >= 0}
+        ttl = tonumber(ttl), seats = tonumber(seats), places = tonumber(places), areas = tonumber(areas),
+        queue = tonumber(opens) >= 0}
 end
 
 -- rules_epoch reads the rules key's value s: the epoch it is of (0 for none) and whether

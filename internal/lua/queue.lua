@@ -86,6 +86,12 @@ local function sold_count()
             if is_sold(m) then c = c + 1 end
         end
     end
+    for i = 0, rules.areas - 1 do -- an area's markers: place keys, each its count
+        local kv = redis.call("HGETALL", BASE .. "sold:" .. (1000000000 + i))
+        for j = 1, #kv, 2 do
+            if is_sold(kv[j + 1]) then c = c + units(kv[j]) end
+        end
+    end
     redis.call("SET", BASE .. "nsold", c)
     return c
 end
@@ -102,10 +108,11 @@ local function admit()
     redis.call("ZREMRANGEBYSCORE", ADM, "-inf", now)
     redis.call("ZREMRANGEBYSCORE", FRESH, "-inf", now - math.min(FRESH_MS, rules.ttl))
     local sold = sold_count()
-    soldout = sold >= rules.seats
+    local supply = rules.seats + rules.places -- every seat and place of the show
+    soldout = sold >= supply
     if not opened or soldout then return end
     redis.call("ZREMRANGEBYSCORE", BASE .. "held", "-inf", now)
-    local free = rules.seats - sold - redis.call("ZCARD", BASE .. "held")
+    local free = supply - sold - redis.call("ZCARD", BASE .. "held")
     local unused = redis.call("ZCARD", FRESH)
     local hn = num("hn", 0)
     local per = (rules.limit > 0) and math.max(1, rules.limit / 2) or 1

@@ -1,0 +1,43 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// TestWaitingRoomCountsPlaces: the waiting room's supply is a show's seats and its
+// standing areas' places. A show of areas alone admits holders (before: none, ever: it
+// had 0 seats to sell), and a venue whose places sold out is not sold out while its seats
+// remain (before: its places sold counted against its seats).
+func TestWaitingRoomCountsPlaces(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	if err := v.e.CreateShowVenue(t.Context(), "standing", Venue{Areas: []Area{{ID: "FLOOR", Capacity: 50}}}); err != nil {
+		t.Fatal(err)
+	}
+	v.setRules("standing", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	v.admitted("standing", "ann")
+	if _, err := v.holdPlaces("standing", time.Minute, "ann", 4); err != nil {
+		t.Fatalf("ann, admitted, holds 4 places: %v", err)
+	}
+
+	v.areaVenue("mixed", 10) // seats A1, A2 and FLOOR of 10
+	v.setRules("mixed", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	v.admitted("mixed", "cat")
+	for range 2 {
+		h, err := v.holdPlaces("mixed", time.Minute, "cat", 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q, err := v.e.Queue(t.Context(), "mixed"); err != nil || q.SoldOut {
+		t.Fatalf("the room with its places sold and both seats left: %+v, %v; want not sold out", q, err)
+	}
+	v.admitted("mixed", "dan")
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "mixed", SeatIDs: []string{"A1", "A2"}, HolderID: "dan"}); err != nil {
+		t.Fatalf("dan, admitted, holds the seats left: %v", err)
+	}
+}
