@@ -1,0 +1,371 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/google/uuid"
+)
+
+// The sequential model of one standing area of placesCap places: holds take a count of
+// its free places, all or nothing; a confirmation sells the whole hold or part of it and
+// gives the rest back; a release gives a hold back; a cancellation gives a booking's
+// places back. Only a hold's owner (its token) may confirm or release it, and an area
+// never sells or holds more than it has.
+
+const placesCap = 12
+
+type placeOp int
+
+const (
+	placeHoldOp placeOp = iota
+	placeReleaseOp
+	placeConfirmOp
+	placeCancelOp
+)
+
+type placeIn struct {
+	kind    placeOp
+	count   int    // a hold's count; a confirmation's part (0: the whole hold)
+	token   string // the hold released or confirmed; a hold's idempotency key
+	booking string // the booking cancelled
+}
+
+type placeOut struct {
+	ok, unknown bool
+	shed        bool // refused before it was tried (ErrOverloaded): changed nothing, whatever the state
+	token       string // a granted hold's
+	booking     string // a confirmation's
+}
+
+// placeState is the area: its holds (token -> count) and bookings (id -> count); an
+// unknown outcome's hold or booking is kept under a name of its own, "?<n>". It is a
+// string so that porcupine can compare states.
+type placeState string
+
+func (s placeState) parse() (holds, booked map[string]int) {
+	holds, booked = map[string]int{}, map[string]int{}
+	h, b, _ := strings.Cut(string(s), "|")
+	for m, part := range map[*map[string]int]string{&holds: h, &booked: b} {
+		for _, kv := range strings.Fields(part) {
+			k, n, _ := strings.Cut(kv, "=")
+			var c int
+			fmt.Sscan(n, &c)
+			(*m)[k] = c
+		}
+	}
+	return holds, booked
+}
+
+func placeStateOf(holds, booked map[string]int) placeState {
+	var h, b []string
+	for _, k := range slices.Sorted(maps.Keys(holds)) {
+		h = append(h, k+"="+fmt.Sprint(holds[k]))
+	}
+	for _, k := range slices.Sorted(maps.Keys(booked)) {
+		b = append(b, k+"="+fmt.Sprint(booked[k]))
+	}
+	return placeState(strings.Join(h, " ") + "|" + strings.Join(b, " "))
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
+// placeStep is the model's step from state. The rest of a hold confirmed in part is
+// given back after the booking commits and its sold markers are written (rest.lua), and
+// left to expire when Redis fails then (restReply): until then the hold's place key
+// counts its whole count beside the part sold ("~<token>"), which may end at any later
+// step: each step is tried from each subset of those given back.
+func placeStep(state, input, output any) []any {
+	var out []any
+	for _, s := range restsGivenBack(state.(placeState)) {
+		out = append(out, placeStepFrom(s, input.(placeIn), output.(placeOut))...)
+	}
+	return out
+}
+
+// restsGivenBack is s with every subset of its rests still held given back.
+func restsGivenBack(s placeState) []placeState {
+	holds, booked := s.parse()
+	var rests []string
+	for k := range holds {
+		if strings.HasPrefix(k, "~") {
+			rests = append(rests, k)
+		}
+	}
+	var out []placeState
+	for mask := 0; mask < 1<<len(rests); mask++ {
+		h := maps.Clone(holds)
+		for i, k := range rests {
+			if mask&(1<<i) != 0 {
+				delete(h, k)
+			}
+		}
+		out = append(out, placeStateOf(h, booked))
+	}
+	return out
+}
+
+func placeStepFrom(s placeState, in placeIn, out placeOut) []any {
+	holds, booked := s.parse()
+	free := placesCap - sum(holds) - sum(booked)
+	with := func(f func(h, b map[string]int)) placeState {
+		h, b := maps.Clone(holds), maps.Clone(booked)
+		f(h, b)
+		return placeStateOf(h, b)
+	}
+	definite := func(ok, possible bool, next placeState) []any {
+		switch {
+		case out.unknown && possible:
+			return []any{s, next}
+		case out.unknown:
+			return []any{s}
+		case ok != possible:
+			return nil // granted what it could not, or refused what it could
+		case ok:
+			return []any{next}
+		}
+		return []any{s}
+	}
+	owned := holds[in.token]
+	if out.shed {
+		return []any{s}
+	}
+	switch in.kind {
+	case placeHoldOp:
+		name := out.token
+		if out.unknown {
+			name = "?" + in.token // the call's own name
+		}
+		return definite(out.ok, free >= in.count, with(func(h, _ map[string]int) { h[name] = in.count }))
+	case placeReleaseOp:
+		return definite(out.ok, owned > 0, with(func(h, _ map[string]int) { delete(h, in.token) }))
+	case placeConfirmOp:
+		part := cmp0(in.count, owned)
+		name := out.booking
+		if out.unknown {
+			name = "?" + in.token
+		}
+		next := definite(out.ok, owned > 0, with(func(h, b map[string]int) { delete(h, in.token); b[name] = part }))
+		if owned > part && len(next) > 0 {
+			// Until rest.lua gives the rest back the hold's place key still counts whole
+			// beside the part sold (placeStep).
+			next = append(next, with(func(h, b map[string]int) { delete(h, in.token); b[name] = part; h["~"+in.token] = owned }))
+		}
+		return next
+	case placeCancelOp:
+		return definite(out.ok, booked[in.booking] > 0, with(func(_, b map[string]int) { delete(b, in.booking) }))
+	}
+	return nil
+}
+
+// cmp0 is part, or whole when part is 0.
+func cmp0(part, whole int) int {
+	if part == 0 {
+		return whole
+	}
+	return part
+}
+
+var placeLinModel = (&porcupine.NondeterministicModel{
+	Init: func() []any { return []any{placeStateOf(nil, nil)} },
+	Step: placeStep,
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(placeIn), output.(placeOut)
+		res := "refused"
+		switch {
+		case out.unknown:
+			res = "unknown"
+		case out.ok:
+			res = "ok " + short(out.token+out.booking)
+		}
+		return fmt.Sprintf("%s(%d %s) -> %s", [...]string{"hold", "release", "confirm", "cancel"}[in.kind], in.count, short(in.token+in.booking), res)
+	},
+	DescribeState: func(state any) string { return string(state.(placeState)) },
+}).ToModel()
+
+// TestLinearizablePlaces records concurrent holds of places of one standing area,
+// releases, confirmations of a whole hold or of part of it, and cancellations while
+// Redis loses its script cache and freezes now and then, and checks the history with
+// porcupine against the area's sequential model: no hold or sale past the capacity, no
+// confirmation or release by another than the hold's owner, a part confirmed gives the
+// rest back. Then the database's count of the area equals its claimed places.
+func TestLinearizablePlaces(t *testing.T) {
+	t.Parallel()
+	forEachIsolation(t, testLinearizablePlaces)
+}
+
+func testLinearizablePlaces(t *testing.T, savepoints bool) {
+	calls := newScriptCalls()
+	v, srv := privateEnv(t, func(c *Config) {
+		c.ConfirmSavepoints = savepoints
+		c.scriptsVia = calls.wrap
+	})
+	if err := v.e.CreateShowVenue(t.Context(), "linp", Venue{Areas: []Area{{ID: "FLOOR", Capacity: placesCap}}}); err != nil {
+		t.Fatal(err)
+	}
+	workers, perWorker := 6, 150
+	if d := os.Getenv("HOLDFAST_CHAOS_SCALE"); d != "" {
+		var k int
+		fmt.Sscan(d, &k)
+		perWorker *= max(1, k)
+	}
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		t0      = time.Now()
+	)
+	call := func(client int, in placeIn, fn func(ctx context.Context) (placeOut, error)) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		out, err := fn(ctx)
+		switch {
+		case err == nil:
+			out.ok = true
+		case errors.Is(err, ErrUnavailable):
+			out.unknown = true
+		case errors.Is(err, ErrOverloaded):
+			out.shed = true
+		case errors.Is(err, ErrSeatsUnavailable), errors.Is(err, ErrHoldLost), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrNotFound):
+		default:
+			t.Errorf("unexpected error: %v", err)
+			out.unknown = true
+		}
+		ret := time.Since(t0).Nanoseconds()
+		if out.unknown {
+			ret = settledBy(map[placeOp]opKind{placeHoldOp: opHold, placeReleaseOp: opRelease, placeConfirmOp: opConfirm, placeCancelOp: opCancel}[in.kind], v, calls, t0)
+		}
+		mu.Lock()
+		history = append(history, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: start.Sub(t0).Nanoseconds(), Return: ret})
+		mu.Unlock()
+	}
+
+	stop := make(chan struct{})
+	var faults sync.WaitGroup
+	faults.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if i%3 == 0 {
+				srv.Pause()
+				time.Sleep(120 * time.Millisecond)
+				srv.Resume()
+			} else {
+				v.rdb.ScriptFlush(context.Background())
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			var mine []Hold
+			var booked []Booking
+			for range perWorker {
+				r := rng.IntN(100)
+				switch {
+				case len(booked) > 0 && r < 20:
+					i := rng.IntN(len(booked))
+					b := booked[i]
+					booked = slices.Delete(booked, i, i+1)
+					call(w, placeIn{kind: placeCancelOp, booking: b.ID.String()}, func(ctx context.Context) (placeOut, error) {
+						return placeOut{}, untilDefinite(v.e.Cancel(ctx, b.ID), func(ctx context.Context) error { return v.e.Cancel(ctx, b.ID) })
+					})
+				case len(mine) == 0 || r < 50:
+					// Under an idempotency key, retried to a definite answer: a hold
+					// whose outcome stayed unknown would take its places for the rest of
+					// the run (its TTL), unknown to the client.
+					n, key := 1+rng.IntN(3), uuid.NewString()
+					call(w, placeIn{kind: placeHoldOp, count: n, token: key}, func(ctx context.Context) (placeOut, error) {
+						req := HoldRequest{ShowID: "linp", TTL: time.Minute, HolderID: fmt.Sprint("w", w), IdempotencyKey: key,
+							Places: []Places{{AreaID: "FLOOR", Count: n}}}
+						h, err := v.e.Hold(ctx, req)
+						err = untilDefinite(err, func(ctx context.Context) error {
+							h, err = v.e.Hold(ctx, req)
+							return err
+						})
+						if err == nil {
+							mine = append(mine, h)
+						}
+						return placeOut{token: h.Token}, err
+					})
+				default:
+					i := rng.IntN(len(mine))
+					h := mine[i]
+					if rng.IntN(5) != 0 { // else kept: a later call with it, confirmed or released, is refused
+						mine = slices.Delete(mine, i, i+1)
+					}
+					if r < 70 {
+						call(w, placeIn{kind: placeReleaseOp, token: h.Token}, func(ctx context.Context) (placeOut, error) {
+							return placeOut{}, v.e.Release(ctx, h)
+						})
+						continue
+					}
+					part := 0
+					if have := h.Places[0].Count; have > 1 && rng.IntN(2) == 0 {
+						part = 1 + rng.IntN(have-1)
+					}
+					call(w, placeIn{kind: placeConfirmOp, token: h.Token, count: part}, func(ctx context.Context) (placeOut, error) {
+						opts := ConfirmOptions{IdempotencyKey: uuid.NewString()}
+						if part > 0 {
+							opts.Places = []Places{{AreaID: "FLOOR", Count: part}}
+						}
+						b, err := v.e.Confirm(ctx, h, opts)
+						err = untilDefinite(err, func(ctx context.Context) error {
+							b, err = v.e.Confirm(ctx, h, opts)
+							return err
+						})
+						if err == nil {
+							booked = append(booked, b)
+						}
+						return placeOut{booking: b.ID.String()}, err
+					})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	faults.Wait()
+	srv.Resume()
+
+	counts := map[string]int{}
+	for _, op := range history {
+		out := op.Output.(placeOut)
+		counts[fmt.Sprintf("%d/%v/%v", op.Input.(placeIn).kind, out.ok, out.unknown)]++
+	}
+	t.Logf("%d operations (kind/ok/unknown: %v), at most %d open at once", len(history), counts, widest(history))
+	checking := time.Now()
+	res, info := porcupine.CheckOperationsVerbose(placeLinModel, history, 2*time.Minute)
+	t.Logf("checked in %v", time.Since(checking).Round(time.Millisecond))
+	if res != porcupine.Ok {
+		path := filepath.Join(os.TempDir(), "porcupine-places-"+uuid.NewString()[:8]+".html")
+		if err := porcupine.VisualizePath(placeLinModel, info, path); err != nil {
+			t.Logf("write visualization: %v", err)
+		}
+		t.Fatalf("history is not linearizable (%s); visualization: %s", res, path)
+	}
+	if sold := v.areaSold("linp", "FLOOR"); sold > placesCap {
+		t.Fatalf("FLOOR sold %d of %d", sold, placesCap)
+	}
+}
