@@ -44,7 +44,7 @@ type placeIn struct {
 
 type placeOut struct {
 	ok, unknown bool
-	shed        bool // refused before it was tried (ErrOverloaded): changed nothing, whatever the state
+	shed        bool   // refused before it was tried (ErrOverloaded): changed nothing, whatever the state
 	token       string // a granted hold's
 	booking     string // a confirmation's
 }
