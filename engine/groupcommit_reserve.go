@@ -67,7 +67,10 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 			// regen.lua): given back (unreserveBatch), and refused.
 			r.reserved, r.err = true, errLostBeforeCommit
 		default:
-			r.reserved, r.offer = true, offer
+			r.reserved = true
+			if offer != "" { // a settler's check again may find the key gone: keep the first read
+				r.offer = offer
+			}
 		}
 		endStep(spans[i], r.err)
 	}

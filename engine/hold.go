@@ -342,6 +342,7 @@ func (e *Engine) extend(ctx context.Context, h Hold, ttl time.Duration) (Hold, e
 		exp, _ := res[1].(int64)
 		e.wrote(sh, res[2])
 		h.ShowID, h.SeatIDs, h.Places, h.ExpiresAt = sh.id, fencedSeats(seats), placesOf(seats), time.UnixMilli(exp)
+		h.Offer = e.offerOf(ctx, sh, h)
 		return h, nil
 	case "LOST":
 		return Hold{}, e.lostOwned(ctx, "extend", sh, h, ks, tag, seats, len(res) == 2)

@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"time"
+	"unicode"
 	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A hold's offer (HoldRequest.Offer, BestRequest.Offer) is kept in Redis beside the
@@ -29,7 +33,7 @@ func validateOffer(field, o string) error {
 		return invalid(field, "not valid UTF-8")
 	}
 	for _, r := range o {
-		if r < 0x20 || r == 0x7f {
+		if unicode.IsControl(r) {
 			return invalid(field, "contains a control character")
 		}
 	}
@@ -43,9 +47,11 @@ func (k keys) offer(token string) string {
 }
 
 // offerLife is how long an offer's key lives: past the longest life of a hold
-// (Config.MaxHoldAge) with a batch's reservation on top, and a margin.
+// (Config.MaxHoldAge), then the longest a settler may commit a confirmation of it again
+// after a lost COMMIT (it gives up after MaxHoldTTL), with a batch's reservation on top,
+// and a margin.
 func (e *Engine) offerLife() time.Duration {
-	return e.cfg.MaxHoldAge + e.reserveLife() + 10*time.Minute
+	return e.cfg.MaxHoldAge + e.cfg.MaxHoldTTL + e.reserveLife() + 10*time.Minute
 }
 
 // keepOffer writes the offer of the hold token is about to name (nothing for none). A
@@ -55,6 +61,20 @@ func (e *Engine) keepOffer(ctx context.Context, sh *show, token, offer string) e
 		return nil
 	}
 	return e.redisErr(e.rdb.Set(ctx, sh.k.offer(token), offer, e.offerLife()).Err())
+}
+
+// offerOf is the offer of h, a hold this call has just found current (Extend, Shrink),
+// as Redis keeps it, not as the caller presented it; the presented one only when Redis
+// does not answer now (the change is made: the booking takes Redis's either way).
+func (e *Engine) offerOf(ctx context.Context, sh *show, h Hold) string {
+	o, err := e.rdb.Get(ctx, sh.k.offer(h.Token)).Result()
+	switch {
+	case err == nil:
+		return o
+	case errors.Is(err, redis.Nil):
+		return ""
+	}
+	return h.Offer
 }
 
 // offerPrint is the fingerprint part of a hold request's offer: none without one, so a

@@ -67,7 +67,7 @@ func TestOfferRefusedAndNothingHeld(t *testing.T) {
 	v := newEnv(t)
 	v.show("of2", "A1")
 	ctx := t.Context()
-	for _, bad := range []string{strings.Repeat("x", 257), "tier\xff", "tier\nB", "tier\x00"} {
+	for _, bad := range []string{strings.Repeat("x", 257), "tier\xff", "tier\nB", "tier\x00", "tier\u0085B", "tier\u009b2J"} {
 		if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "of2", SeatIDs: []string{"A1"}, HolderID: "alice", Offer: bad}); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("Hold with offer %q: %v, want ErrInvalidArgument", bad, err)
 		}
@@ -203,5 +203,63 @@ func TestOffersOfOneBatch(t *testing.T) {
 	}
 	if got := v.count("SELECT count(*) FROM bookings WHERE show_id = 'of5' AND offer = 'offer-' || (substr((SELECT min(seat_id) FROM booking_seats s WHERE s.booking_id = bookings.booking_id), 2)::int)"); got != n {
 		t.Fatalf("%d of %d bookings store their hold's offer in PostgreSQL", got, n)
+	}
+}
+
+// TestOfferOfExtendAndShrink: Extend and Shrink answer the hold with its own offer, not
+// the one presented (another tier, or none).
+func TestOfferOfExtendAndShrink(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("of6", "A1", "A2")
+	ctx := t.Context()
+	h, err := v.e.Hold(ctx, HoldRequest{ShowID: "of6", SeatIDs: []string{"A1", "A2"}, HolderID: "alice", Offer: "tier-B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spoof := h
+	spoof.Offer = "tier-A"
+	ext, err := v.e.Extend(ctx, spoof, time.Minute)
+	if err != nil || ext.Offer != "tier-B" {
+		t.Fatalf("Extend of a tier-B hold presented as tier-A: %q, %v", ext.Offer, err)
+	}
+	none := h
+	none.Offer = ""
+	kept, err := v.e.Shrink(ctx, none, []string{"A1"}, nil)
+	if err != nil || kept.Offer != "tier-B" {
+		t.Fatalf("Shrink of a tier-B hold presented without its offer: %q, %v", kept.Offer, err)
+	}
+	plain := v.hold("of6", time.Minute, "bob", "A2")
+	plain.Offer = "tier-A"
+	if ext, err := v.e.Extend(ctx, plain, time.Minute); err != nil || ext.Offer != "" {
+		t.Fatalf("Extend of a hold without an offer presented with one: %q, %v", ext.Offer, err)
+	}
+}
+
+// TestOfferOutlivesEveryCommitOfItsHold: an offer's key lives past the last moment its
+// hold can be committed: the hold's longest life (MaxHoldAge), then a settler's commit
+// again of a confirmation whose COMMIT was lost (up to MaxHoldTTL later), with a
+// reservation's life.
+func TestOfferOutlivesEveryCommitOfItsHold(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("of7", "A1")
+	ctx := t.Context()
+	before := time.Now()
+	h, err := v.e.Hold(ctx, HoldRequest{ShowID: "of7", SeatIDs: []string{"A1"}, HolderID: "alice", Offer: "tier-B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := v.e.show(ctx, "of7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := v.rdb.PExpireTime(ctx, sh.k.offer(h.Token)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := before.Add(v.e.cfg.MaxHoldAge + v.e.cfg.MaxHoldTTL + v.e.reserveLife())
+	if got := time.UnixMilli(end.Milliseconds()); got.Before(last) {
+		t.Fatalf("the offer's key ends %v before the hold's last possible commit", last.Sub(got))
 	}
 }

@@ -58,6 +58,7 @@ func (e *Engine) shrink(ctx context.Context, h Hold, keepSeats []string, keep []
 	e.wrote(sh, res[1])
 	kept, places, _ := holdInventory("keep", keepSeats, keep, e.cfg.MaxSeatsPerHold)
 	h.ShowID, h.SeatIDs, h.Places = sh.id, kept, places
+	h.Offer = e.offerOf(ctx, sh, h)
 	return h, nil
 }
 

@@ -36,6 +36,16 @@ func TestOffersOverHTTP(t *testing.T) {
 		t.Fatalf("a hold without an offer: %s", plain.raw)
 	}
 
+	ext := map[string]any{"ttl_ms": 60000}
+	for k, val := range h.body {
+		ext[k] = val
+	}
+	ext["offer"] = "tier-A"
+	e := a.do("POST", "/v1/holds/extend", "alice", "", ext)
+	a.want(e, 200, "")
+	if e.body["offer"] != "tier-B" {
+		t.Fatalf("extend of a tier-B hold presented as tier-A: %s", e.raw)
+	}
 	r := a.do("POST", "/v1/shows/s1/holds/reclaim", "alice", "", nil)
 	a.want(r, 200, "")
 	holds, _ := r.body["holds"].([]any)

@@ -10,31 +10,41 @@ import (
 	"testing"
 )
 
-// TestAvailableMemory: the smaller of the cgroup's limit and MemTotal; a cgroup
-// without a limit ("max") or files that cannot be read leave the other, or 0.
+// TestAvailableMemory: the smallest of the process's cgroup limit — cgroup v2 (its
+// memory.max, "max" for none) or v1 (memory.limit_in_bytes), wherever the cgroup sits —
+// and MemTotal; files that cannot be read leave the others, or 0.
 func TestAvailableMemory(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 	meminfo := write("meminfo", "MemTotal:        4026532 kB\nMemFree:          100000 kB\n")
+	none := filepath.Join(dir, "none")
+	write("v2/system.slice/holdfast.service/memory.max", "1073741824\n")
+	write("v2/unlimited/memory.max", "max\n")
+	write("v1/memory/docker/abc/memory.limit_in_bytes", "536870912\n")
+	write("v1/memory/free/memory.limit_in_bytes", "9223372036854771712\n")
 	for _, c := range []struct {
-		cgroup, meminfo string
-		want            int64
+		name, cgroup, root, meminfo string
+		want                        int64
 	}{
-		{write("small", "1073741824\n"), meminfo, 1 << 30},
-		{write("max", "max\n"), meminfo, 4026532 << 10},
-		{write("large", "17179869184\n"), meminfo, 4026532 << 10},
-		{filepath.Join(dir, "none"), meminfo, 4026532 << 10},
-		{write("only", "536870912\n"), filepath.Join(dir, "none"), 512 << 20},
-		{filepath.Join(dir, "none"), filepath.Join(dir, "none"), 0},
+		{"v2, a service's cgroup", write("c1", "0::/system.slice/holdfast.service\n"), filepath.Join(dir, "v2"), meminfo, 1 << 30},
+		{"v2, no limit", write("c2", "0::/unlimited\n"), filepath.Join(dir, "v2"), meminfo, 4026532 << 10},
+		{"v1, a container's cgroup", write("c3", "9:name=systemd:/\n4:memory:/docker/abc\n3:cpu,cpuacct:/\n"), filepath.Join(dir, "v1"), meminfo, 512 << 20},
+		{"v1, no limit", write("c4", "4:memory:/free\n"), filepath.Join(dir, "v1"), meminfo, 4026532 << 10},
+		{"no cgroup file", none, dir, meminfo, 4026532 << 10},
+		{"a limit, no meminfo", write("c5", "0::/system.slice/holdfast.service\n"), filepath.Join(dir, "v2"), none, 1 << 30},
+		{"nothing", none, dir, none, 0},
 	} {
-		if got := availableMemory(c.cgroup, c.meminfo); got != c.want {
-			t.Errorf("availableMemory(%s, %s) = %d, want %d", filepath.Base(c.cgroup), filepath.Base(c.meminfo), got, c.want)
+		if got := availableMemory(c.cgroup, c.root, c.meminfo); got != c.want {
+			t.Errorf("%s: availableMemory = %d, want %d", c.name, got, c.want)
 		}
 	}
 }

@@ -150,7 +150,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.demoShow, "demo-show", "", "create this show (if missing) before serving")
 	fs.IntVar(&f.demoSeats, "demo-seats", 500, "seats of --demo-show")
 	fs.IntVar(&f.gcPercent, "gc-percent", 400, "the garbage collector's GOGC: a large show's heap is scanned at every collection, so fewer of them cost less (GOGC in the environment wins)")
-	fs.IntVar(&f.memLimitMB, "memory-limit-mb", 0, "soft memory limit in MiB, within which the collector runs more often (0: half of the memory the process may use; GOMEMLIMIT in the environment wins)")
+	fs.IntVar(&f.memLimitMB, "memory-limit-mb", 0, "soft memory limit in MiB: near it the collector runs as often as it must to stay under (0: nine tenths of the memory the process may use, from its cgroup or the machine; GOMEMLIMIT in the environment wins)")
 	fs.StringVar(&f.hookURL, "webhook-url", "", "post every booking event here, per the Standard Webhooks spec (one replica at a time delivers); empty: no webhooks")
 	fs.StringVar(&f.hookFile, "webhook-secret-file", "", "file with the whsec_ secret that signs the webhook deliveries")
 }
@@ -184,7 +184,7 @@ func (f *serveFlags) checkLimits(fs *flag.FlagSet) error {
 		return usageErr("--max-streams must be from 1 to half of --max-conns (%d), so that streams never starve other requests; --max-streams-per-addr and --max-seats-per-addr at least 1", f.maxConns/2)
 	}
 	if f.gcPercent < 1 || f.memLimitMB < 0 {
-		return usageErr("--gc-percent must be at least 1, --memory-limit-mb at least 0 (0: half of the memory the process may use)")
+		return usageErr("--gc-percent must be at least 1, --memory-limit-mb at least 0 (0: nine tenths of the memory the process may use)")
 	}
 	var err error
 	if f.trusted, err = parseCIDRs(f.proxies); err != nil {
