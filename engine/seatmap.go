@@ -315,7 +315,6 @@ func (e *Engine) watch(ctx context.Context, showID string, from uint64, resume f
 	if from != 0 {
 		v.await(ctx, resumeWait, func() bool { return v.feedPos() >= from })
 	}
-	w := &watcher{ch: make(chan SeatMapEvent, watchBuffer)}
 	v.mu.Lock()
 	select {
 	case <-v.done:
@@ -324,12 +323,10 @@ func (e *Engine) watch(ctx context.Context, showID string, from uint64, resume f
 	default:
 	}
 	evs, resumed := resume(v)
-	if !resumed || len(evs) > watchBuffer {
+	if !resumed || len(evs) > watchChan {
 		evs = v.firstEvents()
 	}
-	for _, ev := range evs {
-		w.ch <- ev
-	}
+	w := newWatcher(evs)
 	v.subs[w] = struct{}{}
 	v.watches.Add(1)
 	v.mu.Unlock()
@@ -341,7 +338,7 @@ func (e *Engine) watch(ctx context.Context, showID string, from uint64, resume f
 		v.mu.Lock()
 		if _, ok := v.subs[w]; ok {
 			delete(v.subs, w)
-			close(w.ch)
+			w.end()
 			v.watches.Add(-1)
 		}
 		v.lastUsed.Store(time.Now().UnixNano())

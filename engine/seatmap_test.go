@@ -556,8 +556,10 @@ func TestWatchSeatMapMergesForASlowWatcher(t *testing.T) {
 	mine := first.Snapshot
 	// catchUp reads what is waiting and applies it; it returns how many events it
 	// read, how many of them were merged and whether one was a snapshot. Every event of
-	// the holds is waiting already: a read of the map returns once its own write's
-	// batch was published, and the view sends to its watchers before that.
+	// the holds was handed to the watcher already (a read of the map returns once its
+	// own write's batch was published, and the view hands it to its watchers before
+	// that); its forwarder passes them on at once: it has passed all once none came
+	// for a while.
 	catchUp := func() (n, merged int, snapshot bool) {
 		for {
 			select {
@@ -572,7 +574,7 @@ func TestWatchSeatMapMergesForASlowWatcher(t *testing.T) {
 				for _, c := range ev.Changes {
 					mine = patched(mine, c)
 				}
-			default:
+			case <-time.After(200 * time.Millisecond):
 				return n, merged, snapshot
 			}
 		}
@@ -606,10 +608,10 @@ func TestWatchSeatMapMergesForASlowWatcher(t *testing.T) {
 		t.Fatalf("after %d changes missed: %d events, %d merged, snapshot %v; want merged changes, no snapshot", 3*watchBuffer, n, merged, snapshot)
 	}
 	sameAsEngine()
-	// 300 more: past an eighth, a snapshot is smaller.
-	hold(3*watchBuffer, 3*watchBuffer+300)
+	// 400 more: past an eighth (what the watcher's channel holds aside), a snapshot is smaller.
+	hold(3*watchBuffer, 3*watchBuffer+400)
 	if _, _, snapshot = catchUp(); !snapshot {
-		t.Fatal("after 300 changes missed (more than an eighth of the seats), no snapshot")
+		t.Fatal("after 400 changes missed (more than an eighth of the seats), no snapshot")
 	}
 	sameAsEngine()
 }
@@ -663,5 +665,115 @@ func TestNewWatchersShareTheLastSnapshot(t *testing.T) {
 	}
 	if !maps.Equal(mapStates(mine), mapStates(m)) {
 		t.Fatal("the new watcher's map is not the view's")
+	}
+}
+
+// TestWatcherNeverGetsAnOlderState: watchers that receive as fast as they can while the
+// view publishes faster (800 batches at once) fall behind and get merged events, never a
+// state older than one they have: each seat is sold in one batch and freed in the next,
+// and every watcher's map ends as the view's, every seat free, its versions rising, a
+// snapshot first. (The view used to merge a full channel's events by draining it while
+// the watcher was receiving from it: the watcher could get a later event, then the
+// earlier one inside the merged event, and show a freed seat sold.)
+func TestWatcherNeverGetsAnOlderState(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	seats := seatNames(4000)
+	v.show("dr", seats...)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := v.e.SeatMap(ctx, "dr"); err != nil {
+		t.Fatal(err)
+	}
+	v.e.views.mu.RLock()
+	vw := v.e.views.m["dr"]
+	v.e.views.mu.RUnlock()
+	const watchers = 8
+	type st struct {
+		mu       sync.Mutex
+		evs      []SeatMapEvent
+		mine     *SeatMap
+		ver      uint64
+		backward int
+	}
+	sts := make([]*st, watchers)
+	var wg sync.WaitGroup
+	for i := range sts {
+		ch, err := v.e.WatchSeatMap(ctx, "dr", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &st{}
+		sts[i] = s
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var evs []SeatMapEvent
+			for ev := range ch {
+				evs = append(evs, ev) // receive as fast as an idle stream does
+			}
+			s.mu.Lock()
+			s.evs = evs
+			s.mu.Unlock()
+		}()
+	}
+	for k := 0; k < 400; k++ { // 400 seats, 800 batches: under an eighth of 4,000
+		vw.mu.Lock()
+		vw.apply(map[string]any{"s": seats[k]})
+		vw.publish()
+		vw.apply(map[string]any{"u": seats[k]})
+		vw.publish()
+		vw.mu.Unlock()
+	}
+	vw.mu.Lock()
+	want := mapStates(vw.snapshotLocked())
+	ver := vw.version
+	vw.mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	for i, s := range sts {
+		s.mu.Lock()
+		gaps, early := 0, 0
+		for _, ev := range s.evs {
+			if ev.Snapshot == nil && s.mine == nil {
+				early++ // a changes event before any snapshot: nothing to apply it to
+				s.ver = ev.Version
+				continue
+			}
+			if ev.Snapshot != nil {
+				s.mine = ev.Snapshot
+			} else if s.ver != 0 && ev.Version != s.ver+uint64(max(ev.Merged, 1)) {
+				gaps++
+			}
+			if ev.Version < s.ver {
+				s.backward++
+			}
+			st := map[int]SeatStatus{}
+			for _, c := range ev.Changes {
+				st[c.Index] = c.Status
+			}
+			if len(st) > 0 {
+				m := *s.mine
+				m.States = append([]SeatStatus(nil), s.mine.States...)
+				for i, x := range st {
+					m.States[i] = x
+				}
+				s.mine = &m
+			}
+			s.ver = ev.Version
+		}
+		t.Logf("watcher %d: %d events, %d whose version is not the previous + merged, %d changes before its first snapshot", i, len(s.evs), gaps, early)
+		wrong := 0
+		got := mapStates(s.mine)
+		for id, w := range want {
+			if got[id] != w {
+				wrong++
+			}
+		}
+		if wrong > 0 || s.backward > 0 || gaps > 0 || early > 0 {
+			t.Errorf("watcher %d at version %d (view %d): %d seats differ from the view's map, %d events went back in version", i, s.ver, ver, wrong, s.backward)
+		}
+		s.mu.Unlock()
 	}
 }

@@ -44,14 +44,17 @@ const (
 	// within what the process can write.
 	feedInterval         = 20 * time.Millisecond
 	feedIntervalPerWatch = 20 * time.Microsecond
-	feedCount            = 1000        // entries per XREAD
-	ringBatches          = 4096        // change batches kept for WatchSeatMap resumes
-	watchBuffer          = 64          // events a watcher may fall behind before it is resynced
-	snapshotReuse        = time.Second // how old a map a new watcher may start from (firstEvents)
-	ownWriteWait         = time.Second
-	resumeWait           = time.Second   // for the client's feed position (WatchSeatMapFrom)
-	staleAfter           = 3 * feedBlock // AsOf older than this makes a map Stale
-	maxFeedBackoff       = time.Second
+	feedCount            = 1000 // entries per XREAD
+	ringBatches          = 4096 // change batches kept for WatchSeatMap resumes
+	watchBuffer          = 64   // events a watcher may fall behind before it is resynced
+	// watchChan is a watcher's channel's capacity, and how many events its forwarder may
+	// hold beside (watcher): together with the one it is sending, watchBuffer.
+	watchChan      = watchBuffer / 2
+	snapshotReuse  = time.Second // how old a map a new watcher may start from (firstEvents)
+	ownWriteWait   = time.Second
+	resumeWait     = time.Second   // for the client's feed position (WatchSeatMapFrom)
+	staleAfter     = 3 * feedBlock // AsOf older than this makes a map Stale
+	maxFeedBackoff = time.Second
 )
 
 // streamPos orders feed entry ids "ms-seq" as one number: ms<<22 | seq.
@@ -103,10 +106,59 @@ type entryTouch struct {
 	seats []int32
 }
 
-// watcher is one WatchSeatMap subscription.
+// watcher is one WatchSeatMap subscription. The view hands it events (send) into
+// pending, which only it and the watcher's forwarder touch, under mu; the forwarder
+// alone sends them, in order, on ch, the watcher's channel. So an event the view merges
+// into others is one the watcher has not received: it never gets an older state after
+// a newer one.
 type watcher struct {
-	ch chan SeatMapEvent
+	ch      chan SeatMapEvent
+	mu      sync.Mutex
+	pending []SeatMapEvent
+	wake    chan struct{} // a send poked the forwarder
+	done    chan struct{} // the watch ended: the forwarder closes ch
+	ended   sync.Once
 }
+
+// newWatcher starts a watcher whose channel holds first (at most watchChan events) from
+// the start.
+func newWatcher(first []SeatMapEvent) *watcher {
+	w := &watcher{ch: make(chan SeatMapEvent, watchChan), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	for _, ev := range first {
+		w.ch <- ev
+	}
+	go w.forward()
+	return w
+}
+
+// forward sends w's pending events on ch, oldest first, until the watch ends; then it
+// closes ch.
+func (w *watcher) forward() {
+	defer close(w.ch)
+	for {
+		w.mu.Lock()
+		if len(w.pending) == 0 {
+			w.mu.Unlock()
+			select {
+			case <-w.wake:
+				continue
+			case <-w.done:
+				return
+			}
+		}
+		ev := w.pending[0]
+		w.pending = w.pending[1:]
+		w.mu.Unlock()
+		select {
+		case w.ch <- ev:
+		case <-w.done:
+			return
+		}
+	}
+}
+
+// end ends the watch: w's channel closes once its forwarder has seen it.
+func (w *watcher) end() { w.ended.Do(func() { close(w.done) }) }
 
 // view is one show's seat map, kept current.
 type view struct {
@@ -192,7 +244,7 @@ func (v *view) start(ctx context.Context) {
 		wg.Wait()
 		v.mu.Lock()
 		for w := range v.subs {
-			close(w.ch)
+			w.end()
 			delete(v.subs, w)
 		}
 		if !v.built {
@@ -594,29 +646,23 @@ func floorMillis(d time.Duration) int64 {
 func localTime(ms int64) time.Time { return time.UnixMilli(ms) }
 
 // send gives w an event. A watcher never holds the view up: when w has fallen
-// watchBuffer events behind, the events it has not read are merged with ev into one
-// (each seat once, in its latest state), or, when one of them is a snapshot or the
+// about watchBuffer events behind, the events its forwarder holds are merged with ev into
+// one (each seat once, in its latest state), or, when one of them is a snapshot or the
 // changes would outweigh one, replaced by a snapshot. Caller holds mu.
 func (v *view) send(w *watcher, ev SeatMapEvent) {
 	ev.Merged = max(ev.Merged, 1)
+	w.mu.Lock()
+	if len(w.pending) < watchChan-1 {
+		w.pending = append(w.pending, ev)
+	} else {
+		v.e.m.seatMapMerges.Inc()
+		w.pending = []SeatMapEvent{v.merge(append(w.pending, ev))}
+	}
+	w.mu.Unlock()
 	select {
-	case w.ch <- ev:
-		return
+	case w.wake <- struct{}{}:
 	default:
 	}
-	var queued []SeatMapEvent
-drain:
-	for {
-		select {
-		case old := <-w.ch:
-			queued = append(queued, old)
-		default:
-			break drain
-		}
-	}
-	queued = append(queued, ev)
-	v.e.m.seatMapMerges.Inc()
-	w.ch <- v.merge(queued)
 }
 
 // snapshotEvent is the view's map now as an event standing for merged events. Caller
@@ -890,7 +936,7 @@ func (v *view) firstEvents() []SeatMapEvent {
 	for _, b := range v.ring[i:] {
 		since = append(since, SeatMapEvent{Version: b.version, Position: b.pos, Changes: b.changes, Areas: b.areas, Merged: 1})
 	}
-	if len(since) < watchBuffer {
+	if len(since) < watchChan {
 		return append(evs, since...)
 	}
 	if m := v.merge(since); m.Snapshot == nil {
