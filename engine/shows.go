@@ -260,6 +260,9 @@ func (sh *show) scriptKeys(tag string, seats []string) ([]string, error) {
 		sk := sh.soldKeys[s]
 		if !ok {
 			if hk, sk, ok = sh.placeKeys(s); !ok {
+				if area, _, _, isPlace := parsePlaceKey(s); isPlace {
+					return nil, notFound("area %q in show %q", area, sh.id) // not its place key: that names the hold
+				}
 				return nil, notFound("seat %q in show %q", s, sh.id)
 			}
 		}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,7 +137,11 @@ func TestAreaBadInputOverHTTP(t *testing.T) {
 			t.Errorf("places %v: field %v, want places", ps, r.body["field"])
 		}
 	}
-	a.want(a.do("POST", "/v1/shows/v1/holds", "alice", "", map[string]any{"places": places("NOPE", 1)}), 404, "not-found")
+	nope := a.do("POST", "/v1/shows/v1/holds", "alice", "", map[string]any{"places": places("NOPE", 1)})
+	a.want(nope, 404, "not-found")
+	if !strings.Contains(nope.raw, `area \"NOPE\"`) || strings.Contains(nope.raw, "~") {
+		t.Fatalf("an unknown area names the area, not a hold's place key: %s", nope.raw)
+	}
 	a.want(a.do("POST", "/v1/shows/v1/holds", "alice", "", map[string]any{"places": places("FLOOR", 1), "count": 1}), 400, "invalid-argument")
 	// Nothing was held: all 3 places are free.
 	a.want(a.do("POST", "/v1/shows/v1/holds", "bob", "", map[string]any{"places": places("FLOOR", 3)}), 201, "")
