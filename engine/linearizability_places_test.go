@@ -257,24 +257,7 @@ func testLinearizablePlaces(t *testing.T, savepoints bool) {
 		mu.Unlock()
 	}
 
-	stop := make(chan struct{})
-	var faults sync.WaitGroup
-	faults.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			if i%3 == 0 {
-				srv.Pause()
-				time.Sleep(120 * time.Millisecond)
-				srv.Resume()
-			} else {
-				v.rdb.ScriptFlush(context.Background())
-			}
-		}
-	})
+	stopFaults := redisFaults(v, srv, 50*time.Millisecond)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -345,9 +328,7 @@ func testLinearizablePlaces(t *testing.T, savepoints bool) {
 		})
 	}
 	wg.Wait()
-	close(stop)
-	faults.Wait()
-	srv.Resume()
+	stopFaults()
 
 	counts := map[string]int{}
 	for _, op := range history {

@@ -19,6 +19,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
 // The sequential model of one seat that every history must be explainable by:
@@ -251,24 +253,7 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 		}
 	}
 
-	stop := make(chan struct{})
-	var faults sync.WaitGroup
-	faults.Go(func() { // the faults: script cache loss and short freezes
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(40 * time.Millisecond):
-			}
-			if i%3 == 0 {
-				srv.Pause()
-				time.Sleep(120 * time.Millisecond)
-				srv.Resume()
-			} else {
-				v.rdb.ScriptFlush(context.Background())
-			}
-		}
-	})
+	stopFaults := redisFaults(v, srv, 40*time.Millisecond)
 
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -375,9 +360,7 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 		})
 	}
 	wg.Wait()
-	close(stop)
-	faults.Wait()
-	srv.Resume()
+	stopFaults()
 
 	counts := map[string]int{}
 	for _, op := range history {
@@ -400,6 +383,35 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 	}
 	if v.doubleBookings() != 0 {
 		t.Fatal("double booking")
+	}
+}
+
+// redisFaults injects the checks' faults into srv until the function it returns is
+// called: every gap, a script-cache loss, and every third time instead a 120 ms freeze
+// (calls time out: outcomes unknown). Once stopped, srv runs.
+func redisFaults(v *env, srv *testsvc.RedisServer, gap time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var faults sync.WaitGroup
+	faults.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(gap):
+			}
+			if i%3 == 0 {
+				srv.Pause()
+				time.Sleep(120 * time.Millisecond)
+				srv.Resume()
+			} else {
+				v.rdb.ScriptFlush(context.Background())
+			}
+		}
+	})
+	return func() {
+		close(done)
+		faults.Wait()
+		srv.Resume()
 	}
 }
 
