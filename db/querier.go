@@ -53,6 +53,10 @@ type Querier interface {
 	// BookingEventInsert appends to the event log (refusals and repairs; the confirmed event
 	// is written by BookingCreate).
 	BookingEventInsert(ctx context.Context, arg BookingEventInsertParams) error
+	// BookingExchange moves a confirmed booking to the generation of the hold it takes, and
+	// to that hold's offer when it has one. Its claims are deleted first: each names the
+	// booking's generation (seat_claims_booking_fkey).
+	BookingExchange(ctx context.Context, arg BookingExchangeParams) (int64, error)
 	BookingGet(ctx context.Context, bookingID uuid.UUID) (BookingDetail, error)
 	// BookingGetByHold finds the booking a hold (its hold_hash) made, cancelled or not: a
 	// hold makes at most one.
@@ -62,12 +66,20 @@ type Querier interface {
 	// BookingListByHolder reads a holder's bookings newest first, after the booking
 	// @after (none: from the newest).
 	BookingListByHolder(ctx context.Context, arg BookingListByHolderParams) ([]BookingDetail, error)
+	// BookingLockSkip locks a booking's row unless another transaction holds it (no row
+	// then: a batch never waits for a lock).
+	BookingLockSkip(ctx context.Context, arg BookingLockSkipParams) (BookingLockSkipRow, error)
+	// BookingPlacesClaim claims places of an area for a booking at its generation under the
+	// hold @hold_id (booking_places_claim counts them, within the capacity and the limit).
+	BookingPlacesClaim(ctx context.Context, arg BookingPlacesClaimParams) error
 	// BookingPlacesLower lowers a booking's claimed places of an area to @places (a partial
 	// cancellation; migration 00012): the area's sold and the holder's count follow.
 	BookingPlacesLower(ctx context.Context, arg BookingPlacesLowerParams) (int64, error)
 	// BookingPlacesUnclaim cancels all of a booking's places of an area (a partial
 	// cancellation): they are sellable again.
 	BookingPlacesUnclaim(ctx context.Context, arg BookingPlacesUnclaimParams) (int64, error)
+	// BookingSeatsAdd puts seats into an existing booking (their claims follow).
+	BookingSeatsAdd(ctx context.Context, arg BookingSeatsAddParams) error
 	// BookingSeatsDelete takes unclaimed seats out of a booking (a partial cancellation).
 	BookingSeatsDelete(ctx context.Context, arg BookingSeatsDeleteParams) (int64, error)
 	// BookingTransfer moves a confirmed booking to @holder_id (migration 00013 moves its
@@ -89,6 +101,10 @@ type Querier interface {
 	// oldest one of this database still running only (booking_events_horizon, migration
 	// 00016), so that no row can commit later behind what it returns. An event of a booking carries its booking's confirmation time.
 	EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error)
+	// ExchangeAt is when the exchange that moved a booking to @generation committed.
+	ExchangeAt(ctx context.Context, arg ExchangeAtParams) (time.Time, error)
+	// HolderSeatsAdd counts @seats more seats of a holder's bookings (migration 00021).
+	HolderSeatsAdd(ctx context.Context, arg HolderSeatsAddParams) (int32, error)
 	// HolderSeatsByShow pages through a show's holders with booked seats.
 	HolderSeatsByShow(ctx context.Context, arg HolderSeatsByShowParams) ([]HolderSeatsByShowRow, error)
 	// HolderSeatsFind reads the booked-seat counts of (show, holder) pairs, a probe of
@@ -113,6 +129,10 @@ type Querier interface {
 	PlaceMarkListByShow(ctx context.Context, showID string) ([]PlaceMarkListByShowRow, error)
 	SeatClaimListBySeats(ctx context.Context, arg SeatClaimListBySeatsParams) ([]SeatClaimListBySeatsRow, error)
 	SeatClaimListByShow(ctx context.Context, showID string) ([]SeatClaimListByShowRow, error)
+	// SeatClaimsAdd claims seats for a booking at its generation (each seat's fence is
+	// there already: seat_claims_at_fence). A seat claimed already is a unique violation
+	// on seat_claims_pkey.
+	SeatClaimsAdd(ctx context.Context, arg SeatClaimsAddParams) (int64, error)
 	SeatClaimsDeleteByBooking(ctx context.Context, arg SeatClaimsDeleteByBookingParams) (int64, error)
 	// SeatClaimsDeleteBySeats drops the claims of some of a booking's seats (a partial
 	// cancellation), then their booking_seats rows go (BookingSeatsDelete).

@@ -37,6 +37,11 @@ func (e *Engine) lockAreas(ctx context.Context, tx pgx.Tx, batch []*confirmReq) 
 		for _, p := range r.c.places {
 			keys = append(keys, areaKey{r.c.sh.id, p.AreaID})
 		}
+		if r.c.swap != nil { // the areas its booking gives places of
+			for _, a := range r.c.swap.areas {
+				keys = append(keys, areaKey{r.c.sh.id, a})
+			}
+		}
 	}
 	if len(keys) == 0 {
 		return nil

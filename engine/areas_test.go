@@ -223,7 +223,7 @@ func TestAreaCapacityInDatabase(t *testing.T) {
 	}
 	_, err = v.pool.Exec(t.Context(), `INSERT INTO booking_places (show_id, booking_id, area_id, places, generation, hold_id)
 		VALUES ('v1', $1, 'FLOOR', 1, $2, '0000000000000000')`, b.ID, b.Generation)
-	if pgConstraint(err) != "booking_places_pkey" {
+	if pgConstraint(err) != "booking_places_claimed_once" {
 		t.Fatalf("a second claim of the booking: %v", err)
 	}
 	// Redis forgets the sale (its area count back to zero): the hold is granted, and the

@@ -92,6 +92,8 @@ type confirmation struct {
 	hold   []byte // the hold's hash: one booking per hold
 	// limited: the show's rules have a holder limit (as the engine knew when it queued)
 	limited bool
+	// swap, for an exchange (exchange.go): its booking and what it gives back
+	swap *swap
 
 	// gen is the hold's generation as the next batch is to confirm it, and expires when
 	// the hold expires: its caller's copy (optimistic) or Redis's word (verified).
@@ -109,6 +111,12 @@ func (e *Engine) confirm(ctx context.Context, h Hold, opts ConfirmOptions) (Book
 	if err != nil {
 		return Booking{}, err
 	}
+	return e.confirmOf(ctx, c)
+}
+
+// confirmOf is confirm of a checked request (an exchange's too: exchange.go).
+func (e *Engine) confirmOf(ctx context.Context, c *confirmation) (Booking, error) {
+	h := c.h
 	// With the queue full it would be shed after its check: shed it before, so that
 	// under overload a refusal costs Redis nothing either.
 	if e.queueFull() {
@@ -278,9 +286,13 @@ func (e *Engine) booked(ctx context.Context, c *confirmation, id uuid.UUID, r co
 		if len(r.counts) > 0 {
 			_ = e.writeCounts(ctx, sh, r.counts)
 		}
-		if e.afterCommit(ctx, sh, seats, gen, true, r.seq, markSoldTimeout) == nil {
+		marked = e.afterCommit(ctx, sh, seats, gen, true, r.seq, markSoldTimeout) == nil
+		if marked {
 			e.giveRest(ctx, c, id)
 		}
+	}
+	if r.swap != nil {
+		return e.exchanged(ctx, c, r, marked)
 	}
 	e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 	return Booking{ID: id, ShowID: sh.id, SeatIDs: c.fenced, Places: c.places, Generation: gen, HolderID: c.h.HolderID,
@@ -367,7 +379,8 @@ type committed struct {
 	// counts is the holder's booked seats after it, when the show has a holder limit:
 	// written to Redis before the sold markers.
 	counts []holderCount
-	offer  string // its hold's (reserve.lua)
+	offer  string   // its hold's (reserve.lua)
+	swap   *swapped // an exchange's (exchange.go)
 }
 
 // optimistic reports whether a confirmation of h may go to its batch without asking
@@ -413,8 +426,10 @@ func claimErr(err error) error {
 		return errSeatClaimed
 	case "bookings_idempotency_key_unique":
 		return errKeyConflict
-	case "bookings_hold_unique":
+	case "bookings_hold_unique", "booking_places_pkey": // the hold's places booked already
 		return errSpent
+	case "booking_seats_pkey": // an exchange's hold has a seat of its own booking
+		return errSeatClaimed
 	}
 	return nil
 }
@@ -577,6 +592,9 @@ func (e *Engine) regenerate(ctx context.Context, c *confirmation, gen int64) (in
 	floor, err := e.q.SeatFenceMaxByShow(ctx, c.sh.id)
 	if err != nil {
 		return 0, false, e.pgErr(err)
+	}
+	if c.swap != nil {
+		floor = max(floor, c.swap.floor) // an exchange's booking may have places alone
 	}
 	res, err := lua.Regen.Run(ctx, e.scripts, c.ks, scriptArgs(c.tag, []any{c.h.Token, gen, floor}, c.seats)...).Slice()
 	if err != nil {

@@ -202,7 +202,8 @@ func (e *Engine) checkServer(ctx context.Context) {
 // Once the engine has found another server than ran's history (a failover), the look-up
 // is not made, or is cut short: the settler settles every such batch there at once, on
 // one connection, and commits again what is absent.
-func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, id uuid.UUID, commitErr error) (time.Time, error) {
+func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, w witness, commitErr error) (time.Time, error) {
+	id := w.id
 	unknown := func(err error) (time.Time, error) {
 		e.log.WarnContext(ctx, "commit reply lost; its outcome is unknown, the caller gets ErrUnavailable", "booking_id", id, "error", err)
 		return time.Time{}, unavailable("postgres", fmt.Errorf("%w (%w): %w", errCommitUnknown, commitErr, err))
@@ -227,7 +228,7 @@ func (e *Engine) resolveCommit(ctx context.Context, ran serverIdentity, id uuid.
 		return unknown(cause(rctx, err))
 	}
 	defer conn.Release()
-	at, out, now, err := e.settleOn(rctx, conn, ran, id, true)
+	at, out, now, err := e.settleOn(rctx, conn, ran, w, true)
 	switch {
 	case out == outcomeBooked:
 		e.log.WarnContext(ctx, "commit reply lost; the booking was committed", "booking_id", id)
@@ -275,14 +276,14 @@ const (
 //     new one does not follow (and the engine refuses connections to it: backendOf).
 //
 // A booking found is booked only once the durability barrier has passed on conn.
-func (e *Engine) settleOn(ctx context.Context, conn *pgxpool.Conn, ran serverIdentity, id uuid.UUID, waitSyncRep bool) (time.Time, outcome, serverIdentity, error) {
+func (e *Engine) settleOn(ctx context.Context, conn *pgxpool.Conn, ran serverIdentity, w witness, waitSyncRep bool) (time.Time, outcome, serverIdentity, error) {
 	now, err := e.backendOf(ctx, conn)
 	if err != nil {
 		return time.Time{}, outcomeUnknown, now, err
 	}
 	switch {
 	case now.sameServer(ran):
-		if err := e.backendEnded(ctx, conn, ran, id, waitSyncRep); err != nil {
+		if err := e.backendEnded(ctx, conn, ran, w.id, waitSyncRep); err != nil {
 			return time.Time{}, outcomeUnknown, now, err
 		}
 	case now.sameHistory(ran), now.succeeds(ran):
@@ -290,18 +291,43 @@ func (e *Engine) settleOn(ctx context.Context, conn *pgxpool.Conn, ran serverIde
 		return time.Time{}, outcomeUnknown, now, fmt.Errorf("the pool reaches another server now (cluster %d timeline %d; the COMMIT ran on cluster %d timeline %d)",
 			now.system, now.timeline, ran.system, ran.timeline)
 	}
-	row, err := db.New(conn).BookingGet(ctx, id)
+	at, err := w.committedAt(ctx, db.New(conn))
 	switch {
 	case err == nil:
 		if err := e.durable(ctx, conn); err != nil {
 			return time.Time{}, outcomeUnknown, now, err
 		}
-		return row.ConfirmedAt, outcomeBooked, now, nil
+		return at, outcomeBooked, now, nil
 	case errors.Is(err, pgx.ErrNoRows):
 		return time.Time{}, outcomeAbsent, now, nil
 	default:
 		return time.Time{}, outcomeUnknown, now, err
 	}
+}
+
+// witness is the confirmation of a batch that settles its lost COMMIT (all of the batch
+// committed, or none): a booking, by its id; an exchange (gen > 0), by its event, which
+// names the booking and the generation the exchange moved it to.
+type witness struct {
+	id  uuid.UUID
+	gen int64
+}
+
+// witnessOf is r as its batch's witness.
+func witnessOf(r *confirmReq) witness {
+	if r.c.swap != nil {
+		return witness{id: r.id, gen: r.gen}
+	}
+	return witness{id: r.id}
+}
+
+// committedAt is when w committed, as q's server has it: pgx.ErrNoRows when it has not.
+func (w witness) committedAt(ctx context.Context, q *db.Queries) (time.Time, error) {
+	if w.gen > 0 {
+		return q.ExchangeAt(ctx, db.ExchangeAtParams{BookingID: uuid.NullUUID{UUID: w.id, Valid: true}, Generation: w.gen})
+	}
+	row, err := q.BookingGet(ctx, w.id)
+	return row.ConfirmedAt, err
 }
 
 // errSyncRepWait: the backend of a lost COMMIT waits for a synchronous standby.

@@ -118,7 +118,7 @@ func (e *Engine) batchOnce(ctx context.Context, guard *stallGuard, ran serverIde
 	if e.cfg.ConfirmSavepoints {
 		accepted, err = e.writeInSavepoints(ctx, guard, tx, batch)
 	} else {
-		accepted, err = e.decideAndWrite(ctx, guard, q, batch, fence, claimed, perBooking)
+		accepted, err = e.decideAndWrite(ctx, guard, tx, batch, fence, claimed, perBooking)
 	}
 	if err != nil || len(accepted) == 0 {
 		return false, err
@@ -260,22 +260,29 @@ func (e *Engine) lockFences(ctx context.Context, tx pgx.Tx, batch []*confirmReq,
 // order from the batch's locked fences and claims, and writes the accepted ones, which
 // it returns: each table in one statement (BookingCreateMany), or, with perBooking, a
 // statement per booking (pipelined), which tells whose write a violation was.
-func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, q *db.Queries, batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool, perBooking bool) ([]*confirmReq, error) {
+//
+// The batch's exchanges (exchange.go) come after, each in a savepoint of its own, where
+// the database decides them against what the batch wrote before.
+func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, tx pgx.Tx, batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bool, perBooking bool) ([]*confirmReq, error) {
 	accepted := decide(batch, fence, claimed)
-	if len(accepted) == 0 {
-		return nil, nil
+	if len(accepted) > 0 {
+		guard.step()
+		var err error
+		if perBooking {
+			err = e.writePerBooking(ctx, guard, db.New(tx), accepted)
+		} else {
+			err = e.writeMany(ctx, db.New(tx), accepted)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	guard.step()
-	var err error
-	if perBooking {
-		err = e.writePerBooking(ctx, guard, q, accepted)
-	} else {
-		err = e.writeMany(ctx, q, accepted)
-	}
+	swaps := slices.DeleteFunc(slices.Clone(batch), func(r *confirmReq) bool { return r.c.swap == nil })
+	exchanged, err := e.writeInSavepoints(ctx, guard, tx, swaps)
 	if err != nil {
 		return nil, err
 	}
-	return accepted, nil
+	return append(accepted, exchanged...), nil
 }
 
 // decide is step 3: it decides each confirmation of batch in queue order, as lone
@@ -289,7 +296,7 @@ func decide(batch []*confirmReq, fence map[seatKey]int64, claimed map[seatKey]bo
 	usedKeys := map[idemKey]bool{}
 	var accepted []*confirmReq
 	for _, r := range batch {
-		if r.err != nil {
+		if r.err != nil || r.c.swap != nil { // an exchange is written after (decideAndWrite)
 			continue
 		}
 		sh := r.c.sh.id
@@ -493,29 +500,42 @@ func (e *Engine) inSavepoint(ctx context.Context, tx pgx.Tx, r *confirmReq) (boo
 		return false, nil
 	}
 	q := db.New(sp)
-	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: r.c.sh.id, SeatIds: r.c.fenced, Generation: r.gen})
-	if err != nil {
+	write := writeOne
+	if r.c.swap != nil {
+		write = e.exchangeTx
+	}
+	res, err := write(ctx, q, r)
+	var rf *refusal
+	switch {
+	case errors.As(err, &rf):
+		return refuse(rf.err)
+	case claimErr(err) != nil:
+		return refuse(claimErr(err))
+	case err != nil:
 		return false, e.txErr(err)
-	}
-	if len(adv) != len(r.c.fenced) {
-		return refuse(errStale)
-	}
-	var res committed
-	var cerr error
-	q.BookingCreate(ctx, []db.BookingCreateParams{r.booking()}).QueryRow(func(_ int, row db.BookingCreateRow, err error) {
-		res, cerr = committed{at: row.ConfirmedAt, seq: row.MarkerSeq}, err
-	})
-	if cerr != nil {
-		if refusal := claimErr(cerr); refusal != nil {
-			return refuse(refusal)
-		}
-		return false, e.txErr(cerr)
 	}
 	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
 		return false, e.txErr(err)
 	}
 	r.res = res
 	return true, nil
+}
+
+// writeOne is a lone confirmation's statements: the fence, then the booking. A fence
+// that has seen its generation is a refusal (errStale).
+func writeOne(ctx context.Context, q *db.Queries, r *confirmReq) (committed, error) {
+	adv, err := q.SeatFencesAdvance(ctx, db.SeatFencesAdvanceParams{ShowID: r.c.sh.id, SeatIds: r.c.fenced, Generation: r.gen})
+	if err != nil {
+		return committed{}, err
+	}
+	if len(adv) != len(r.c.fenced) {
+		return committed{}, &refusal{errStale}
+	}
+	var res committed
+	q.BookingCreate(ctx, []db.BookingCreateParams{r.booking()}).QueryRow(func(_ int, row db.BookingCreateRow, cerr error) {
+		res, err = committed{at: row.ConfirmedAt, seq: row.MarkerSeq}, cerr
+	})
+	return res, err
 }
 
 // booking is the row r's confirmation writes.

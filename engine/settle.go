@@ -49,7 +49,7 @@ func (e *Engine) settleLostCommit(ctx context.Context, ran serverIdentity, accep
 		stopKeeping = func() { close(stop); <-exited }
 	}
 	// One that stays unknown is the settler's, which keeps the holds reserved from here.
-	at, err := e.resolveCommit(ctx, ran, accepted[0].id, commitErr)
+	at, err := e.resolveCommit(ctx, ran, witnessOf(accepted[0]), commitErr)
 	stopKeeping()
 	if errors.Is(err, errCommitUnknown) {
 		e.unsettle(accepted, ran, still, sent)
@@ -261,7 +261,7 @@ func (e *Engine) outcomes(ctx context.Context, todo []*unsettled) []outcome {
 	}
 	defer conn.Release()
 	for i, u := range todo {
-		_, outs[i], _, _ = e.settleOn(ctx, conn, u.ran, u.members[0].id, false)
+		_, outs[i], _, _ = e.settleOn(ctx, conn, u.ran, witnessOf(u.members[0]), false)
 	}
 	return outs
 }
@@ -295,6 +295,9 @@ func (e *Engine) bookedAfterAll(ctx context.Context, u *unsettled) {
 			e.log.WarnContext(r.ctx, "sold markers of a settled booking left to the background repair", "show_id", r.c.sh.id, "error", err)
 		} else {
 			e.giveRest(mctx, r.c, r.id)
+			if s := r.res.swap; s != nil && len(s.tombs) > 0 { // an exchange's: what it gave back
+				_ = e.afterCommit(mctx, r.c.sh, s.tombs, s.tombGen, false, s.tombSeq, 0)
+			}
 		}
 		cancel()
 	}

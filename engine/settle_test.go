@@ -40,7 +40,7 @@ func TestLostCommitAfterAFailoverGoesToTheSettler(t *testing.T) {
 		if err := v.e.noteServer(nil, next); err != nil {
 			t.Fatal(err)
 		}
-		_, err := v.e.resolveCommit(t.Context(), ran, uuid.New(), lost)
+		_, err := v.e.resolveCommit(t.Context(), ran, witness{id: uuid.New()}, lost)
 		if !errors.Is(err, errCommitUnknown) || !errors.Is(err, errFailedOver) || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("resolveCommit after the engine found another server: %v, want ErrUnavailable, unknown, handed to the settler (errFailedOver)", err)
 		}
@@ -65,7 +65,7 @@ func TestLostCommitAfterAFailoverGoesToTheSettler(t *testing.T) {
 		}()
 		done := make(chan error, 1)
 		go func() {
-			_, err := v.e.resolveCommit(context.Background(), ran, uuid.New(), lost)
+			_, err := v.e.resolveCommit(context.Background(), ran, witness{id: uuid.New()}, lost)
 			done <- err
 		}()
 		next := ran

@@ -100,18 +100,21 @@ func TestEveryWriteSurvivesALostReplyOverHTTP(t *testing.T) {
 	path := "/v1/bookings/" + b.body["id"].(string)
 	a.lostThenRetried("POST", path+"/transfer", "", "k6", map[string]any{"to": "carol"})
 	a.lostThenRetried("POST", path+"/cancel-seats", "carol", "k7", map[string]any{"seats": []string{"A2"}})
+	x := a.lostThenRetried("POST", "/v1/shows/s1/holds", "carol", "k7a", map[string]any{"seats": []string{"A6"}})
+	a.lostThenRetried("POST", path+"/exchange", "carol", "k7b", map[string]any{"give_seats": []string{"A1"}, "hold": x.body})
 	a.lostThenRetried("DELETE", path, "carol", "k8", nil)
 	d := a.lostThenRetried("POST", "/v1/shows/s1/holds", "dave", "k9", map[string]any{"count": 2})
 	a.lostThenRetried("POST", "/v1/holds/release", "dave", "k10", d.body)
 
-	// One hold, one transfer and dave's hold took generations: the next is the 4th.
+	// One hold, one transfer, carol's hold and dave's hold took generations: the next is
+	// the 5th.
 	next := a.do("POST", "/v1/shows/s1/holds", "erin", "", map[string]any{"seats": []string{"A4"}})
 	a.want(next, 201, "")
-	if g := next.body["generation"].(float64); g != 4 {
-		t.Fatalf("the next hold's generation is %v, want 4: a retried write took one of its own", g)
+	if g := next.body["generation"].(float64); g != 5 {
+		t.Fatalf("the next hold's generation is %v, want 5: a retried write took one of its own", g)
 	}
 	var events map[string]int
-	for _, kind := range []string{"confirmed", "transferred", "seats_cancelled", "cancelled"} {
+	for _, kind := range []string{"confirmed", "transferred", "seats_cancelled", "exchanged", "cancelled"} {
 		var n int
 		if err := a.pool.QueryRow(t.Context(), "SELECT count(*) FROM booking_events WHERE kind = $1", kind).Scan(&n); err != nil {
 			t.Fatal(err)

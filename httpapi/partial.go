@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/holdfast/holdfast/engine"
 )
@@ -63,5 +64,31 @@ func (s *Server) postCancelSeats(w http.ResponseWriter, r *http.Request, holder 
 		s.fail(w, r, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, toBookingJSON(b))
+}
+
+// postExchange gives back part of a booking of the caller's for a new hold of theirs
+// ({"give_seats": [...], "give_places": [...], "hold": {hold fields}}) in one step, and
+// answers the booking as it is now: the same id, the hold's generation.
+func (s *Server) postExchange(w http.ResponseWriter, r *http.Request, holder string) {
+	id, ok := s.bookingID(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		GiveSeats  []string     `json:"give_seats"`
+		GivePlaces []placesJSON `json:"give_places"`
+		Hold       holdJSON     `json:"hold"`
+	}
+	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	h := holdFromJSON(body.Hold, holder)
+	b, err := s.e.Exchange(asHolder(r, holder), id, body.GiveSeats, fromPlacesJSON(body.GivePlaces), h, engine.ConfirmOptions{})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.addrHolds.update(h.ShowID, clientAddrOf(r), h.Generation, time.Time{}) // booked, no longer held
 	writeJSON(w, http.StatusOK, toBookingJSON(b))
 }

@@ -115,3 +115,40 @@ func TestCancelSeatsOverHTTP(t *testing.T) {
 		t.Fatalf("the rest cancelled: %s, want the booking cancelled", last.raw)
 	}
 }
+
+// TestExchangeOverHTTP: POST /v1/bookings/{id}/exchange gives back part of the caller's
+// booking for a new hold of theirs and answers the booking under the same id at the
+// hold's generation; what it gave back is free at once; a seat not in the booking is 400
+// invalid-argument, another holder's booking 404, a hold no longer current 410, and none
+// of them changes the booking.
+func TestExchangeOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/se", "", "", venueBody(10)), 201, "")
+	h := a.do("POST", "/v1/shows/se/holds", "alice", "", map[string]any{"seats": []string{"A1"}, "places": places("FLOOR", 2)})
+	a.want(h, 201, "")
+	b := a.do("POST", "/v1/bookings", "alice", "", h.body)
+	a.want(b, 201, "")
+	x := a.do("POST", "/v1/shows/se/holds", "alice", "", map[string]any{"seats": []string{"A2"}, "places": places("FLOOR", 1)})
+	a.want(x, 201, "")
+	path := fmt.Sprintf("/v1/bookings/%s/exchange", b.body["id"])
+	a.want(a.do("POST", path, "alice", "", map[string]any{"give_seats": []string{"A3"}, "hold": x.body}), 400, "invalid-argument")
+	a.want(a.do("POST", path, "alice", "", map[string]any{"give_seats": []string{"A1"}}), 400, "invalid-argument")
+	a.want(a.do("POST", path, "mallory", "", map[string]any{"give_seats": []string{"A1"}, "hold": x.body}), 404, "not-found")
+	lost := a.do("POST", "/v1/shows/se/holds", "alice", "", map[string]any{"places": places("FLOOR", 1)})
+	a.want(lost, 201, "")
+	a.want(a.do("POST", "/v1/holds/release", "alice", "", lost.body), 204, "")
+	a.want(a.do("POST", path, "alice", "", map[string]any{"give_seats": []string{"A1"}, "hold": lost.body}), 410, "hold-lost")
+	got := a.do("GET", fmt.Sprintf("/v1/bookings/%s", b.body["id"]), "alice", "", nil)
+	if fmt.Sprint(got.body["seats"]) != "[A1]" || placesCount(got, "FLOOR") != 2 || got.body["generation"] != b.body["generation"] {
+		t.Fatalf("the booking after the refusals: %s, want it as it was: %s", got.raw, b.raw)
+	}
+	e := a.do("POST", path, "alice", "", map[string]any{"give_seats": []string{"A1"}, "hold": x.body})
+	a.want(e, 200, "")
+	if e.body["id"] != b.body["id"] || fmt.Sprint(e.body["seats"]) != "[A2]" || placesCount(e, "FLOOR") != 3 ||
+		e.body["generation"] != x.body["generation"] || e.body["status"] != "confirmed" {
+		t.Fatalf("booking after the exchange %s, want A2 and 3 places at the hold's generation %v", e.raw, x.body["generation"])
+	}
+	// A1 is free at once, and 7 of the 10 places.
+	a.want(a.do("POST", "/v1/shows/se/holds", "bob", "", map[string]any{"seats": []string{"A1"}, "places": places("FLOOR", 7)}), 201, "")
+}

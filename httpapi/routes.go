@@ -48,6 +48,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/v1/bookings/{id}", s.holderReading(s.getBooking)},
 		{"DELETE", "/v1/bookings/{id}", s.keyed(s.limited(s.deleteBooking))},
 		{"POST", "/v1/bookings/{id}/cancel-seats", s.keyed(s.limited(s.postCancelSeats))},
+		{"POST", "/v1/bookings/{id}/exchange", s.keyed(s.limited(s.postExchange))},
 		{"GET", "/v1/holders/me/bookings", s.holderReading(s.getMyBookings)},
 		{"GET", "/v1/holders/me/holds", s.holderReading(s.getMyHolds)},
 		{"GET", "/livez", http.HandlerFunc(s.livez)},

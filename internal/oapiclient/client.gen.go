@@ -767,6 +767,22 @@ type CancelBookingSeatsParams struct {
 	HolderId *Holder `json:"Holder-Id,omitempty"`
 }
 
+// ExchangeBookingJSONBody defines parameters for ExchangeBooking.
+type ExchangeBookingJSONBody struct {
+	GivePlaces *[]PlacesPart `json:"give_places,omitempty"`
+	GiveSeats  *[]ID         `json:"give_seats,omitempty"`
+	Hold       Hold          `json:"hold"`
+}
+
+// ExchangeBookingParams defines parameters for ExchangeBooking.
+type ExchangeBookingParams struct {
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
+	HolderId *Holder `json:"Holder-Id,omitempty"`
+}
+
 // TransferBookingJSONBody defines parameters for TransferBooking.
 type TransferBookingJSONBody struct {
 	// To The holder the booking moves to.
@@ -970,6 +986,9 @@ type PostBookingJSONRequestBody = HoldConfirm
 
 // CancelBookingSeatsJSONRequestBody defines body for CancelBookingSeats for application/json ContentType.
 type CancelBookingSeatsJSONRequestBody CancelBookingSeatsJSONBody
+
+// ExchangeBookingJSONRequestBody defines body for ExchangeBooking for application/json ContentType.
+type ExchangeBookingJSONRequestBody ExchangeBookingJSONBody
 
 // TransferBookingJSONRequestBody defines body for TransferBooking for application/json ContentType.
 type TransferBookingJSONRequestBody TransferBookingJSONBody
@@ -1454,6 +1473,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
 	CancelBookingSeats(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExchangeBookingWithBody Exchange part of a booking of the caller's for a new hold of theirs
+	//
+	// Gives back the seats and places named (give_seats, give_places; none at all adds the hold to the booking) and confirms the whole hold into the same booking, in one transaction: the booking keeps its id and takes the hold's generation (and its offer, when it has one); what it gave back is sellable at once; an exchanged event is in the feed. A refusal changes nothing and leaves the hold as it was: a seat or area the booking does not have, more places than it has, a booking that is not confirmed or a hold of another show is 400 invalid-argument; the hold lost, stale, its seats taken or the holder limit are the confirmation's answers.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/bookings/{id}/exchange (the `ExchangeBooking` operationId).
+	ExchangeBookingWithBody(ctx context.Context, id string, params *ExchangeBookingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExchangeBooking Exchange part of a booking of the caller's for a new hold of theirs
+	//
+	// Gives back the seats and places named (give_seats, give_places; none at all adds the hold to the booking) and confirms the whole hold into the same booking, in one transaction: the booking keeps its id and takes the hold's generation (and its offer, when it has one); what it gave back is sellable at once; an exchanged event is in the feed. A refusal changes nothing and leaves the hold as it was: a seat or area the booking does not have, more places than it has, a booking that is not confirmed or a hold of another show is 400 invalid-argument; the hold lost, stale, its seats taken or the holder limit are the confirmation's answers.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/bookings/{id}/exchange (the `ExchangeBooking` operationId).
+	ExchangeBooking(ctx context.Context, id string, params *ExchangeBookingParams, body ExchangeBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TransferBookingWithBody Move a confirmed booking to another holder (operator; admin listener)
 	//
@@ -1950,6 +1987,44 @@ func (c *Client) CancelBookingSeatsWithBody(ctx context.Context, id string, para
 // Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
 func (c *Client) CancelBookingSeats(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelBookingSeatsRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExchangeBookingWithBody Exchange part of a booking of the caller's for a new hold of theirs
+//
+// Gives back the seats and places named (give_seats, give_places; none at all adds the hold to the booking) and confirms the whole hold into the same booking, in one transaction: the booking keeps its id and takes the hold's generation (and its offer, when it has one); what it gave back is sellable at once; an exchanged event is in the feed. A refusal changes nothing and leaves the hold as it was: a seat or area the booking does not have, more places than it has, a booking that is not confirmed or a hold of another show is 400 invalid-argument; the hold lost, stale, its seats taken or the holder limit are the confirmation's answers.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/bookings/{id}/exchange (the `ExchangeBooking` operationId).
+func (c *Client) ExchangeBookingWithBody(ctx context.Context, id string, params *ExchangeBookingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExchangeBookingRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExchangeBooking Exchange part of a booking of the caller's for a new hold of theirs
+//
+// Gives back the seats and places named (give_seats, give_places; none at all adds the hold to the booking) and confirms the whole hold into the same booking, in one transaction: the booking keeps its id and takes the hold's generation (and its offer, when it has one); what it gave back is sellable at once; an exchanged event is in the feed. A refusal changes nothing and leaves the hold as it was: a seat or area the booking does not have, more places than it has, a booking that is not confirmed or a hold of another show is 400 invalid-argument; the hold lost, stale, its seats taken or the holder limit are the confirmation's answers.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/bookings/{id}/exchange (the `ExchangeBooking` operationId).
+func (c *Client) ExchangeBooking(ctx context.Context, id string, params *ExchangeBookingParams, body ExchangeBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExchangeBookingRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2964,6 +3039,79 @@ func NewCancelBookingSeatsRequestWithBody(server string, id string, params *Canc
 	}
 
 	operationPath := fmt.Sprintf("/v1/bookings/%s/cancel-seats", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.HolderId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewExchangeBookingRequest calls the generic ExchangeBooking builder with application/json body
+func NewExchangeBookingRequest(server string, id string, params *ExchangeBookingParams, body ExchangeBookingJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExchangeBookingRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewExchangeBookingRequestWithBody constructs an http.Request for the ExchangeBooking method, with any body, and a specified content type
+func NewExchangeBookingRequestWithBody(server string, id string, params *ExchangeBookingParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/bookings/%s/exchange", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -4491,6 +4639,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/bookings/{id}/cancel-seats (the `CancelBookingSeats` operationId).
 	CancelBookingSeatsWithResponse(ctx context.Context, id string, params *CancelBookingSeatsParams, body CancelBookingSeatsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelBookingSeatsResponse, error)
 
+	// ExchangeBookingWithBodyWithResponse Exchange part of a booking of the caller's for a new hold of theirs
+	//
+	// Gives back the seats and places named (give_seats, give_places; none at all adds the hold to the booking) and confirms the whole hold into the same booking, in one transaction: the booking keeps its id and takes the hold's generation (and its offer, when it has one); what it gave back is sellable at once; an exchanged event is in the feed. A refusal changes nothing and leaves the hold as it was: a seat or area the booking does not have, more places than it has, a booking that is not confirmed or a hold of another show is 400 invalid-argument; the hold lost, stale, its seats taken or the holder limit are the confirmation's answers.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/bookings/{id}/exchange (the `ExchangeBooking` operationId).
+	ExchangeBookingWithBodyWithResponse(ctx context.Context, id string, params *ExchangeBookingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExchangeBookingResponse, error)
+
+	// ExchangeBookingWithResponse Exchange part of a booking of the caller's for a new hold of theirs
+	//
+	// Gives back the seats and places named (give_seats, give_places; none at all adds the hold to the booking) and confirms the whole hold into the same booking, in one transaction: the booking keeps its id and takes the hold's generation (and its offer, when it has one); what it gave back is sellable at once; an exchanged event is in the feed. A refusal changes nothing and leaves the hold as it was: a seat or area the booking does not have, more places than it has, a booking that is not confirmed or a hold of another show is 400 invalid-argument; the hold lost, stale, its seats taken or the holder limit are the confirmation's answers.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/bookings/{id}/exchange (the `ExchangeBooking` operationId).
+	ExchangeBookingWithResponse(ctx context.Context, id string, params *ExchangeBookingParams, body ExchangeBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*ExchangeBookingResponse, error)
+
 	// TransferBookingWithBodyWithResponse Move a confirmed booking to another holder (operator; admin listener)
 	//
 	// One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
@@ -5507,6 +5673,117 @@ func (r CancelBookingSeatsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelBookingSeatsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ExchangeBookingResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Booking
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExchangeBookingResponse) GetJSON200() *Booking {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON410() *Problem {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ExchangeBookingResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ExchangeBookingResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExchangeBookingResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExchangeBookingResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExchangeBookingResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7670,6 +7947,36 @@ func (c *ClientWithResponses) CancelBookingSeatsWithResponse(ctx context.Context
 	return ParseCancelBookingSeatsResponse(rsp)
 }
 
+// ExchangeBookingWithBodyWithResponse Exchange part of a booking of the caller's for a new hold of theirs
+//
+// Gives back the seats and places named (give_seats, give_places; none at all adds the hold to the booking) and confirms the whole hold into the same booking, in one transaction: the booking keeps its id and takes the hold's generation (and its offer, when it has one); what it gave back is sellable at once; an exchanged event is in the feed. A refusal changes nothing and leaves the hold as it was: a seat or area the booking does not have, more places than it has, a booking that is not confirmed or a hold of another show is 400 invalid-argument; the hold lost, stale, its seats taken or the holder limit are the confirmation's answers.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/bookings/{id}/exchange (the `ExchangeBooking` operationId).
+func (c *ClientWithResponses) ExchangeBookingWithBodyWithResponse(ctx context.Context, id string, params *ExchangeBookingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExchangeBookingResponse, error) {
+	rsp, err := c.ExchangeBookingWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExchangeBookingResponse(rsp)
+}
+
+// ExchangeBookingWithResponse Exchange part of a booking of the caller's for a new hold of theirs
+//
+// Gives back the seats and places named (give_seats, give_places; none at all adds the hold to the booking) and confirms the whole hold into the same booking, in one transaction: the booking keeps its id and takes the hold's generation (and its offer, when it has one); what it gave back is sellable at once; an exchanged event is in the feed. A refusal changes nothing and leaves the hold as it was: a seat or area the booking does not have, more places than it has, a booking that is not confirmed or a hold of another show is 400 invalid-argument; the hold lost, stale, its seats taken or the holder limit are the confirmation's answers.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/bookings/{id}/exchange (the `ExchangeBooking` operationId).
+func (c *ClientWithResponses) ExchangeBookingWithResponse(ctx context.Context, id string, params *ExchangeBookingParams, body ExchangeBookingJSONRequestBody, reqEditors ...RequestEditorFn) (*ExchangeBookingResponse, error) {
+	rsp, err := c.ExchangeBooking(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExchangeBookingResponse(rsp)
+}
+
 // TransferBookingWithBodyWithResponse Move a confirmed booking to another holder (operator; admin listener)
 //
 // One transaction changes the booking's holder and writes its `transferred` event to the feed. Its seats leave the old holder's count under the show's holder limit and join the new holder's: past the limit is 409 holder-limit and nothing changed. A booking that is not confirmed, or `to` that is its holder already, is 400 invalid-argument; an unknown booking 404.
@@ -8702,6 +9009,102 @@ func ParseCancelBookingSeatsResponse(rsp *http.Response) (*CancelBookingSeatsRes
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExchangeBookingResponse parses an HTTP response from a ExchangeBookingWithResponse call
+func ParseExchangeBookingResponse(rsp *http.Response) (*ExchangeBookingResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExchangeBookingResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Booking
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
