@@ -46,7 +46,7 @@ type Event struct {
 	// read to Events to read on. It is the webhook-id of the event's delivery.
 	ID     string
 	ShowID string
-	Kind   string // EventConfirmed, EventCancelled, EventSeatsCancelled, EventTransferred, EventLost
+	Kind   string // EventConfirmed, EventCancelled, EventSeatsCancelled, EventExchanged, EventTransferred, EventLost
 	At     time.Time
 	// Booking is the booking as the event left it. For EventLost, Status is BookingLost,
 	// ID is the zero UUID when Redis did not know it, HolderID is empty and ConfirmedAt
@@ -89,7 +89,7 @@ func eventFromRow(r db.EventsAfterRow) Event {
 		b.ConfirmedAt = *r.BookingConfirmedAt
 	}
 	switch r.Kind {
-	case EventConfirmed, EventSeatsCancelled, EventTransferred:
+	case EventConfirmed, EventSeatsCancelled, EventExchanged, EventTransferred:
 		b.Status = BookingConfirmed
 	case EventCancelled:
 		at := r.At

@@ -85,7 +85,8 @@ func TestExchangeSwapsSeatsInOneBooking(t *testing.T) {
 	}
 	evs, _ := waitEvents(t, v.e, "", 2)
 	last := evs[len(evs)-1]
-	if last.Kind != EventExchanged || last.Booking.ID != b.ID || !slices.Equal(last.Booking.SeatIDs, after.SeatIDs) {
+	if last.Kind != EventExchanged || last.Booking.ID != b.ID || last.Booking.Status != BookingConfirmed ||
+		last.Booking.Generation != h.Generation || !slices.Equal(last.Booking.SeatIDs, after.SeatIDs) {
 		t.Fatalf("last event %+v", last)
 	}
 	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); !errors.Is(err, ErrHoldLost) && !errors.Is(err, ErrStaleGeneration) {

@@ -63,6 +63,7 @@ func (e EventBookingStatus) Valid() bool {
 const (
 	EventCancelled      EventKind = "cancelled"
 	EventConfirmed      EventKind = "confirmed"
+	EventExchanged      EventKind = "exchanged"
 	EventLost           EventKind = "lost"
 	EventSeatsCancelled EventKind = "seats_cancelled"
 	EventTransferred    EventKind = "transferred"
@@ -74,6 +75,8 @@ func (e EventKind) Valid() bool {
 	case EventCancelled:
 		return true
 	case EventConfirmed:
+		return true
+	case EventExchanged:
 		return true
 	case EventLost:
 		return true
