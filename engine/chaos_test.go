@@ -51,6 +51,7 @@ type chaosStats struct {
 	confirms atomic.Int64 // acknowledged confirmations
 	refused  atomic.Int64 // definite refusals
 	unavail  atomic.Int64 // ErrUnavailable answers
+	swaps    atomic.Int64 // acknowledged exchanges
 }
 
 // chaosWorkload is the mixed workload and what it was told.
@@ -215,7 +216,10 @@ func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, se
 			})
 		case r < 8: // hands it to a friend, who pays
 			w.moved(ctx, e, h, key, &mine, func() (Hold, error) { return e.Transfer(ctx, h, holder+"-friend") })
-		case r < 10: // abandons
+		case r < 9: // abandons
+		case r < 15 && len(mine) > 0: // exchanges part of a booking for it
+			w.exchange(ctx, e, h, key, mine[len(mine)-1])
+		case r < 10:
 		case r < 20:
 			w.note(e.Release(ctx, h))
 		case r < 30:
@@ -345,6 +349,46 @@ func (w *chaosWorkload) confirm(ctx context.Context, e *Engine, h Hold, key stri
 	return false
 }
 
+// exchange gives back a seat (or a place) of booking id for hold h, under an
+// idempotency key, retrying under it while the answer is ErrUnavailable. The booking's
+// places are what the last definite answer says; one left unknown is not checked
+// (placed -1).
+func (w *chaosWorkload) exchange(ctx context.Context, e *Engine, h Hold, key string, id uuid.UUID) {
+	b, err := e.Booking(ctx, id)
+	if err != nil || b.Status != BookingConfirmed || b.HolderID != h.HolderID { // a friend's, moved to them
+		return
+	}
+	var give []string
+	var givePlaces []Places
+	switch {
+	case len(b.SeatIDs) > 0:
+		give = b.SeatIDs[:1]
+	case len(b.Places) > 0:
+		givePlaces = []Places{{AreaID: b.Places[0].AreaID, Count: 1}}
+	}
+	opts := ConfirmOptions{IdempotencyKey: key + "-x"}
+	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
+		after, err := e.Exchange(ctx, id, give, givePlaces, h, opts)
+		w.note(err)
+		switch {
+		case err == nil:
+			w.stats.swaps.Add(1)
+			w.mu.Lock()
+			w.placed[id] = placesTotal(after.Places)
+			w.mu.Unlock()
+			return
+		case errors.Is(err, ErrHoldLost), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrSeatsUnavailable),
+			errors.Is(err, ErrHolderLimit), errors.Is(err, ErrIdempotencyKeyReused):
+			return // refused: the booking is as it was
+		}
+		// Unknown (unavailable, overloaded, the caller gone): it may have committed.
+		w.mu.Lock()
+		w.placed[id] = -1
+		w.mu.Unlock()
+		time.Sleep(time.Duration(20*(attempt+1)) * time.Millisecond)
+	}
+}
+
 // partOf is, for a third of the holds that have more than one seat or place, the
 // options of a confirmation of part of the hold (the rest is released with it).
 func partOf(h Hold) ConfirmOptions {
@@ -380,11 +424,11 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 	if n := v.doubleBookings(); n != 0 {
 		t.Errorf("%d seats booked twice", n)
 	}
-	// Every confirmation was accepted above the fence it met: per seat, the generations
-	// of the confirmed events rise strictly in commit order.
+	// Every confirmation and exchange was accepted above the fence it met: per seat, the
+	// generations of the confirmed and exchanged events rise strictly in commit order.
 	if n := v.count(`SELECT count(*) FROM (
 		SELECT generation, lag(generation) OVER (PARTITION BY show_id, s ORDER BY event_id) AS prev
-		FROM booking_events, unnest(seat_ids) s WHERE kind = 'confirmed') x
+		FROM booking_events, unnest(seat_ids) s WHERE kind IN ('confirmed', 'exchanged')) x
 		WHERE prev IS NOT NULL AND generation <= prev`); n != 0 {
 		t.Errorf("%d confirmations accepted at or below the fence they met", n)
 	}
@@ -425,8 +469,8 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 		t.Errorf("sold markers after Resync %v, claims %v", got, want)
 	}
 	w.checkPlaces(t, e)
-	t.Logf("ops %d, holds %d, confirms %d, refusals %d, unavailable %d, bookings %d, confirm/release/hold races %d, holds reclaimed or transferred %d, violations 0 if no error above",
-		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked), races, moves)
+	t.Logf("ops %d, holds %d, confirms %d, exchanges %d, refusals %d, unavailable %d, bookings %d, confirm/release/hold races %d, holds reclaimed or transferred %d, violations 0 if no error above",
+		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.swaps.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked), races, moves)
 	if w.stats.confirms.Load() == 0 {
 		t.Error("the workload confirmed nothing: the scenario tested nothing")
 	}
@@ -457,6 +501,9 @@ func (w *chaosWorkload) checkPlaces(t *testing.T, e *Engine) {
 		// status says.
 		b, err := e.Booking(context.Background(), id)
 		if err != nil || b.Status != BookingConfirmed {
+			continue
+		}
+		if placed[id] < 0 { // an exchange of it left unknown
 			continue
 		}
 		if placesTotal(b.Places) != placed[id] {

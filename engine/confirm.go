@@ -146,6 +146,9 @@ func (e *Engine) confirmOf(ctx context.Context, c *confirmation) (Booking, error
 	regenerated := false
 	for {
 		id := uuid.New()
+		if c.swap != nil { // an exchange commits into its booking: the id settles it (witness)
+			id = c.swap.booking
+		}
 		r, marked, err := e.confirmTx(ctx, c, c.gen, id, c.expires)
 		if optimistic && (errors.Is(err, errLostBeforeCommit) || errors.Is(err, errCommitting) || errors.Is(err, errTooLate)) {
 			optimistic = false

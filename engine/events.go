@@ -131,7 +131,7 @@ func (e *Engine) recordLost(ctx context.Context, lost []LostBooking) error {
 		for _, b := range lost {
 			id := uuid.NullUUID{UUID: b.BookingID, Valid: b.BookingID != uuid.Nil}
 			if _, err := q.EventLostInsert(ctx, db.EventLostInsertParams{ShowID: b.ShowID, BookingID: id,
-				Generation: b.Generation, SeatIds: b.SeatIDs}); err != nil {
+				Generation: b.Generation, SeatIds: b.keys}); err != nil { // places too: a booking of places alone has no seat
 				return err
 			}
 		}

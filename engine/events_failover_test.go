@@ -34,7 +34,7 @@ func drain(t *testing.T, v *env, cursor string) []Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := v.count(`SELECT count(*) FROM booking_events WHERE kind IN ('confirmed', 'cancelled', 'lost')
+	n := v.count(`SELECT count(*) FROM booking_events WHERE kind IN ('confirmed', 'cancelled', 'seats_cancelled', 'exchanged', 'transferred', 'lost')
 		AND (txid, event_id) > ($1::bigint::text::xid8, $2)`, txid, id)
 	got, _ := waitEvents(t, v.e, cursor, n)
 	if len(got) != n {

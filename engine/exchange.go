@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/google/uuid"
@@ -22,8 +23,9 @@ const EventExchanged = "exchanged"
 // takes the hold's generation: every seat it keeps is fenced and claimed again at that
 // generation, and a late confirmation of any hold older than it is refused as before.
 // What it gives back is sellable at once. It takes the hold's offer when the hold has
-// one, and keeps its own otherwise. Places the hold has of an area the booking keeps
-// places of join them (one claim of the sum, under the hold).
+// one, and keeps its own otherwise. The places it keeps are claimed again at that
+// generation too, under the hold, joined with the hold's places of the same area (one
+// claim per area).
 //
 // The hold goes through a batch as a confirmation does (groupcommit.go): checked and
 // reserved in Redis, fenced and claimed in PostgreSQL, its sold markers written after
@@ -169,8 +171,8 @@ func (r *refusal) Error() string { return r.err.Error() }
 
 // swapPlan is an exchange as its transaction found the booking (under its row lock):
 // the booking's row and script seat arguments (all, each with what it gives of it:
-// counts), and what the hold's places of each area take over (merged: places of the
-// area the booking keeps, which join the hold's).
+// counts), its seats kept and given, the places it keeps of each area (merged: they
+// join the hold's), and the tombstones it owes Redis.
 type swapPlan struct {
 	b          db.BookingLockSkipRow
 	all        []string
@@ -233,6 +235,9 @@ func planSwap(ctx context.Context, q *db.Queries, r *confirmReq) (swapPlan, erro
 		return swapPlan{}, &refusal{err}
 	}
 	for i, seat := range detail.SeatIds {
+		if slices.Contains(r.c.fenced, seat) { // Redis granted a seat the booking has: it lost data
+			return swapPlan{}, &refusal{errSeatClaimed}
+		}
 		if p.counts[i] == 0 {
 			p.keep = append(p.keep, seat)
 		} else {
@@ -259,10 +264,12 @@ func cmpErr(err, otherwise error) error {
 	return otherwise
 }
 
-// unbook takes out of the booking everything the exchange changes: the claims of all its
-// seats (each names the booking's generation, which changes), the seats it gives, and
-// its places of the areas it gives or the hold adds to (unclaimed, or lowered to what it
-// keeps when the hold has none of the area). Each of them is a tombstone it owes Redis.
+// unbook takes out of the booking what the exchange changes: the claims of all its seats
+// (each names the booking's generation, which changes), the seats it gives, and every
+// claim of its places (they are claimed again at the new generation, joined with the
+// hold's, less what it gives: rebook). Each seat given and place key unclaimed is a
+// tombstone it owes Redis, at the booking's generation before the exchange (every claim
+// of a booking is at its generation).
 func unbook(ctx context.Context, q *db.Queries, r *confirmReq, p *swapPlan) error {
 	sh, id := r.c.sh.id, p.b.BookingID
 	seats := append(slices.Clone(p.keep), p.give...)
@@ -275,38 +282,25 @@ func unbook(ctx context.Context, q *db.Queries, r *confirmReq, p *swapPlan) erro
 		}
 		p.tombs = append(p.tombs, p.give...)
 	}
-	held := map[string]bool{}
-	for _, pl := range r.c.places {
-		held[pl.AreaID] = true
-	}
 	for i, s := range p.all {
 		a, n, _, isPlace := parsePlaceKey(s)
-		k := p.counts[i]
-		if !isPlace || (k == 0 && !held[a]) {
+		if !isPlace {
 			continue
 		}
-		var rows int64
-		var err error
-		switch {
-		case held[a]:
-			p.merged[a] = n - k
-			fallthrough
-		case k == n:
-			rows, err = q.BookingPlacesUnclaim(ctx, db.BookingPlacesUnclaimParams{ShowID: sh, BookingID: id, AreaID: a})
-		default:
-			rows, err = q.BookingPlacesLower(ctx, db.BookingPlacesLowerParams{ShowID: sh, BookingID: id, AreaID: a, Places: int32(n - k)})
-		}
+		rows, err := q.BookingPlacesUnclaim(ctx, db.BookingPlacesUnclaimParams{ShowID: sh, BookingID: id, AreaID: a})
 		if err != nil || rows != 1 {
 			return cmpErr(err, fmt.Errorf("%w: the places of area %s of booking %s did not change", ErrUnavailable, a, id))
 		}
 		p.tombs = append(p.tombs, s)
+		p.merged[a] += n - p.counts[i]
 	}
 	return nil
 }
 
 // rebook moves the booking to r's generation and claims, at it, the seats it keeps and
-// the hold's seats and places; it returns the hold's place keys that joined places the
-// booking keeps (their sold key has the sum: the hold's own key is given back).
+// the hold's seats, and, under the hold's id, its places of each area: the hold's and
+// those the booking keeps. It returns the hold's place keys whose area's count is not
+// the hold's (their sold key has the sum: the hold's own key is given back).
 func rebook(ctx context.Context, q *db.Queries, r *confirmReq, p *swapPlan) ([]string, error) {
 	c, sh, id := r.c, r.c.sh.id, p.b.BookingID
 	n, err := q.BookingExchange(ctx, db.BookingExchangeParams{ShowID: sh, BookingID: id, Generation: r.gen, Offer: r.offer})
@@ -334,20 +328,41 @@ func rebook(ctx context.Context, q *db.Queries, r *confirmReq, p *swapPlan) ([]s
 	if _, err := q.HolderSeatsAdd(ctx, db.HolderSeatsAddParams{ShowID: sh, HolderID: p.b.HolderID, Seats: int32(len(c.fenced))}); err != nil {
 		return nil, err
 	}
-	var rest []string
-	hid := placeHoldID(c.h.Token)
+	return claimPlaces(ctx, q, r, p)
+}
+
+// claimPlaces claims, under r's hold's id and at r.gen, the places of each area the
+// hold has or the booking keeps, in area order, and returns the hold's place keys whose
+// area's count is not the hold's.
+func claimPlaces(ctx context.Context, q *db.Queries, r *confirmReq, p *swapPlan) ([]string, error) {
+	c := r.c
+	held := map[string]int{}
 	for _, pl := range c.places {
-		count := pl.Count + p.merged[pl.AreaID]
-		err := q.BookingPlacesClaim(ctx, db.BookingPlacesClaimParams{ShowID: sh, BookingID: id, AreaID: pl.AreaID,
-			Places: int32(count), Generation: r.gen, HoldID: hid})
+		held[pl.AreaID] = pl.Count
+	}
+	var rest []string
+	for _, a := range slices.Sorted(maps.Keys(mapUnion(held, p.merged))) {
+		count := held[a] + p.merged[a]
+		if count == 0 {
+			continue
+		}
+		err := q.BookingPlacesClaim(ctx, db.BookingPlacesClaimParams{ShowID: c.sh.id, BookingID: p.b.BookingID, AreaID: a,
+			Places: int32(count), Generation: r.gen, HoldID: placeHoldID(c.h.Token)})
 		if err != nil {
 			return nil, err
 		}
-		if count != pl.Count {
-			rest = append(rest, placeKey(pl.AreaID, pl.Count, c.h.Token))
+		if held[a] > 0 && count != held[a] {
+			rest = append(rest, placeKey(a, held[a], c.h.Token))
 		}
 	}
 	return rest, nil
+}
+
+// mapUnion is a map with the keys of both (its values are not used).
+func mapUnion(a, b map[string]int) map[string]int {
+	u := maps.Clone(a)
+	maps.Copy(u, b)
+	return u
 }
 
 // recordSwap writes the exchange's event, the markers it owes Redis (its booking's, sold

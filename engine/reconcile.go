@@ -32,6 +32,7 @@ type LostBooking struct {
 	// recorded it); the zero UUID when it does not (markers written by the repair after
 	// the hold was gone, or by an older holdfast).
 	BookingID uuid.UUID
+	keys      []string // its seats and place keys, as its lost event names them
 }
 
 // ReconcileReport is what Reconcile found and did.
@@ -121,7 +122,7 @@ func (e *Engine) reconcile(ctx context.Context, sh *show) (ReconcileReport, erro
 	lost := map[int64][]string{}
 	for _, s := range slices.Sorted(maps.Keys(inRedis)) {
 		r, d := inRedis[s], inDB[s]
-		if !sh.markedKey(s) || !markerAhead(r, d) {
+		if !sh.markedKey(s) || !markerAhead(r, d) || goneName(s, r, d) {
 			continue
 		}
 		seats, was, to = append(seats, s), append(was, r), append(to, d)
@@ -166,7 +167,8 @@ func (e *Engine) lostBookings(ctx context.Context, sh *show, lost map[int64][]st
 	ids := e.lostBookingIDs(ctx, sh, gens)
 	var out []LostBooking
 	for i, g := range gens {
-		out = append(out, LostBooking{ShowID: sh.id, Generation: g, SeatIDs: fencedSeats(lost[g]), Places: placesOf(lost[g]), BookingID: ids[i]})
+		out = append(out, LostBooking{ShowID: sh.id, Generation: g, SeatIDs: fencedSeats(lost[g]), Places: placesOf(lost[g]), BookingID: ids[i],
+			keys: lost[g]})
 	}
 	return out
 }
@@ -384,6 +386,13 @@ func (e *Engine) reconcileRules(ctx context.Context, sh *show, read string) (boo
 	e.log.ErrorContext(ctx, "sale rules in Redis said a change the database does not have (a failover lost it); the database's are in force again",
 		"show_id", sh.id, "lost_version", version, "database_version", inDB.version, "version", st.version)
 	return true, nil
+}
+
+// goneName reports whether r is the tombstone of a place key the database has no row of
+// by that name (d ""): the name of places lowered since (a partial cancellation renames
+// the key by its count), which the database no longer says anything of.
+func goneName(s, r, d string) bool {
+	return d == "" && isPlaceKey(s) && strings.HasPrefix(r, "-")
 }
 
 // markerAhead reports whether Redis's marker r is ahead of the database's d ("" for

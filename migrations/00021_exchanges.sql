@@ -11,6 +11,9 @@
 --   * holder_seats_add counts seats an exchange adds to an existing booking (a new
 --     booking's seats are counted by the bookings trigger), refused past the show's
 --     holder limit as a confirmation is (holder_seats_within_limit).
+--   * booking_details lists a booking that is not confirmed with the places it had when
+--     it ended: the rows of its last generation (every claim of a booking is at its
+--     generation), not those an exchange unclaimed before.
 --   * booking_events_exchanged_idx finds an exchange's event by booking and generation:
 --     the engine settles an exchange whose COMMIT reply was lost by it.
 
@@ -45,7 +48,31 @@ $$;
 
 CREATE INDEX booking_events_exchanged_idx ON booking_events (booking_id, generation) WHERE kind = 'exchanged';
 
+CREATE OR REPLACE VIEW booking_details AS
+SELECT b.show_id, b.booking_id, b.generation, b.holder_id, b.fingerprint, b.status,
+       b.confirmed_at, b.cancelled_at,
+       ARRAY(SELECT bs.seat_id FROM booking_seats bs
+             WHERE bs.show_id = b.show_id AND bs.booking_id = b.booking_id
+             ORDER BY bs.seat_id)::text[] AS seat_ids,
+       ARRAY(SELECT p.area_id || '~' || p.places || '~' || p.hold_id FROM booking_places p
+             WHERE p.show_id = b.show_id AND p.booking_id = b.booking_id
+               AND (p.claimed OR (b.status <> 'confirmed' AND p.generation = b.generation))
+             ORDER BY p.area_id)::text[] AS place_keys,
+       b.offer
+FROM bookings b;
+
 -- +goose Down
+CREATE OR REPLACE VIEW booking_details AS
+SELECT b.show_id, b.booking_id, b.generation, b.holder_id, b.fingerprint, b.status,
+       b.confirmed_at, b.cancelled_at,
+       ARRAY(SELECT bs.seat_id FROM booking_seats bs
+             WHERE bs.show_id = b.show_id AND bs.booking_id = b.booking_id
+             ORDER BY bs.seat_id)::text[] AS seat_ids,
+       ARRAY(SELECT p.area_id || '~' || p.places || '~' || p.hold_id FROM booking_places p
+             WHERE p.show_id = b.show_id AND p.booking_id = b.booking_id AND (p.claimed OR b.status <> 'confirmed')
+             ORDER BY p.area_id)::text[] AS place_keys,
+       b.offer
+FROM bookings b;
 DROP INDEX booking_events_exchanged_idx;
 DROP FUNCTION holder_seats_add(text, text, integer);
 DROP INDEX booking_places_booking_idx;
