@@ -41,3 +41,41 @@ func TestWaitingRoomCountsPlaces(t *testing.T) {
 		t.Fatalf("dan, admitted, holds the seats left: %v", err)
 	}
 }
+
+// TestWaitingRoomCountsPlacesHeld: the waiting room counts a hold of places by its
+// places, not as one seat: on a standing area of 10, with 8 places held, it admits the
+// next two holders, not the next nine.
+func TestWaitingRoomCountsPlacesHeld(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	if err := v.e.CreateShowVenue(t.Context(), "held", Venue{Areas: []Area{{ID: "FLOOR", Capacity: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	v.setRules("held", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	v.admitted("held", "ann")
+	if _, err := v.holdPlaces("held", time.Minute, "ann", 8); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"bob", "cat", "dan", "eve"} {
+		if _, err := v.e.Join(t.Context(), "held", h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() (admitted int) {
+		for _, h := range []string{"bob", "cat", "dan", "eve"} {
+			tk, err := v.e.Ticket(t.Context(), "held", h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.Admitted {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	waitFor(t, "two admitted", 15*time.Second, func() bool { return count() >= 2 })
+	q, _ := v.e.Queue(t.Context(), "held")
+	if n := count(); n != 2 {
+		t.Fatalf("%d of 4 holders admitted with 2 of 10 places free, want 2 (%+v)", n, q)
+	}
+}

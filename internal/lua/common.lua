@@ -438,18 +438,32 @@ local function sale_limit(r, tag, held, n)
     return nil
 end
 
+-- held_x moves <base>heldx, the places beyond one of the place keys in <base>held, by
+-- d times them for place key s (a member counts one, a place key its places: the units
+-- held are ZCARD held + heldx).
+local function held_x(s, d)
+    local c = units(s)
+    if c > 1 then redis.call("INCRBY", BASE .. "heldx", d * (c - 1)) end
+end
+
 -- sale_granted records a granted hold of the given seats until exp for the waiting
--- room: the seats held (<base>held: seat -> expiry ms, which admission counts), and the
--- seats per hold it estimates demand with.
+-- room: the seats and place keys held (<base>held: seat -> expiry ms, and heldx: see
+-- held_x; admission counts them), and the units per hold it estimates demand with.
 local function sale_granted(r, seats, exp)
     if not r.queue then return end
-    for _, s in ipairs(seats) do redis.call("ZADD", BASE .. "held", exp, s) end
-    redis.call("HINCRBY", BASE .. "q:st", "hs", #seats)
+    local n = 0
+    for _, s in ipairs(seats) do
+        if redis.call("ZADD", BASE .. "held", exp, s) == 1 then held_x(s, 1) end
+        n = n + units(s)
+    end
+    redis.call("HINCRBY", BASE .. "q:st", "hs", n)
     redis.call("HINCRBY", BASE .. "q:st", "hn", 1)
 end
 
 -- held_gone: seat's hold is gone (released, sold, expired); held_until: it lives until exp.
-local function held_gone(s) redis.call("ZREM", BASE .. "held", s) end
+local function held_gone(s)
+    if redis.call("ZREM", BASE .. "held", s) == 1 then held_x(s, -1) end
+end
 local function held_until(s, exp) redis.call("ZADD", BASE .. "held", "XX", exp, s) end
 
 -- nsold_add moves the show's count of sold seats (<base>nsold) by d, when it is kept
@@ -529,7 +543,7 @@ local function place_rename(i, s, to, exp, from_z, to_z)
     local h = redis.call("ZSCORE", BASE .. "held", s)
     if h then
         held_gone(s)
-        redis.call("ZADD", BASE .. "held", h, to)
+        if redis.call("ZADD", BASE .. "held", h, to) == 1 then held_x(to, 1) end
     end
     local ax = redis.call("ZSCORE", BASE .. "ax:" .. a, s)
     if ax then

@@ -22,11 +22,13 @@
 --                 admitted (ms); the hold scripts take a holder off at their first try
 --   <base>q:st    hash: opened (1 once drawn), seed, drawn (how many), seq (arrivals
 --                 after the opening), total (admitted so far), credit and last (the rate's
---                 token bucket), hs and hn (seats held and holds, for seats per holder),
+--                 token bucket), hs and hn (seats and places held, and holds, for units
+--                 per holder),
 --                 r_at, r_total, p_at, p_total (for the recent admission rate)
---   <base>held    zset of held seats -> expiry (kept by the hold scripts while the show
---                 has a room), <base>nsold the count of sold seats (kept by mark.lua once
---                 counted here)
+--   <base>held    zset of held seats and place keys -> expiry, and <base>heldx the
+--                 places beyond one of its place keys (common.lua: held_x), kept by the
+--                 hold scripts while the show has a room; <base>nsold the count of sold
+--                 seats (kept by mark.lua once counted here)
 --
 -- Returns {status, position, admitted until ms, opened (0/1), sold out (0/1), waiting,
 -- admitted so far, admissions per second recently (string), seed drawn by this call or
@@ -111,8 +113,13 @@ local function admit()
     local supply = rules.seats + rules.places -- every seat and place of the show
     soldout = sold >= supply
     if not opened or soldout then return end
+    local heldx = tonumber(redis.call("GET", BASE .. "heldx")) or 0
+    if heldx > 0 then -- the places of the place keys that expire
+        for _, s in ipairs(redis.call("ZRANGEBYSCORE", BASE .. "held", "-inf", now)) do held_x(s, -1) end
+    end
     redis.call("ZREMRANGEBYSCORE", BASE .. "held", "-inf", now)
-    local free = supply - sold - redis.call("ZCARD", BASE .. "held")
+    heldx = math.max(tonumber(redis.call("GET", BASE .. "heldx")) or 0, 0)
+    local free = supply - sold - redis.call("ZCARD", BASE .. "held") - heldx
     local unused = redis.call("ZCARD", FRESH)
     local hn = num("hn", 0)
     local per = (rules.limit > 0) and math.max(1, rules.limit / 2) or 1
