@@ -442,6 +442,7 @@ end
 -- d times them for place key s (a member counts one, a place key its places: the units
 -- held are ZCARD held + heldx).
 local function held_x(s, d)
+    if not string.find(s, "~", 1, true) then return end -- a seat: one
     local c = units(s)
     if c > 1 then redis.call("INCRBY", BASE .. "heldx", d * (c - 1)) end
 end
