@@ -427,3 +427,30 @@ func TestExchangeKeepsMarkersAtClaims(t *testing.T) {
 		t.Fatalf("FLOOR sold %d after the cancellation", sold)
 	}
 }
+
+// TestExchangeTakesTheHoldsOffer: an exchange's booking takes the offer of the hold it
+// took when that hold has one, and keeps its own when it has none.
+func TestExchangeTakesTheHoldsOffer(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("x8", "A1", "A2", "A3")
+	hold := func(seat, offer string) Hold {
+		h, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "x8", SeatIDs: []string{seat}, TTL: time.Minute, HolderID: "alice", Offer: offer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	b, err := v.e.Confirm(t.Context(), hold("A1", "early-bird"), ConfirmOptions{})
+	if err != nil || b.Offer != "early-bird" {
+		t.Fatalf("Confirm: %+v, %v", b, err)
+	}
+	after, err := v.e.Exchange(t.Context(), b.ID, []string{"A1"}, nil, hold("A2", "upgrade-v2"), ConfirmOptions{})
+	if err != nil || after.Offer != "upgrade-v2" {
+		t.Fatalf("an exchange for a hold with an offer: %+v, %v; want the hold's offer", after, err)
+	}
+	after, err = v.e.Exchange(t.Context(), b.ID, nil, nil, hold("A3", ""), ConfirmOptions{})
+	if err != nil || after.Offer != "upgrade-v2" || len(after.SeatIDs) != 2 {
+		t.Fatalf("an exchange for a hold without one: %+v, %v; want the booking's kept", after, err)
+	}
+}
