@@ -285,21 +285,34 @@ func (e *Engine) decided(ctx context.Context, c *confirmation, id uuid.UUID, r c
 // booked is the booking c's batch committed as id.
 func (e *Engine) booked(ctx context.Context, c *confirmation, id uuid.UUID, r committed, marked bool) Booking {
 	sh, seats, gen := c.sh, c.sold, c.gen
-	if !marked { // the batch could not write its sold markers: try again, then leave them to the repair
-		if len(r.counts) > 0 {
-			_ = e.writeCounts(ctx, sh, r.counts)
-		}
-		marked = e.afterCommit(ctx, sh, seats, gen, true, r.seq, markSoldTimeout) == nil
-		if marked {
-			e.giveRest(ctx, c, id)
-		}
-	}
+	e.owed(ctx, c, id, gen, r, marked)
 	if r.swap != nil {
-		return e.exchanged(ctx, c, r, marked)
+		e.log.InfoContext(ctx, "booking exchanged", "show_id", sh.id, "booking_id", id, "generation", gen, "gave", len(r.swap.tombs))
+		return r.swap.after
 	}
 	e.log.InfoContext(ctx, "booking confirmed", "show_id", sh.id, "booking_id", id, "seats", len(seats), "generation", gen)
 	return Booking{ID: id, ShowID: sh.id, SeatIDs: c.fenced, Places: c.places, Generation: gen, HolderID: c.h.HolderID,
 		Status: BookingConfirmed, ConfirmedAt: r.at, Offer: r.offer}
+}
+
+// owed writes what a confirmation its batch committed (as id, at gen: r) still owes
+// Redis: when the batch could not write its sold markers (marked false), its holders'
+// counts and the markers, tried again for a while and else left to the repair, then the
+// rest of a partial confirmation; and, once its markers are in, an exchange's tombstones
+// (they come after, so nothing the booking keeps ever looks free).
+func (e *Engine) owed(ctx context.Context, c *confirmation, id uuid.UUID, gen int64, r committed, marked bool) {
+	if !marked {
+		if len(r.counts) > 0 {
+			_ = e.writeCounts(ctx, c.sh, r.counts)
+		}
+		marked = e.afterCommit(ctx, c.sh, c.sold, gen, true, r.seq, markSoldTimeout) == nil
+		if marked {
+			e.giveRest(ctx, c, id)
+		}
+	}
+	if s := r.swap; marked && s != nil && len(s.tombs) > 0 {
+		_ = e.afterCommit(ctx, c.sh, s.tombs, s.tombGen, false, s.tombSeq, 0)
+	}
 }
 
 // refusedStale answers a batch's stale refusal of c: a fence has seen its generation.

@@ -87,6 +87,20 @@ func (e *Engine) exchange(ctx context.Context, bookingID uuid.UUID, give []strin
 	if b, ok, err := e.exchangeReplay(ctx, bookingID, k); ok || err != nil {
 		return b, err
 	}
+	b, err := e.exchangeOnce(ctx, bookingID, give, givePlaces, h, k)
+	if err != nil {
+		// A concurrent or earlier call under the key may have made the exchange since it
+		// was looked up (then the booking no longer has what this one gives, or the hold
+		// is spent): its answer is this one's.
+		if rb, ok, rerr := e.exchangeReplay(ctx, bookingID, k); ok || rerr != nil {
+			return rb, rerr
+		}
+	}
+	return b, err
+}
+
+// exchangeOnce checks the exchange against its booking and sends it to a batch.
+func (e *Engine) exchangeOnce(ctx context.Context, bookingID uuid.UUID, give []string, givePlaces []Places, h Hold, k bookingKey) (Booking, error) {
 	c, err := e.newConfirmation(ctx, h, ConfirmOptions{})
 	if err != nil {
 		return Booking{}, err
@@ -95,14 +109,7 @@ func (e *Engine) exchange(ctx context.Context, bookingID uuid.UUID, give []strin
 	if c.swap, err = e.newSwap(ctx, c, bookingID, give, givePlaces, k); err != nil {
 		return Booking{}, err
 	}
-	b, err := e.confirmOf(ctx, c)
-	if err != nil {
-		// A concurrent or earlier call under the key may have made the exchange.
-		if rb, ok, rerr := e.exchangeReplay(ctx, bookingID, k); ok || rerr != nil {
-			return rb, rerr
-		}
-	}
-	return b, err
+	return e.confirmOf(ctx, c)
 }
 
 // exchangeReplay answers a request under a key an earlier exchange of the booking used:
@@ -395,18 +402,4 @@ func recordSwap(ctx context.Context, q *db.Queries, r *confirmReq, p *swapPlan, 
 	}
 	r.c.sold, r.c.rest = sold, rest
 	return res, nil
-}
-
-// exchanged answers an exchange its batch committed: the tombstones of what the booking
-// gave back are written once its sold markers are (they go first, so nothing it keeps
-// ever looks free); left to the background repair when Redis fails (marked is false:
-// the sold markers are not written either).
-func (e *Engine) exchanged(ctx context.Context, c *confirmation, r committed, marked bool) Booking {
-	s := r.swap
-	if marked && len(s.tombs) > 0 {
-		_ = e.afterCommit(ctx, c.sh, s.tombs, s.tombGen, false, s.tombSeq, 0)
-	}
-	e.log.InfoContext(ctx, "booking exchanged", "show_id", c.sh.id, "booking_id", s.after.ID, "generation", s.after.Generation,
-		"gave", len(s.tombs))
-	return s.after
 }

@@ -182,9 +182,11 @@ func bookingKeyOf(ctx context.Context, scope string, request ...string) (booking
 	return bookingKey{key: key, scope: scope, fp: printSum(request...)}, nil
 }
 
-// replay looks the key up in the transaction of q, which holds the booking's row lock:
-// the answer it gave and true when it answered this request, ErrIdempotencyKeyReused
-// when another, false when it is new (or there is no key).
+// replay looks the key up (in the transaction of q, which holds the booking's row lock,
+// or before it): the answer it gave and true when it answered this request,
+// ErrIdempotencyKeyReused when another, false when it is new (or there is no key). A key
+// a write on behalf of another holder used (ctx: AsHolder; the answer names the holder
+// who wrote) is ErrNotFound, as that holder's booking is: the key tells nothing of it.
 func (k bookingKey) replay(ctx context.Context, q *db.Queries, bookingID uuid.UUID) (Booking, bool, error) {
 	if k.key == "" {
 		return Booking{}, false, nil
@@ -195,12 +197,16 @@ func (k bookingKey) replay(ctx context.Context, q *db.Queries, bookingID uuid.UU
 		return Booking{}, false, nil
 	case err != nil:
 		return Booking{}, false, err
-	case !bytes.Equal(row.Fingerprint, k.fp):
-		return Booking{}, false, keyReused("IdempotencyKey")
 	}
 	var b Booking
 	if err := json.Unmarshal(row.Answer, &b); err != nil {
 		return Booking{}, false, fmt.Errorf("the answer kept under the key: %w", err)
+	}
+	switch {
+	case notTheHolders(ctx, b.HolderID):
+		return Booking{}, false, notFound("booking %s", bookingID)
+	case !bytes.Equal(row.Fingerprint, k.fp):
+		return Booking{}, false, keyReused("IdempotencyKey")
 	}
 	b.Replayed = true
 	return b, true, nil

@@ -339,14 +339,7 @@ func (e *Engine) settledAgain(u *unsettled, r, again *confirmReq) {
 	defer cancel()
 	switch err := again.err; {
 	case err == nil:
-		if !again.marked {
-			if len(again.res.counts) > 0 {
-				_ = e.writeCounts(ctx, r.c.sh, again.res.counts)
-			}
-			if e.afterCommit(ctx, r.c.sh, r.c.sold, r.gen, true, again.res.seq, markSoldTimeout) == nil {
-				e.giveRest(ctx, r.c, r.id)
-			}
-		}
+		e.owed(ctx, r.c, r.id, r.gen, again.res, again.marked)
 		e.m.settled.WithLabelValues("committed_again").Inc()
 		e.log.WarnContext(r.ctx, "commit reply lost; the booking was not on the server the pool reaches, and was committed again there",
 			"show_id", r.c.sh.id, "booking_id", r.id)
