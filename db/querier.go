@@ -188,7 +188,7 @@ type Querier interface {
 	// ShowInsert creates a show; 0 rows when it exists already.
 	ShowInsert(ctx context.Context, showID string) (int64, error)
 	// ShowList reads shows newest first, after the show named by @after (none: from the
-	// newest), with their seat and sold-seat counts.
+	// newest), with their seat and sold-seat counts, and their areas' places and places sold.
 	ShowList(ctx context.Context, arg ShowListParams) ([]ShowListRow, error)
 	// ShowLockForDelete locks the row of the show of that identity and says whether it
 	// ever had a booking.

@@ -146,7 +146,9 @@ func (q *Queries) ShowInsert(ctx context.Context, showID string) (int64, error) 
 const showList = `-- name: ShowList :many
 SELECT sh.show_id, sh.created_at,
     (SELECT count(*) FROM seats s WHERE s.show_id = sh.show_id)::bigint AS seats,
-    (SELECT count(*) FROM seat_claims c WHERE c.show_id = sh.show_id)::bigint AS sold
+    (SELECT count(*) FROM seat_claims c WHERE c.show_id = sh.show_id)::bigint AS sold,
+    (SELECT COALESCE(sum(a.capacity), 0) FROM areas a WHERE a.show_id = sh.show_id)::bigint AS places,
+    (SELECT COALESCE(sum(a.sold), 0) FROM areas a WHERE a.show_id = sh.show_id)::bigint AS places_sold
 FROM shows sh
 WHERE $1::text IS NULL
    OR (sh.created_at, sh.show_id) < (SELECT a.created_at, a.show_id FROM shows a WHERE a.show_id = $1)
@@ -160,14 +162,16 @@ type ShowListParams struct {
 }
 
 type ShowListRow struct {
-	ShowID    string
-	CreatedAt time.Time
-	Seats     int64
-	Sold      int64
+	ShowID     string
+	CreatedAt  time.Time
+	Seats      int64
+	Sold       int64
+	Places     int64
+	PlacesSold int64
 }
 
 // ShowList reads shows newest first, after the show named by @after (none: from the
-// newest), with their seat and sold-seat counts.
+// newest), with their seat and sold-seat counts, and their areas' places and places sold.
 func (q *Queries) ShowList(ctx context.Context, arg ShowListParams) ([]ShowListRow, error) {
 	rows, err := q.db.Query(ctx, showList, arg.After, arg.MaxRows)
 	if err != nil {
@@ -182,6 +186,8 @@ func (q *Queries) ShowList(ctx context.Context, arg ShowListParams) ([]ShowListR
 			&i.CreatedAt,
 			&i.Seats,
 			&i.Sold,
+			&i.Places,
+			&i.PlacesSold,
 		); err != nil {
 			return nil, err
 		}

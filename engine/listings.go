@@ -24,6 +24,8 @@ type ShowInfo struct {
 	CreatedAt time.Time
 	Seats     int // seats in its inventory
 	Sold      int // seats of confirmed bookings
+	// Places is its standing areas' capacity, PlacesSold their places sold.
+	Places, PlacesSold int
 }
 
 // Page asks for one page of a list: at most Limit items (1 to MaxPage; 0: DefaultPage)
@@ -69,7 +71,8 @@ func (e *Engine) ListShows(ctx context.Context, p Page) ([]ShowInfo, error) {
 	}
 	out := make([]ShowInfo, len(rows))
 	for i, r := range rows {
-		out[i] = ShowInfo{ID: r.ShowID, CreatedAt: r.CreatedAt, Seats: int(r.Seats), Sold: int(r.Sold)}
+		out[i] = ShowInfo{ID: r.ShowID, CreatedAt: r.CreatedAt, Seats: int(r.Seats), Sold: int(r.Sold),
+			Places: int(r.Places), PlacesSold: int(r.PlacesSold)}
 	}
 	return out, nil
 }

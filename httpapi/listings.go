@@ -15,7 +15,10 @@ type showInfoJSON struct {
 	CreatedAt time.Time `json:"created_at"`
 	Seats     int       `json:"seats"`
 	Sold      int       `json:"sold"`
-	Page      string    `json:"page"` // the show's seat-map page
+	// Its standing areas' places and places sold, when it has areas.
+	Places     int    `json:"places,omitempty"`
+	PlacesSold *int   `json:"places_sold,omitempty"`
+	Page       string `json:"page"` // the show's seat-map page
 }
 
 // page reads ?after= and ?limit= of a list route.
@@ -65,6 +68,9 @@ func (s *Server) getShows(w http.ResponseWriter, r *http.Request) {
 	}{Shows: make([]showInfoJSON, len(shows))}
 	for i, sh := range shows {
 		out.Shows[i] = showInfoJSON{ID: sh.ID, CreatedAt: sh.CreatedAt.UTC(), Seats: sh.Seats, Sold: sh.Sold, Page: "/shows/" + sh.ID}
+		if sh.Places > 0 {
+			out.Shows[i].Places, out.Shows[i].PlacesSold = sh.Places, &sh.PlacesSold
+		}
 	}
 	if len(shows) > 0 {
 		out.Next = next(r, p, len(shows), shows[len(shows)-1].ID)

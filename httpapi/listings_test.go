@@ -112,3 +112,27 @@ func TestErrorsSpeakHTTP(t *testing.T) {
 		}
 	}
 }
+
+// TestListingCountsPlaces: a show with standing areas is listed with its places and
+// places sold beside its seats (a show without areas with neither).
+func TestListingCountsPlaces(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/lp", "", "", venueBody(10)), 201, "")
+	h := a.do("POST", "/v1/shows/lp/holds", "alice", "", map[string]any{"seats": []string{"A1"}, "places": places("FLOOR", 4)})
+	a.want(h, 201, "")
+	a.want(a.do("POST", "/v1/bookings", "alice", "", h.body), 201, "")
+	list := a.do("GET", "/v1/shows", "", "", nil)
+	a.want(list, 200, "")
+	for _, s := range list.body["shows"].([]any) {
+		sh := s.(map[string]any)
+		if sh["id"] != "lp" {
+			continue
+		}
+		if sh["sold"] != 1.0 || sh["places"] != 10.0 || sh["places_sold"] != 4.0 {
+			t.Fatalf("the venue listed as %v: want 1 seat sold, 10 places, 4 sold", sh)
+		}
+		return
+	}
+	t.Fatalf("lp not listed: %s", list.raw)
+}

@@ -52,10 +52,12 @@ LIMIT @max_rows;
 
 -- name: ShowList :many
 -- ShowList reads shows newest first, after the show named by @after (none: from the
--- newest), with their seat and sold-seat counts.
+-- newest), with their seat and sold-seat counts, and their areas' places and places sold.
 SELECT sh.show_id, sh.created_at,
     (SELECT count(*) FROM seats s WHERE s.show_id = sh.show_id)::bigint AS seats,
-    (SELECT count(*) FROM seat_claims c WHERE c.show_id = sh.show_id)::bigint AS sold
+    (SELECT count(*) FROM seat_claims c WHERE c.show_id = sh.show_id)::bigint AS sold,
+    (SELECT COALESCE(sum(a.capacity), 0) FROM areas a WHERE a.show_id = sh.show_id)::bigint AS places,
+    (SELECT COALESCE(sum(a.sold), 0) FROM areas a WHERE a.show_id = sh.show_id)::bigint AS places_sold
 FROM shows sh
 WHERE sqlc.narg(after)::text IS NULL
    OR (sh.created_at, sh.show_id) < (SELECT a.created_at, a.show_id FROM shows a WHERE a.show_id = sqlc.narg(after))

@@ -1609,7 +1609,7 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
 	TransferHold(ctx context.Context, params *TransferHoldParams, body TransferHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListShows Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
+	// ListShows Shows, newest first, with their seats and seats sold, and places and places sold (also on the admin listener, with the operator token)
 	//
 	// Corresponds with GET /v1/shows (the `ListShows` operationId).
 	ListShows(ctx context.Context, params *ListShowsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2292,7 +2292,7 @@ func (c *Client) TransferHold(ctx context.Context, params *TransferHoldParams, b
 	return c.Client.Do(req)
 }
 
-// ListShows Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
+// ListShows Shows, newest first, with their seats and seats sold, and places and places sold (also on the admin listener, with the operator token)
 //
 // Corresponds with GET /v1/shows (the `ListShows` operationId).
 func (c *Client) ListShows(ctx context.Context, params *ListShowsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4782,7 +4782,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/holds/transfer (the `TransferHold` operationId).
 	TransferHoldWithResponse(ctx context.Context, params *TransferHoldParams, body TransferHoldJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferHoldResponse, error)
 
-	// ListShowsWithResponse Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
+	// ListShowsWithResponse Shows, newest first, with their seats and seats sold, and places and places sold (also on the admin listener, with the operator token)
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6632,9 +6632,15 @@ type ListShowsResponse struct {
 			Id        ID        `json:"id"`
 
 			// Page The show's seat-map page.
-			Page  string `json:"page"`
-			Seats int    `json:"seats"`
-			Sold  int    `json:"sold"`
+			Page string `json:"page"`
+
+			// Places Its standing areas' places, when it has areas.
+			Places *int `json:"places,omitempty"`
+
+			// PlacesSold Its standing areas' places sold, when it has areas.
+			PlacesSold *int `json:"places_sold,omitempty"`
+			Seats      int  `json:"seats"`
+			Sold       int  `json:"sold"`
 		} `json:"shows"`
 	}
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
@@ -6655,9 +6661,15 @@ func (r ListShowsResponse) GetJSON200() *struct {
 		Id        ID        `json:"id"`
 
 		// Page The show's seat-map page.
-		Page  string `json:"page"`
-		Seats int    `json:"seats"`
-		Sold  int    `json:"sold"`
+		Page string `json:"page"`
+
+		// Places Its standing areas' places, when it has areas.
+		Places *int `json:"places,omitempty"`
+
+		// PlacesSold Its standing areas' places sold, when it has areas.
+		PlacesSold *int `json:"places_sold,omitempty"`
+		Seats      int  `json:"seats"`
+		Sold       int  `json:"sold"`
 	} `json:"shows"`
 } {
 	return r.JSON200
@@ -8186,7 +8198,7 @@ func (c *ClientWithResponses) TransferHoldWithResponse(ctx context.Context, para
 	return ParseTransferHoldResponse(rsp)
 }
 
-// ListShowsWithResponse Shows, newest first, with their seats and seats sold (also on the admin listener, with the operator token)
+// ListShowsWithResponse Shows, newest first, with their seats and seats sold, and places and places sold (also on the admin listener, with the operator token)
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -9823,9 +9835,15 @@ func ParseListShowsResponse(rsp *http.Response) (*ListShowsResponse, error) {
 				Id        ID        `json:"id"`
 
 				// Page The show's seat-map page.
-				Page  string `json:"page"`
-				Seats int    `json:"seats"`
-				Sold  int    `json:"sold"`
+				Page string `json:"page"`
+
+				// Places Its standing areas' places, when it has areas.
+				Places *int `json:"places,omitempty"`
+
+				// PlacesSold Its standing areas' places sold, when it has areas.
+				PlacesSold *int `json:"places_sold,omitempty"`
+				Seats      int  `json:"seats"`
+				Sold       int  `json:"sold"`
 			} `json:"shows"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
