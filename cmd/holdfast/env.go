@@ -92,7 +92,7 @@ func cause(err error) string {
 type flagSetsKey struct{}
 
 // envCommands are the commands whose flags the environment table lists.
-var envCommands = []string{"serve", "migrate", "resync", "demo", "bench", "abuse"}
+var envCommands = []string{"serve", "migrate", "resync", "demo", "bench", "abuse", "events"}
 
 // envTable writes the Markdown table of every variable: name, flag, the commands that
 // read it, its default and what it does.

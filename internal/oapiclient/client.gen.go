@@ -1524,9 +1524,11 @@ type ClientInterface interface {
 
 	// GetEventFeed The event feed, from a cursor (operator; admin listener)
 	//
-	// Every change to a booking — `confirmed`, `cancelled`, `transferred` (an operator
-	// moved it to another holder: its `holder` is the new one), `lost` (a failover lost
-	// a confirmed booking; its seats are sellable again) — written in the transaction of
+	// Every change to a booking — `confirmed`, `cancelled`, `seats_cancelled` (part of
+	// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
+	// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
+	// failover lost a confirmed booking; its seats are sellable again) — written in the
+	// transaction of
 	// the change, oldest first. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
@@ -2097,9 +2099,11 @@ func (c *Client) PostDemoIdentity(ctx context.Context, reqEditors ...RequestEdit
 
 // GetEventFeed The event feed, from a cursor (operator; admin listener)
 //
-// Every change to a booking — `confirmed`, `cancelled`, `transferred` (an operator
-// moved it to another holder: its `holder` is the new one), `lost` (a failover lost
-// a confirmed booking; its seats are sellable again) — written in the transaction of
+// Every change to a booking — `confirmed`, `cancelled`, `seats_cancelled` (part of
+// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
+// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
+// failover lost a confirmed booking; its seats are sellable again) — written in the
+// transaction of
 // the change, oldest first. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
@@ -4691,9 +4695,11 @@ type ClientWithResponsesInterface interface {
 
 	// GetEventFeedWithResponse The event feed, from a cursor (operator; admin listener)
 	//
-	// Every change to a booking — `confirmed`, `cancelled`, `transferred` (an operator
-	// moved it to another holder: its `holder` is the new one), `lost` (a failover lost
-	// a confirmed booking; its seats are sellable again) — written in the transaction of
+	// Every change to a booking — `confirmed`, `cancelled`, `seats_cancelled` (part of
+	// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
+	// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
+	// failover lost a confirmed booking; its seats are sellable again) — written in the
+	// transaction of
 	// the change, oldest first. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
@@ -8041,9 +8047,11 @@ func (c *ClientWithResponses) PostDemoIdentityWithResponse(ctx context.Context, 
 
 // GetEventFeedWithResponse The event feed, from a cursor (operator; admin listener)
 //
-// Every change to a booking — `confirmed`, `cancelled`, `transferred` (an operator
-// moved it to another holder: its `holder` is the new one), `lost` (a failover lost
-// a confirmed booking; its seats are sellable again) — written in the transaction of
+// Every change to a booking — `confirmed`, `cancelled`, `seats_cancelled` (part of
+// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
+// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
+// failover lost a confirmed booking; its seats are sellable again) — written in the
+// transaction of
 // the change, oldest first. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
