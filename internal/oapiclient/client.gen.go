@@ -1528,8 +1528,7 @@ type ClientInterface interface {
 	// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 	// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 	// failover lost a confirmed booking; its seats are sellable again) — written in the
-	// transaction of
-	// the change, oldest first. Pass `next` as `after` to read on: a consumer that
+	// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
 	// nothing is new.
@@ -2103,8 +2102,7 @@ func (c *Client) PostDemoIdentity(ctx context.Context, reqEditors ...RequestEdit
 // it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 // (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 // failover lost a confirmed booking; its seats are sellable again) — written in the
-// transaction of
-// the change, oldest first. Pass `next` as `after` to read on: a consumer that
+// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
 // nothing is new.
@@ -4699,8 +4697,7 @@ type ClientWithResponsesInterface interface {
 	// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 	// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 	// failover lost a confirmed booking; its seats are sellable again) — written in the
-	// transaction of
-	// the change, oldest first. Pass `next` as `after` to read on: a consumer that
+	// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
 	// nothing is new.
@@ -8051,8 +8048,7 @@ func (c *ClientWithResponses) PostDemoIdentityWithResponse(ctx context.Context, 
 // it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 // (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 // failover lost a confirmed booking; its seats are sellable again) — written in the
-// transaction of
-// the change, oldest first. Pass `next` as `after` to read on: a consumer that
+// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
 // nothing is new.
