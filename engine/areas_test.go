@@ -56,6 +56,21 @@ func (v *env) holdPlaces(show string, ttl time.Duration, holder string, count in
 		Places: []Places{{AreaID: "FLOOR", Count: count}}})
 }
 
+// bookPlaces holds count places of FLOOR (and seats) of show for holder and confirms
+// the hold, failing the test on an error.
+func (v *env) bookPlaces(show, holder string, count int, seats ...string) Booking {
+	v.t.Helper()
+	h, err := v.holdPlaces(show, time.Minute, holder, count, seats...)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	b, err := v.e.Confirm(v.t.Context(), h, ConfirmOptions{})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return b
+}
+
 // TestAreaHoldConfirmRelease: places are taken from the area's count with the seats,
 // all or nothing, under one generation; a release gives them back at once; a
 // confirmation books them (Booking.Places) and PostgreSQL's sold is what was confirmed.

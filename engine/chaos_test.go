@@ -713,26 +713,12 @@ func TestChaosBackendTerminatedBeforeCommit(t *testing.T) {
 // the connection before the reply. The engine settles the outcome before answering: the
 // booking it reports exists, and a retry with the same key returns that one booking.
 func TestChaosCommitReplyLost(t *testing.T) {
-	base := testsvc.Database(t)
+	base, pool, proxy := proxiedDatabase(t)
 	var dbName string
 	if err := base.QueryRow(t.Context(), "SELECT current_database()").Scan(&dbName); err != nil {
 		t.Fatal(err)
 	}
-	cfg := base.Config().ConnConfig
-	proxy := testsvc.StartProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
-	var armed atomic.Bool
-	proxy.Cut = func(chunk []byte) bool {
-		return armed.Load() && bytes.Contains(bytes.ToLower(chunk), []byte("commit\x00")) && armed.CompareAndSwap(true, false)
-	}
-	host, port, _ := strings.Cut(proxy.Addr(), ":")
-	pcfg := base.Config().Copy()
-	pcfg.ConnConfig.Host = host
-	p, _ := strconv.Atoi(port)
-	pcfg.ConnConfig.Port = uint16(p)
-	pool, err := pgxNewPool(t, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	armed := cutAtCommit(proxy)
 	v := newEnvWith(t, pool, testsvc.Redis(t))
 	for i, seat := range []string{"A1", "A2", "A3"} {
 		if i == 0 {

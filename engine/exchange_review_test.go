@@ -1,14 +1,12 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,22 +23,8 @@ import (
 // in PostgreSQL: the engine's settlement (witness ExchangeAt) must find it and answer
 // the booking.
 func TestExchangeLostCommitReplySettled(t *testing.T) {
-	base := testsvc.Database(t)
-	cfg := base.Config().ConnConfig
-	proxy := testsvc.StartProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
-	var armed atomic.Bool
-	proxy.Cut = func(chunk []byte) bool {
-		return armed.Load() && bytes.Contains(bytes.ToLower(chunk), []byte("commit\x00")) && armed.CompareAndSwap(true, false)
-	}
-	host, port, _ := strings.Cut(proxy.Addr(), ":")
-	pcfg := base.Config().Copy()
-	pcfg.ConnConfig.Host = host
-	p, _ := strconv.Atoi(port)
-	pcfg.ConnConfig.Port = uint16(p)
-	pool, err := pgxNewPool(t, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, pool, proxy := proxiedDatabase(t)
+	armed := cutAtCommit(proxy)
 	v := newEnvWith(t, pool, testsvc.Redis(t))
 	v.show("lc", "A1", "A2", "B1")
 	b, err := v.e.Confirm(t.Context(), v.hold("lc", time.Minute, "alice", "A1", "A2"), ConfirmOptions{})
@@ -79,14 +63,7 @@ func TestExchangeReconcileFindsNothingLost(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.areaVenue("rc", 10)
-	h0, err := v.holdPlaces("rc", time.Minute, "alice", 3, "A1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.e.Confirm(t.Context(), h0, ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.bookPlaces("rc", "alice", 3, "A1")
 	h := v.hold("rc", time.Minute, "alice", "A2")
 	after, err := v.e.Exchange(t.Context(), b.ID, []string{"A1"}, nil, h, ConfirmOptions{})
 	if err != nil {
@@ -127,14 +104,7 @@ func TestExchangeMergedThenCancelled(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.areaVenue("mc", 10)
-	h0, err := v.holdPlaces("mc", time.Minute, "alice", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.e.Confirm(t.Context(), h0, ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.bookPlaces("mc", "alice", 3)
 	h, err := v.holdPlaces("mc", time.Minute, "alice", 2)
 	if err != nil {
 		t.Fatal(err)
@@ -177,14 +147,7 @@ func TestExchangeMarkersLeftToRepair(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t, func(c *Config) { c.MarkerRepairInterval = 50 * time.Millisecond })
 	v.areaVenue("mr", 6)
-	h0, err := v.holdPlaces("mr", time.Minute, "alice", 3, "A1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.e.Confirm(t.Context(), h0, ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.bookPlaces("mr", "alice", 3, "A1")
 	h, err := v.holdPlaces("mr", time.Minute, "alice", 2, "A2")
 	if err != nil {
 		t.Fatal(err)
@@ -551,14 +514,7 @@ func TestExchangeAsItsHoldExpires(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.areaVenue("ex", 40)
-	h0, err := v.holdPlaces("ex", time.Minute, "alice", 1, "A1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.e.Confirm(t.Context(), h0, ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.bookPlaces("ex", "alice", 1, "A1")
 	var done, refused int
 	for i := range 30 {
 		ttl := time.Duration(100+i*7) * time.Millisecond
@@ -601,14 +557,7 @@ func TestExchangeOnTheSeatMap(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.areaVenue("sm", 10)
-	h0, err := v.holdPlaces("sm", time.Minute, "alice", 3, "A1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.e.Confirm(t.Context(), h0, ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.bookPlaces("sm", "alice", 3, "A1")
 	if _, err := v.e.SeatMap(t.Context(), "sm"); err != nil { // the view follows the feed from here
 		t.Fatal(err)
 	}
@@ -643,14 +592,7 @@ func TestExchangeThenRedisLoss(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.areaVenue("rl", 10)
-	h0, err := v.holdPlaces("rl", time.Minute, "alice", 3, "A1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.e.Confirm(t.Context(), h0, ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.bookPlaces("rl", "alice", 3, "A1")
 	h, err := v.holdPlaces("rl", time.Minute, "alice", 2, "A2")
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,18 +258,7 @@ func TestExchangeFeedOrder(t *testing.T) {
 // key. Observed before a fix: ErrInvalidArgument (the seat given is no longer in the
 // booking), a definitive refusal of a request that succeeded.
 func TestExchangeRetryRacingItsCommit(t *testing.T) {
-	base := testsvc.Database(t)
-	cfg := base.Config().ConnConfig
-	proxy := testsvc.StartProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
-	host, port, _ := strings.Cut(proxy.Addr(), ":")
-	pcfg := base.Config().Copy()
-	pcfg.ConnConfig.Host = host
-	p, _ := strconv.Atoi(port)
-	pcfg.ConnConfig.Port = uint16(p)
-	slowPool, err := pgxNewPool(t, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	base, slowPool, proxy := proxiedDatabase(t)
 	v := newEnvWith(t, base, testsvc.Redis(t))
 	slowCfg := v.cfg
 	slow, err := New(slowPool, v.rdb, &slowCfg)

@@ -120,14 +120,7 @@ func TestExchangePlaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := v.holdPlaces("x2", time.Minute, "alice", 4, "A1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.bookPlaces("x2", "alice", 4, "A1")
 	// Give A1 and 1 place, take 2 places: FLOOR 3 + 2 = 5, no seat.
 	after, err := v.e.Exchange(t.Context(), b.ID, []string{"A1"}, []Places{{AreaID: "FLOOR", Count: 1}}, older, ConfirmOptions{})
 	if err != nil {
@@ -394,14 +387,7 @@ func TestExchangeKeepsMarkersAtClaims(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.areaVenue("x7", 10)
-	h, err := v.holdPlaces("x7", time.Minute, "alice", 4, "A1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := v.bookPlaces("x7", "alice", 4, "A1")
 	clean := func(step string) {
 		t.Helper()
 		rep, err := v.e.Reconcile(t.Context(), "x7")

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,4 +280,33 @@ func confirmWatched(ctx context.Context, wd *testsvc.Watchdog, e *Engine, h Hold
 	}
 	defer wd.Watch("Confirm of "+strings.Join(h.SeatIDs, ","), time.Until(deadline)+e.confirmOverrun()+watchSlack)()
 	return e.Confirm(ctx, h, opts)
+}
+
+// proxiedDatabase is the test's database (base) and a pool that reaches it through a TCP
+// proxy of its own, for faults on the wire.
+func proxiedDatabase(t *testing.T) (base, pool *pgxpool.Pool, proxy *testsvc.Proxy) {
+	t.Helper()
+	base = testsvc.Database(t)
+	cfg := base.Config().ConnConfig
+	proxy = testsvc.StartProxy(t, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	host, port, _ := strings.Cut(proxy.Addr(), ":")
+	pcfg := base.Config().Copy()
+	pcfg.ConnConfig.Host = host
+	p, _ := strconv.Atoi(port)
+	pcfg.ConnConfig.Port = uint16(p)
+	pool, err := pgxNewPool(t, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base, pool, proxy
+}
+
+// cutAtCommit has proxy drop its connection when the next COMMIT passes once armed is
+// set (then unset): the COMMIT reaches the server, its reply never comes back.
+func cutAtCommit(proxy *testsvc.Proxy) (armed *atomic.Bool) {
+	armed = new(atomic.Bool)
+	proxy.Cut = func(chunk []byte) bool {
+		return armed.Load() && bytes.Contains(bytes.ToLower(chunk), []byte("commit\x00")) && armed.CompareAndSwap(true, false)
+	}
+	return armed
 }
