@@ -440,3 +440,35 @@ func TestExchangeTakesTheHoldsOffer(t *testing.T) {
 		t.Fatalf("an exchange for a hold without one: %+v, %v; want the booking's kept", after, err)
 	}
 }
+
+// TestExchangeRefusedPastTheAreaInDatabase: Redis forgets an area's sales and grants a
+// hold of places the area no longer has; an exchange into it is refused by the
+// database's capacity (ErrSeatsUnavailable) and changes nothing: the booking keeps
+// what it had, and the hold is its holder's still.
+func TestExchangeRefusedPastTheAreaInDatabase(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.areaVenue("x9", 4)
+	b := v.bookPlaces("x9", "alice", 3, "A1")
+	v.bookPlaces("x9", "bob", 1)
+	if err := v.rdb.HSet(t.Context(), newKeys(v.cfg.KeyPrefix, "x9").base+"ar:FLOOR", "s", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := v.holdPlaces("x9", time.Minute, "alice", 2, "A2")
+	if err != nil {
+		t.Fatalf("a hold Redis grants from a count it lost: %v", err)
+	}
+	db0 := v.swapSnapshot()
+	if _, err := v.e.Exchange(t.Context(), b.ID, []string{"A1"}, []Places{{AreaID: "FLOOR", Count: 1}}, h, ConfirmOptions{}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("an exchange past the area's capacity: %v, want ErrSeatsUnavailable", err)
+	}
+	if db1 := v.swapSnapshot(); withoutRefusals(db1) != withoutRefusals(db0) {
+		t.Fatalf("the refused exchange changed PostgreSQL:\n%s\nwas\n%s", db1, db0)
+	}
+	if got, err := v.e.Booking(t.Context(), b.ID); err != nil || !slices.Equal(got.SeatIDs, []string{"A1"}) || placesTotal(got.Places) != 3 {
+		t.Fatalf("the booking after the refusal: %+v, %v", got, err)
+	}
+	if err := v.e.Release(t.Context(), h); err != nil {
+		t.Fatalf("the hold after the refusal: %v", err)
+	}
+}
