@@ -74,6 +74,8 @@ type swapped struct {
 	tombGen, tombSeq int64
 }
 
+// exchange is Exchange, under its operation's trace and metrics: the key looked up, the
+// exchange sent, and the key looked up again after a refusal.
 func (e *Engine) exchange(ctx context.Context, bookingID uuid.UUID, give []string, givePlaces []Places, h Hold, opts ConfirmOptions) (Booking, error) {
 	if len(opts.SeatIDs) > 0 || len(opts.Places) > 0 {
 		return Booking{}, invalid("ConfirmOptions", "an exchange takes its whole hold: shrink the hold first")
@@ -113,7 +115,8 @@ func (e *Engine) exchangeOnce(ctx context.Context, bookingID uuid.UUID, give []s
 }
 
 // exchangeReplay answers a request under a key an earlier exchange of the booking used:
-// its answer (ok), or ErrIdempotencyKeyReused for another request.
+// its answer (ok), ErrIdempotencyKeyReused for another request, or ErrNotFound when
+// another holder (AsHolder) used it.
 func (e *Engine) exchangeReplay(ctx context.Context, bookingID uuid.UUID, k bookingKey) (Booking, bool, error) {
 	if k.key == "" {
 		return Booking{}, false, nil
