@@ -82,8 +82,9 @@ type hooks struct {
 	afterCommit func(ctx context.Context) bool
 	// afterRead runs where a repair has read PostgreSQL and is about to write what it
 	// read to Redis: path is "resync" (after each page), "repair" (a confirmation's
-	// marker repair), "replay" (an idempotent retry re-marking its booking) or
-	// "reconcile" (Reconcile has read Redis's markers, before it reads the database).
+	// marker repair), "replay" (an idempotent retry re-marking its booking),
+	// "reconcile" (Reconcile has read Redis's markers, before it reads the database) or
+	// "exchange" (an exchange found its key unused, before it reads its booking).
 	afterRead func(ctx context.Context, path string)
 	// beforeFeedRead runs before each read of a show's change feed by its seat map.
 	beforeFeedRead func(ctx context.Context, showID string)

@@ -89,6 +89,9 @@ func (e *Engine) exchange(ctx context.Context, bookingID uuid.UUID, give []strin
 	if b, ok, err := e.exchangeReplay(ctx, bookingID, k); ok || err != nil {
 		return b, err
 	}
+	if e.hooks.afterRead != nil {
+		e.hooks.afterRead(ctx, "exchange")
+	}
 	b, err := e.exchangeOnce(ctx, bookingID, give, givePlaces, h, k)
 	if err != nil {
 		// A concurrent or earlier call under the key may have made the exchange since it

@@ -252,20 +252,15 @@ func TestExchangeFeedOrder(t *testing.T) {
 }
 
 // TestExchangeRetryRacingItsCommit: a retry under the same key whose key look-up runs
-// before the first call's COMMIT and whose booking read runs after it (made wide here:
-// the retry's engine reaches PostgreSQL through a proxy delaying every chunk 200 ms).
-// Expected: the retry is answered with the exchange (Replayed), as any retry under the
-// key. Observed before a fix: ErrInvalidArgument (the seat given is no longer in the
-// booking), a definitive refusal of a request that succeeded.
+// before the first call's COMMIT and whose booking read runs after it (the retry, on a
+// second engine, is held between the two until the first call has answered). It is
+// answered with the exchange (Replayed), as any retry under the key; before, it was
+// ErrInvalidArgument (the seat given is no longer in the booking), a definitive refusal
+// of a request that succeeded.
 func TestExchangeRetryRacingItsCommit(t *testing.T) {
-	base, slowPool, proxy := proxiedDatabase(t)
-	v := newEnvWith(t, base, testsvc.Redis(t))
-	slowCfg := v.cfg
-	slow, err := New(slowPool, v.rdb, &slowCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slow.Close)
+	t.Parallel()
+	v := newEnv(t)
+	other := v.twin()
 	ctx := t.Context()
 	v.show("rr", "A1", "A2", "B1")
 	b, err := v.e.Confirm(ctx, v.hold("rr", time.Minute, "alice", "A1", "A2"), ConfirmOptions{})
@@ -273,31 +268,29 @@ func TestExchangeRetryRacingItsCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := v.hold("rr", time.Minute, "alice", "B1")
-	// Warm the slow engine: its pool's connection and its copy of the show.
-	if _, err := slow.Exchange(ctx, b.ID, []string{"ZZ"}, nil, h, ConfirmOptions{}); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("warm-up: %v", err)
+	looked, goOn := make(chan struct{}), make(chan struct{})
+	other.hooks.afterRead = func(_ context.Context, path string) {
+		if path == "exchange" {
+			close(looked)
+			<-goOn
+		}
 	}
-	const d = 200 * time.Millisecond
-	proxy.Delay(d)
 	opts := ConfirmOptions{IdempotencyKey: "race"}
 	retried := make(chan error, 1)
 	var retry Booking
 	go func() {
 		var err error
-		retry, err = slow.Exchange(context.Background(), b.ID, []string{"A1"}, nil, h, opts)
+		retry, err = other.Exchange(context.Background(), b.ID, []string{"A1"}, nil, h, opts)
 		retried <- err
 	}()
-	time.Sleep(3*d + d/2) // the retry's key look-up has run (a prepare and an execute: 3 d to reach the server); its booking read has not (5 d)
+	<-looked // the retry found the key unused
 	first, err := v.e.Exchange(ctx, b.ID, []string{"A1"}, nil, h, opts)
-	if err != nil {
-		t.Fatal(err)
+	close(goOn)
+	if err != nil || first.Replayed {
+		t.Fatalf("the first call: %+v, %v", first, err)
 	}
-	rerr := <-retried
-	t.Logf("first: %v gen %d; retry: %+v, %v", first.SeatIDs, first.Generation, retry, rerr)
-	// One of the two made the exchange and the other is its replay (on a machine slow
-	// enough the retry may come first).
-	if rerr != nil || retry.Replayed == first.Replayed || !slices.Equal(retry.SeatIDs, first.SeatIDs) {
-		t.Errorf("the retry under the key of an exchange that committed: %+v, %v; want the exchange, one of the two replayed (first %+v)", retry, rerr, first)
+	if rerr := <-retried; rerr != nil || !retry.Replayed || !slices.Equal(retry.SeatIDs, first.SeatIDs) || retry.Generation != first.Generation {
+		t.Errorf("the retry under the key of an exchange that committed: %+v, %v; want the exchange, replayed (first %+v)", retry, rerr, first)
 	}
 }
 
