@@ -310,8 +310,16 @@ func (e *Engine) owed(ctx context.Context, c *confirmation, id uuid.UUID, gen in
 			e.giveRest(ctx, c, id)
 		}
 	}
-	if s := r.swap; marked && s != nil && len(s.tombs) > 0 {
-		_ = e.afterCommit(ctx, c.sh, s.tombs, s.tombGen, false, s.tombSeq, 0)
+	if marked {
+		e.gaveBack(ctx, c.sh, r.swap)
+	}
+}
+
+// gaveBack writes the tombstones of what an exchange (s; nil for none) gave back, once
+// its booking's sold markers are in; left to the repair when Redis fails.
+func (e *Engine) gaveBack(ctx context.Context, sh *show, s *swapped) {
+	if s != nil && len(s.tombs) > 0 {
+		_ = e.afterCommit(ctx, sh, s.tombs, s.tombGen, false, s.tombSeq, 0)
 	}
 }
 

@@ -277,6 +277,9 @@ func (e *Engine) decideAndWrite(ctx context.Context, guard *stallGuard, tx pgx.T
 			return nil, err
 		}
 	}
+	if !slices.ContainsFunc(batch, func(r *confirmReq) bool { return r.c.swap != nil }) {
+		return accepted, nil // the usual batch: no exchange, nothing more to allocate
+	}
 	swaps := slices.DeleteFunc(slices.Clone(batch), func(r *confirmReq) bool { return r.c.swap == nil })
 	exchanged, err := e.writeInSavepoints(ctx, guard, tx, swaps)
 	if err != nil {

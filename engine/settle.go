@@ -295,9 +295,7 @@ func (e *Engine) bookedAfterAll(ctx context.Context, u *unsettled) {
 			e.log.WarnContext(r.ctx, "sold markers of a settled booking left to the background repair", "show_id", r.c.sh.id, "error", err)
 		} else {
 			e.giveRest(mctx, r.c, r.id)
-			if s := r.res.swap; s != nil && len(s.tombs) > 0 { // an exchange's: what it gave back
-				_ = e.afterCommit(mctx, r.c.sh, s.tombs, s.tombGen, false, s.tombSeq, 0)
-			}
+			e.gaveBack(mctx, r.c.sh, r.res.swap)
 		}
 		cancel()
 	}
