@@ -455,7 +455,7 @@ local function sale_granted(r, seats, exp)
     local n = 0
     for _, s in ipairs(seats) do
         if redis.call("ZADD", BASE .. "held", exp, s) == 1 then held_x(s, 1) end
-        n = n + units(s)
+        n = n + (string.find(s, "~", 1, true) and units(s) or 1)
     end
     redis.call("HINCRBY", BASE .. "q:st", "hs", n)
     redis.call("HINCRBY", BASE .. "q:st", "hn", 1)
