@@ -41,6 +41,8 @@ type Engine struct {
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them
 	stop   func()        // ends the background loop
 	done   chan struct{} // closed when it has ended
+	// waitlistDone is closed when the waitlist loop has ended.
+	waitlistDone chan struct{}
 
 	gc      *committer      // the confirmations' queue and batches (groupcommit.go)
 	views   views           // the seat maps kept current (view.go)
@@ -130,7 +132,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
+	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), waitlistDone: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
 	e.queueSlots = make(chan struct{}, queueConcurrency)
 	e.scripts, e.queueScripts = rdb, rdb
@@ -155,6 +157,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e.viewCtx = ctx
 	e.views.m = map[string]*view{}
 	go e.repayMarkers(ctx)
+	go e.waitlistLoop(ctx)
 	return e, nil
 }
 
@@ -335,6 +338,7 @@ func (e *Engine) Close() {
 		e.stopCommitters()
 		e.settling.wg.Wait()
 		<-e.done
+		<-e.waitlistDone
 	}()
 	t := time.NewTimer(closeTimeout)
 	defer t.Stop()

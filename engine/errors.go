@@ -159,8 +159,10 @@ type HoldLostError struct {
 	At time.Time
 	// BookingID is the booking the hold made (HoldConfirmed).
 	BookingID uuid.UUID
-	op        string // confirm, extend or release
-	err       error  // what it wraps: the *HoldSpentError, or a refusal's detail
+	// offer: the hold expired was a waitlist's offer (it matches ErrOfferExpired too).
+	offer bool
+	op    string // confirm, extend or release
+	err   error  // what it wraps: the *HoldSpentError, or a refusal's detail
 }
 
 func (e *HoldLostError) Error() string {
@@ -168,6 +170,9 @@ func (e *HoldLostError) Error() string {
 	switch e.Cause {
 	case HoldExpired:
 		what = "the hold expired at " + e.At.UTC().Format(time.RFC3339Nano)
+		if e.offer {
+			what = "the waitlist offer expired at " + e.At.UTC().Format(time.RFC3339Nano) + " and went to the next in line"
+		}
 		if time.Now().Before(e.At) {
 			what = "the hold expires at " + e.At.UTC().Format(time.RFC3339Nano) + ", before its confirmation could commit"
 		}
@@ -186,8 +191,11 @@ func (e *HoldLostError) Error() string {
 	return msg
 }
 
-// Is reports whether target is [ErrHoldLost].
-func (e *HoldLostError) Is(target error) bool { return target == ErrHoldLost }
+// Is reports whether target is [ErrHoldLost], or [ErrOfferExpired] for a waitlist
+// offer's hold that expired.
+func (e *HoldLostError) Is(target error) bool {
+	return target == ErrHoldLost || (target == ErrOfferExpired && e.offer && e.Cause == HoldExpired)
+}
 
 // Unwrap returns what it wraps: the [*HoldSpentError] of a confirmed hold, or nil.
 func (e *HoldLostError) Unwrap() error { return e.err }

@@ -45,7 +45,7 @@ func (e *Engine) holdLost(ctx context.Context, op string, sh *show, h Hold, tag 
 	// A hold gone well before its expiry did not expire (Redis lost it, say); a second
 	// is room for the two clocks.
 	if !expiredAt.IsZero() && time.Until(expiredAt) < time.Second {
-		lost.Cause, lost.At = HoldExpired, expiredAt
+		lost.Cause, lost.At, lost.offer = HoldExpired, expiredAt, e.waitOffer(ctx, sh, h.Token)
 	}
 	return lost
 }

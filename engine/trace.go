@@ -58,7 +58,8 @@ func (o op) end(err error, result string) {
 // spanNames are the operations' span names, built once (the hot path allocates none).
 var spanNames = map[string]string{"hold": "holdfast.hold", "extend": "holdfast.extend", "release": "holdfast.release",
 	"shrink": "holdfast.shrink", "confirm": "holdfast.confirm", "cancel": "holdfast.cancel", "resync": "holdfast.resync",
-	"reclaim": "holdfast.reclaim", "transfer": "holdfast.transfer", "transfer_booking": "holdfast.transfer_booking"}
+	"reclaim": "holdfast.reclaim", "transfer": "holdfast.transfer", "transfer_booking": "holdfast.transfer_booking",
+	"join_waitlist": "holdfast.join_waitlist", "wait_entry": "holdfast.wait_entry"}
 
 // step traces one part of an operation (a Redis check, the transaction, the marker
 // write), named in full; the caller ends the span.

@@ -149,6 +149,8 @@ func problem(err error) (status int, typ, title string) {
 		return http.StatusConflict, "holder-limit", "Holder seat limit reached"
 	case errors.Is(err, engine.ErrNotAdmitted):
 		return http.StatusForbidden, "not-admitted", "Not admitted"
+	case errors.Is(err, engine.ErrOfferExpired):
+		return http.StatusGone, "offer-expired", "Waitlist offer expired"
 	case errors.Is(err, engine.ErrHoldLost):
 		return http.StatusGone, "hold-lost", "Hold lost"
 	case errors.Is(err, engine.ErrIdempotencyKeyReused):

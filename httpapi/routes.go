@@ -40,6 +40,8 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"POST", "/v1/shows/{show}/queue", s.showLookups(s.limited(s.postQueue))},
 		{"GET", "/v1/shows/{show}/queue", s.showLookups(s.holderReading(s.getQueue))},
 		{"GET", "/v1/shows/{show}/queue/events", shows(s.getQueueEvents)},
+		{"POST", "/v1/shows/{show}/waitlist", s.keyed(s.showLookups(s.limited(s.postWaitlist)))},
+		{"GET", "/v1/shows/{show}/waitlist", s.showLookups(s.holderReading(s.getWaitlist))},
 		{"POST", "/v1/holds/extend", s.keyed(s.limited(s.postExtend))},
 		{"POST", "/v1/holds/release", s.keyed(s.limited(s.postRelease))},
 		{"POST", "/v1/holds/shrink", s.keyed(s.limited(s.postShrink))},

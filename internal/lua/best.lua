@@ -219,6 +219,8 @@ for _, sec in ipairs(sections) do
         if reaped >= REAP_MAX then return {"AGAIN"} end
     end
 end
+-- What the reaping freed of a category with a waitlist goes to the waitlist first.
+wl_run(now)
 local chosen
 for _ = 1, 5 do
     chosen = search()

@@ -48,6 +48,9 @@ local now = now_ms()
 -- gone, so is the key.
 local held = idem_held(I, now)
 if held then return held end
+-- A seat or places this call finds come back, of a category with a waitlist, go to
+-- the waitlist first (common.lua: wl_precheck).
+wl_precheck(F, now)
 local mine, taken, first = 0, {"TAKEN"}, nil
 for i = 1, n do
     local v = redis.call("GET", hk(i))

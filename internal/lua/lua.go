@@ -59,6 +59,8 @@ var (
 	restLua string
 	//go:embed transfer.lua
 	transferLua string
+	//go:embed wl.lua
+	wlLua string
 
 	Hold    = newScript("", holdLua)
 	Extend  = newScript("", extendLua)
@@ -100,6 +102,8 @@ var (
 	Rest = newScript(" flags=allow-oom", restLua)
 	// Transfer moves a hold to another holder under a new token and generation.
 	Transfer = newScript("", transferLua)
+	// Wait is a show's waitlists: a join, an entry's read, the engine's sweep.
+	Wait = newScript("", wlLua)
 )
 
 // newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses

@@ -66,7 +66,7 @@ for i = 1, n do
     if is_sold(cur) then
         local v = redis.call("GET", hk(i))
         if v then
-            local _, g, _, tag, _, cid = parse_hold(v)
+            local t, g, _, tag, _, cid = parse_hold(v)
             -- The hold that made this booking, reserved by its batch: its commit id is
             -- the booking's id, kept by generation for reconciliation to name a booking
             -- a failover lost (<base>booked, dropped again by the cancellation).
@@ -78,6 +78,7 @@ for i = 1, n do
                 if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
                 held_gone(s)
                 place_gone(s)
+                if g and tonumber(g) == cg then wl_sold(t) end -- the hold booked (a waitlist's offer ends)
                 dropped = dropped + 1
                 gone[#gone + 1] = s
                 changed[i] = true

@@ -133,6 +133,7 @@ const (
 	UrnHoldfastProblemNotAdmitted          ProblemType = "urn:holdfast:problem:not-admitted"
 	UrnHoldfastProblemNotFound             ProblemType = "urn:holdfast:problem:not-found"
 	UrnHoldfastProblemNotImplemented       ProblemType = "urn:holdfast:problem:not-implemented"
+	UrnHoldfastProblemOfferExpired         ProblemType = "urn:holdfast:problem:offer-expired"
 	UrnHoldfastProblemOperatorRoutesOff    ProblemType = "urn:holdfast:problem:operator-routes-off"
 	UrnHoldfastProblemOverloaded           ProblemType = "urn:holdfast:problem:overloaded"
 	UrnHoldfastProblemPlacesUnavailable    ProblemType = "urn:holdfast:problem:places-unavailable"
@@ -184,6 +185,8 @@ func (e ProblemType) Valid() bool {
 	case UrnHoldfastProblemNotFound:
 		return true
 	case UrnHoldfastProblemNotImplemented:
+		return true
+	case UrnHoldfastProblemOfferExpired:
 		return true
 	case UrnHoldfastProblemOperatorRoutesOff:
 		return true
@@ -725,6 +728,17 @@ type Ticket struct {
 	Waiting  int  `json:"waiting"`
 }
 
+// WaitEntry defines model for WaitEntry.
+type WaitEntry struct {
+	Category string `json:"category"`
+	Count    int    `json:"count"`
+	Offer    *Hold  `json:"offer,omitempty"`
+
+	// Position 1 for the first entry waiting; 0 once offered.
+	Position int `json:"position"`
+	Show     ID  `json:"show"`
+}
+
 // Livez200JSONResponseBodyStatus defines parameters for Livez.
 type Livez200JSONResponseBodyStatus string
 
@@ -984,6 +998,36 @@ type GetSeats200JSONResponseBody struct {
 	union json.RawMessage
 }
 
+// GetWaitEntryParams defines parameters for GetWaitEntry.
+type GetWaitEntryParams struct {
+	// Category The entry's category; left out: the seats and areas without one.
+	Category *string `form:"category,omitempty" json:"category,omitempty"`
+
+	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
+	HolderId *Holder `json:"Holder-Id,omitempty"`
+}
+
+// JoinWaitlistJSONBody defines parameters for JoinWaitlist.
+type JoinWaitlistJSONBody struct {
+	// Category The seats' and areas' category; empty or left out: those without one.
+	Category *string `json:"category,omitempty"`
+
+	// Count How many seats, or places of one area, the offer holds.
+	Count int `json:"count"`
+
+	// OfferTtlMs How long an offer's hold lives; the default hold TTL when left out.
+	OfferTtlMs *int `json:"offer_ttl_ms,omitempty"`
+}
+
+// JoinWaitlistParams defines parameters for JoinWaitlist.
+type JoinWaitlistParams struct {
+	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
+	HolderId *Holder `json:"Holder-Id,omitempty"`
+
+	// IdempotencyKey Makes the write safe to retry after a lost reply: a retry of the same request under the key gets the first call's answer and changes nothing more; another request under it is 422 idempotency-key-reused. Scoped to the holder (and to the hold or booking the write names). A hold's key lives as long as its hold; a key of a write on a hold for the hold's longest life; a booking's as long as the booking. Printable ASCII without spaces.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // PostBookingJSONRequestBody defines body for PostBooking for application/json ContentType.
 type PostBookingJSONRequestBody = HoldConfirm
 
@@ -1016,6 +1060,9 @@ type PostHoldJSONRequestBody = HoldRequest
 
 // PutRulesJSONRequestBody defines body for PutRules for application/json ContentType.
 type PutRulesJSONRequestBody = Rules
+
+// JoinWaitlistJSONRequestBody defines body for JoinWaitlist for application/json ContentType.
+type JoinWaitlistJSONRequestBody JoinWaitlistJSONBody
 
 // AsHoldSeats returns the union data inside the HoldRequest as a HoldSeats
 func (t HoldRequest) AsHoldSeats() (HoldSeats, error) {
@@ -1783,6 +1830,39 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/shows/{show}/seats (the `GetSeats` operationId).
 	GetSeats(ctx context.Context, show Show, params *GetSeatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWaitEntry The holder's waitlist entry, with its offer once made; 404 when none (never joined, or the offer was booked or released), 410 offer-expired when the offer was not confirmed in time
+	//
+	// Corresponds with GET /v1/shows/{show}/waitlist (the `GetWaitEntry` operationId).
+	GetWaitEntry(ctx context.Context, show Show, params *GetWaitEntryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// JoinWaitlistWithBody Join the show's waitlist for a category (joining again keeps the entry)
+	//
+	// When seats or places of the category come free (a release, an expiry, a
+	// cancellation, a shrink), the first entry in the order of joining whose count fits
+	// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
+	// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
+	// next entry, and its hold is then 410 `offer-expired`. When the category has enough
+	// free at the join, the offer is made at once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
+	JoinWaitlistWithBody(ctx context.Context, show Show, params *JoinWaitlistParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// JoinWaitlist Join the show's waitlist for a category (joining again keeps the entry)
+	//
+	// When seats or places of the category come free (a release, an expiry, a
+	// cancellation, a shrink), the first entry in the order of joining whose count fits
+	// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
+	// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
+	// next entry, and its hold is then 410 `offer-expired`. When the category has enough
+	// free at the join, the offer is made at once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
+	JoinWaitlist(ctx context.Context, show Show, params *JoinWaitlistParams, body JoinWaitlistJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetIndex The index page (HTML)
@@ -2628,6 +2708,69 @@ func (c *Client) PutRules(ctx context.Context, show Show, body PutRulesJSONReque
 // Corresponds with GET /v1/shows/{show}/seats (the `GetSeats` operationId).
 func (c *Client) GetSeats(ctx context.Context, show Show, params *GetSeatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetSeatsRequest(c.Server, show, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWaitEntry The holder's waitlist entry, with its offer once made; 404 when none (never joined, or the offer was booked or released), 410 offer-expired when the offer was not confirmed in time
+//
+// Corresponds with GET /v1/shows/{show}/waitlist (the `GetWaitEntry` operationId).
+func (c *Client) GetWaitEntry(ctx context.Context, show Show, params *GetWaitEntryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWaitEntryRequest(c.Server, show, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// JoinWaitlistWithBody Join the show's waitlist for a category (joining again keeps the entry)
+//
+// When seats or places of the category come free (a release, an expiry, a
+// cancellation, a shrink), the first entry in the order of joining whose count fits
+// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
+// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
+// next entry, and its hold is then 410 `offer-expired`. When the category has enough
+// free at the join, the offer is made at once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
+func (c *Client) JoinWaitlistWithBody(ctx context.Context, show Show, params *JoinWaitlistParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJoinWaitlistRequestWithBody(c.Server, show, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// JoinWaitlist Join the show's waitlist for a category (joining again keeps the entry)
+//
+// When seats or places of the category come free (a release, an expiry, a
+// cancellation, a shrink), the first entry in the order of joining whose count fits
+// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
+// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
+// next entry, and its hold is then 410 `offer-expired`. When the category has enough
+// free at the join, the offer is made at once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
+func (c *Client) JoinWaitlist(ctx context.Context, show Show, params *JoinWaitlistParams, body JoinWaitlistJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJoinWaitlistRequest(c.Server, show, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4496,6 +4639,155 @@ func NewGetSeatsRequest(server string, show Show, params *GetSeatsParams) (*http
 	return req, nil
 }
 
+// NewGetWaitEntryRequest constructs an http.Request for the GetWaitEntry method
+func NewGetWaitEntryRequest(server string, show Show, params *GetWaitEntryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "show", show, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/shows/%s/waitlist", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Category != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "category", *params.Category, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.HolderId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewJoinWaitlistRequest calls the generic JoinWaitlist builder with application/json body
+func NewJoinWaitlistRequest(server string, show Show, params *JoinWaitlistParams, body JoinWaitlistJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewJoinWaitlistRequestWithBody(server, show, params, "application/json", bodyReader)
+}
+
+// NewJoinWaitlistRequestWithBody constructs an http.Request for the JoinWaitlist method, with any body, and a specified content type
+func NewJoinWaitlistRequestWithBody(server string, show Show, params *JoinWaitlistParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "show", show, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/shows/%s/waitlist", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.HolderId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -4980,6 +5272,41 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/shows/{show}/seats (the `GetSeats` operationId).
 	GetSeatsWithResponse(ctx context.Context, show Show, params *GetSeatsParams, reqEditors ...RequestEditorFn) (*GetSeatsResponse, error)
+
+	// GetWaitEntryWithResponse The holder's waitlist entry, with its offer once made; 404 when none (never joined, or the offer was booked or released), 410 offer-expired when the offer was not confirmed in time
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/shows/{show}/waitlist (the `GetWaitEntry` operationId).
+	GetWaitEntryWithResponse(ctx context.Context, show Show, params *GetWaitEntryParams, reqEditors ...RequestEditorFn) (*GetWaitEntryResponse, error)
+
+	// JoinWaitlistWithBodyWithResponse Join the show's waitlist for a category (joining again keeps the entry)
+	//
+	// When seats or places of the category come free (a release, an expiry, a
+	// cancellation, a shrink), the first entry in the order of joining whose count fits
+	// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
+	// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
+	// next entry, and its hold is then 410 `offer-expired`. When the category has enough
+	// free at the join, the offer is made at once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
+	JoinWaitlistWithBodyWithResponse(ctx context.Context, show Show, params *JoinWaitlistParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*JoinWaitlistResponse, error)
+
+	// JoinWaitlistWithResponse Join the show's waitlist for a category (joining again keeps the entry)
+	//
+	// When seats or places of the category come free (a release, an expiry, a
+	// cancellation, a shrink), the first entry in the order of joining whose count fits
+	// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
+	// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
+	// next entry, and its hold is then 410 `offer-expired`. When the category has enough
+	// free at the join, the offer is made at once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
+	JoinWaitlistWithResponse(ctx context.Context, show Show, params *JoinWaitlistParams, body JoinWaitlistJSONRequestBody, reqEditors ...RequestEditorFn) (*JoinWaitlistResponse, error)
 }
 
 type GetIndexResponse struct {
@@ -7783,6 +8110,172 @@ func (r GetSeatsResponse) ContentType() string {
 	return ""
 }
 
+type GetWaitEntryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WaitEntry
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWaitEntryResponse) GetJSON200() *WaitEntry {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWaitEntryResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWaitEntryResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetWaitEntryResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r GetWaitEntryResponse) GetApplicationproblemJSON410() *Problem {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWaitEntryResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWaitEntryResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWaitEntryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWaitEntryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWaitEntryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWaitEntryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type JoinWaitlistResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *WaitEntry
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r JoinWaitlistResponse) GetJSON201() *WaitEntry {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r JoinWaitlistResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r JoinWaitlistResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r JoinWaitlistResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r JoinWaitlistResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JoinWaitlistResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r JoinWaitlistResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r JoinWaitlistResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r JoinWaitlistResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r JoinWaitlistResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r JoinWaitlistResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetIndexWithResponse The index page (HTML)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -8498,6 +8991,59 @@ func (c *ClientWithResponses) GetSeatsWithResponse(ctx context.Context, show Sho
 		return nil, err
 	}
 	return ParseGetSeatsResponse(rsp)
+}
+
+// GetWaitEntryWithResponse The holder's waitlist entry, with its offer once made; 404 when none (never joined, or the offer was booked or released), 410 offer-expired when the offer was not confirmed in time
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/shows/{show}/waitlist (the `GetWaitEntry` operationId).
+func (c *ClientWithResponses) GetWaitEntryWithResponse(ctx context.Context, show Show, params *GetWaitEntryParams, reqEditors ...RequestEditorFn) (*GetWaitEntryResponse, error) {
+	rsp, err := c.GetWaitEntry(ctx, show, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWaitEntryResponse(rsp)
+}
+
+// JoinWaitlistWithBodyWithResponse Join the show's waitlist for a category (joining again keeps the entry)
+//
+// When seats or places of the category come free (a release, an expiry, a
+// cancellation, a shrink), the first entry in the order of joining whose count fits
+// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
+// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
+// next entry, and its hold is then 410 `offer-expired`. When the category has enough
+// free at the join, the offer is made at once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
+func (c *ClientWithResponses) JoinWaitlistWithBodyWithResponse(ctx context.Context, show Show, params *JoinWaitlistParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*JoinWaitlistResponse, error) {
+	rsp, err := c.JoinWaitlistWithBody(ctx, show, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJoinWaitlistResponse(rsp)
+}
+
+// JoinWaitlistWithResponse Join the show's waitlist for a category (joining again keeps the entry)
+//
+// When seats or places of the category come free (a release, an expiry, a
+// cancellation, a shrink), the first entry in the order of joining whose count fits
+// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
+// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
+// next entry, and its hold is then 410 `offer-expired`. When the category has enough
+// free at the join, the offer is made at once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
+func (c *ClientWithResponses) JoinWaitlistWithResponse(ctx context.Context, show Show, params *JoinWaitlistParams, body JoinWaitlistJSONRequestBody, reqEditors ...RequestEditorFn) (*JoinWaitlistResponse, error) {
+	rsp, err := c.JoinWaitlist(ctx, show, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJoinWaitlistResponse(rsp)
 }
 
 // ParseGetIndexResponse parses an HTTP response from a GetIndexWithResponse call
@@ -10772,6 +11318,142 @@ func ParseGetSeatsResponse(rsp *http.Response) (*GetSeatsResponse, error) {
 			headers.HoldfastStale = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetWaitEntryResponse parses an HTTP response from a GetWaitEntryWithResponse call
+func ParseGetWaitEntryResponse(rsp *http.Response) (*GetWaitEntryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWaitEntryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WaitEntry
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseJoinWaitlistResponse parses an HTTP response from a JoinWaitlistWithResponse call
+func ParseJoinWaitlistResponse(rsp *http.Response) (*JoinWaitlistResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &JoinWaitlistResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest WaitEntry
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil

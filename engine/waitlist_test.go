@@ -1,0 +1,332 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitVenue creates show id: seats A1..A4 of category "A" (A1 best), seats B1, B2 of
+// no category, and the area FLOOR of category "GA" with capacity places.
+func (v *env) waitVenue(id string, capacity int) {
+	v.t.Helper()
+	var seats []Seat
+	for i, s := range []string{"A1", "A2", "A3", "A4"} {
+		seats = append(seats, Seat{ID: s, Section: "A", Row: "1", Position: i + 1, Rank: i + 1, Category: "A"})
+	}
+	for i, s := range []string{"B1", "B2"} {
+		seats = append(seats, Seat{ID: s, Section: "B", Row: "1", Position: i + 1, Rank: 10 + i})
+	}
+	err := v.e.CreateShowVenue(v.t.Context(), id, Venue{Seats: seats, Areas: []Area{{ID: "FLOOR", Capacity: capacity, Category: "GA"}}})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// join puts holder on show's waitlist for category and count, offers living ttl.
+func (v *env) join(show, holder, category string, count int, ttl time.Duration) WaitEntry {
+	v.t.Helper()
+	w, err := v.e.JoinWaitlist(v.t.Context(), WaitRequest{ShowID: show, HolderID: holder, Category: category, Count: count, OfferTTL: ttl})
+	if err != nil {
+		v.t.Fatalf("%s joins %s's waitlist for %d of %q: %v", holder, show, count, category, err)
+	}
+	return w
+}
+
+// offered waits until holder's entry has its offer, and returns it.
+func (v *env) offered(show, holder, category string) Hold {
+	v.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w, err := v.e.WaitEntry(v.t.Context(), show, holder, category)
+		if err != nil {
+			v.t.Fatalf("%s's entry for %q: %v", holder, category, err)
+		}
+		if w.Offer != nil {
+			return *w.Offer
+		}
+		if time.Now().After(deadline) {
+			v.t.Fatalf("%s's entry for %q has no offer after 10 s: %+v", holder, category, w)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWaitlistOffersWhatARelease frees: a sold-out category's waitlist is offered the
+// seats a release gives back, in the order of joining, each entry as many as it asked
+// for; an entry whose count does not fit is passed over for one behind it that fits;
+// the offer is a hold of the holder's that confirms as any, and the entry then ends.
+func TestWaitlistOffersWhatAReleaseFrees(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wl", 10)
+	all := v.hold("wl", time.Minute, "xavier", "A1", "A2", "A3", "A4")
+	ann := v.join("wl", "ann", "A", 2, time.Minute)
+	bob := v.join("wl", "bob", "A", 3, time.Minute)
+	cat := v.join("wl", "cat", "A", 1, time.Minute)
+	if ann.Position != 1 || bob.Position != 2 || cat.Position != 3 || ann.Offer != nil {
+		t.Fatalf("positions %d, %d, %d (offer %v); want 1, 2, 3 and none", ann.Position, bob.Position, cat.Position, ann.Offer)
+	}
+	if again := v.join("wl", "ann", "A", 2, time.Minute); again.Position != 1 {
+		t.Fatalf("ann joins again: position %d, want her entry as it was (1)", again.Position)
+	}
+	if err := v.e.Release(t.Context(), all); err != nil {
+		t.Fatal(err)
+	}
+	// 4 free: ann (2) first, then bob (3) does not fit the 2 left, cat (1) does.
+	a := v.offered("wl", "ann", "A")
+	c := v.offered("wl", "cat", "A")
+	if !slices.Equal(a.SeatIDs, []string{"A1", "A2"}) || !slices.Equal(c.SeatIDs, []string{"A3"}) {
+		t.Fatalf("offers: ann %v, cat %v; want the best seats in order of joining: [A1 A2], [A3]", a.SeatIDs, c.SeatIDs)
+	}
+	if w, err := v.e.WaitEntry(t.Context(), "wl", "bob", "A"); err != nil || w.Offer != nil || w.Position != 1 {
+		t.Fatalf("bob: %+v, %v; want still waiting, first in line", w, err)
+	}
+	// What is offered is not anyone else's to take.
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "wl", SeatIDs: []string{"A1"}, HolderID: "dan"}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("dan holds A1, offered to ann: %v, want ErrSeatsUnavailable", err)
+	}
+	b, err := v.e.Confirm(t.Context(), a, ConfirmOptions{})
+	if err != nil {
+		t.Fatalf("ann confirms her offer: %v", err)
+	}
+	if b.HolderID != "ann" || !slices.Equal(b.SeatIDs, []string{"A1", "A2"}) {
+		t.Fatalf("ann's booking: %+v", b)
+	}
+	if _, err := v.e.WaitEntry(t.Context(), "wl", "ann", "A"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ann's entry after her booking: %v, want ErrNotFound (it ended)", err)
+	}
+	// A4 is free (no one fits it but cat, who has an offer): anyone may hold it.
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "wl", SeatIDs: []string{"A4"}, HolderID: "dan"}); err != nil {
+		t.Fatalf("dan holds A4, which no entry fits: %v", err)
+	}
+}
+
+// TestWaitlistOfferExpiresToTheNext: an offer not confirmed in time goes to the next
+// entry that fits — the expiry's seats are offered by the engine's sweep, with no call
+// on the show — and its hold's confirmation is ErrOfferExpired (an ErrHoldLost too),
+// as its entry is.
+func TestWaitlistOfferExpiresToTheNext(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wx", 10)
+	all := v.hold("wx", time.Minute, "xavier", "A1", "A2", "A3", "A4")
+	v.join("wx", "ann", "A", 4, 300*time.Millisecond)
+	v.join("wx", "bob", "A", 4, time.Minute)
+	if err := v.e.Release(t.Context(), all); err != nil {
+		t.Fatal(err)
+	}
+	a := v.offered("wx", "ann", "A")
+	b := v.offered("wx", "bob", "A") // after ann's expired, by the sweep
+	if !slices.Equal(b.SeatIDs, []string{"A1", "A2", "A3", "A4"}) || b.Generation <= a.Generation {
+		t.Fatalf("bob's offer %+v after ann's %+v", b, a)
+	}
+	_, err := v.e.Confirm(t.Context(), a, ConfirmOptions{})
+	if !errors.Is(err, ErrOfferExpired) || !errors.Is(err, ErrHoldLost) {
+		t.Fatalf("ann confirms her expired offer: %v, want ErrOfferExpired and ErrHoldLost", err)
+	}
+	if _, err := v.e.WaitEntry(t.Context(), "wx", "ann", "A"); !errors.Is(err, ErrOfferExpired) {
+		t.Fatalf("ann's entry: %v, want ErrOfferExpired", err)
+	}
+	if _, err := v.e.Confirm(t.Context(), b, ConfirmOptions{}); err != nil {
+		t.Fatalf("bob confirms: %v", err)
+	}
+}
+
+// TestWaitlistOffersPlaces: a category of a standing area is offered places of it when a
+// hold of them is released, and the offer's places confirm.
+func TestWaitlistOffersPlaces(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wp", 6)
+	h, err := v.holdPlaces("wp", time.Minute, "xavier", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.join("wp", "ann", "GA", 3, time.Minute)
+	if err := v.e.Release(t.Context(), h); err != nil {
+		t.Fatal(err)
+	}
+	o := v.offered("wp", "ann", "GA")
+	if len(o.SeatIDs) != 0 || !slices.Equal(o.Places, []Places{{AreaID: "FLOOR", Count: 3}}) {
+		t.Fatalf("ann's offer: %+v, want 3 places of FLOOR", o)
+	}
+	b, err := v.e.Confirm(t.Context(), o, ConfirmOptions{})
+	if err != nil || !slices.Equal(b.Places, []Places{{AreaID: "FLOOR", Count: 3}}) {
+		t.Fatalf("ann confirms: %+v, %v", b, err)
+	}
+}
+
+// TestWaitlistUnderContention: 30 holders wait for one seat each of a category whose 40
+// seats are all held; the holds end every way a hold ends — released, expired, booked
+// and cancelled — while 8 goroutines snatch seats of the category by name and by best
+// available. Each waiting holder confirms their offer the moment they see it. Every
+// offer confirms (no offered seat went to anyone else, and none to two holders), every
+// entry is offered a seat, the offers go in the order of joining, and no seat is booked
+// twice.
+func TestWaitlistUnderContention(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 8 })
+	var seats []Seat
+	ids := make([]string, 40)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("A%02d", i+1)
+		seats = append(seats, Seat{ID: ids[i], Section: "A", Row: "1", Position: i + 1, Rank: i + 1, Category: "A"})
+	}
+	if err := v.e.CreateShowVenue(t.Context(), "wc", Venue{Seats: seats}); err != nil {
+		t.Fatal(err)
+	}
+	holds := make([]Hold, 10)
+	for i := range holds {
+		ttl := time.Minute
+		if i%4 == 1 {
+			ttl = time.Duration(300+100*i) * time.Millisecond // these expire
+		}
+		holds[i] = v.hold("wc", ttl, fmt.Sprintf("owner%d", i), ids[4*i:4*i+4]...)
+	}
+	waiters := make([]string, 30)
+	for i := range waiters {
+		waiters[i] = fmt.Sprintf("w%02d", i)
+		if w := v.join("wc", waiters[i], "A", 1, time.Minute); w.Position != int64(i+1) {
+			t.Fatalf("%s joins at %d, want %d", waiters[i], w.Position, i+1)
+		}
+	}
+	stop := make(chan struct{})
+	var snipers sync.WaitGroup
+	for g := range 8 {
+		snipers.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var h Hold
+				var err error
+				if k%2 == 0 {
+					h, err = v.e.Hold(t.Context(), HoldRequest{ShowID: "wc", SeatIDs: []string{ids[(g*7+k)%40]}, HolderID: fmt.Sprintf("sniper%d", g), TTL: 50 * time.Millisecond})
+				} else {
+					h, err = v.e.HoldBest(t.Context(), BestRequest{ShowID: "wc", Category: "A", Count: 1, HolderID: fmt.Sprintf("sniper%d", g), TTL: 50 * time.Millisecond})
+				}
+				if err == nil && k%3 == 0 {
+					_ = v.e.Release(t.Context(), h)
+				}
+			}
+		})
+	}
+	type got struct {
+		offer Hold
+		err   error
+	}
+	results := make([]got, len(waiters))
+	var wg sync.WaitGroup
+	for i, w := range waiters {
+		wg.Go(func() {
+			o := v.offered("wc", w, "A")
+			_, err := v.e.Confirm(t.Context(), o, ConfirmOptions{})
+			results[i] = got{o, err}
+		})
+	}
+	for i, h := range holds {
+		switch i % 4 {
+		case 0:
+			if err := v.e.Release(t.Context(), h); err != nil {
+				t.Error(err)
+			}
+		case 2, 3:
+			b, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := v.e.Cancel(t.Context(), b.ID); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	wg.Wait()
+	close(stop)
+	snipers.Wait()
+	for i, r := range results {
+		if r.err != nil {
+			t.Errorf("%s's offer %v: %v", waiters[i], r.offer.SeatIDs, r.err)
+		}
+		if i > 0 && r.offer.Generation <= results[i-1].offer.Generation {
+			t.Errorf("%s (joined %d) was offered at generation %d, not after %s's %d", waiters[i], i+1, r.offer.Generation, waiters[i-1], results[i-1].offer.Generation)
+		}
+	}
+	if n := v.doubleBookings(); n != 0 {
+		t.Fatalf("%d seats booked twice", n)
+	}
+}
+
+// TestWaitlistOfferNeverShowsFree: a seat a release or a cancellation frees and the
+// waitlist is offered at once never shows free on the seat map: a watcher sees it go
+// from the old hold (or sold) straight to the offer's hold.
+func TestWaitlistOfferNeverShowsFree(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wm", 10)
+	events, err := v.e.WatchSeatMap(t.Context(), "wm", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := <-events; first.Snapshot == nil { // the map before any hold
+		t.Fatalf("first event %+v, want a snapshot", first)
+	}
+	var mu sync.Mutex
+	var log []SeatChange // every change of an A seat, in order
+	go func() {
+		for ev := range events {
+			changes := ev.Changes
+			if m := ev.Snapshot; m != nil { // the watcher fell behind: the map as it is
+				changes = nil
+				for i, st := range m.States {
+					changes = append(changes, SeatChange{SeatID: m.Layout[i].ID, Status: st, ExpiresAt: m.Expires[i]})
+				}
+			}
+			mu.Lock()
+			for _, c := range changes {
+				if strings.HasPrefix(c.SeatID, "A") {
+					log = append(log, c)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	h := v.hold("wm", time.Minute, "xavier", "A1", "A2", "A3", "A4")
+	v.join("wm", "ann", "A", 4, 10*time.Minute)
+	if err := v.e.Release(t.Context(), h); err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.e.Confirm(t.Context(), v.offered("wm", "ann", "A"), ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.join("wm", "bob", "A", 4, 10*time.Minute)
+	if err := v.e.Cancel(t.Context(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	bob := v.offered("wm", "bob", "A")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		seen := slices.ContainsFunc(log, func(c SeatChange) bool { return c.SeatID == "A4" && c.ExpiresAt.Equal(bob.ExpiresAt) })
+		var states []string
+		for _, c := range log {
+			states = append(states, c.SeatID+":"+string(c.Status))
+		}
+		mu.Unlock()
+		if seen {
+			if slices.ContainsFunc(states, func(s string) bool { return strings.HasSuffix(s, ":"+string(SeatFree)) }) {
+				t.Fatalf("an offered seat showed free: %s", strings.Join(states, " "))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the map did not show bob's offer: %s", strings.Join(states, " "))
+		}
+	}
+}

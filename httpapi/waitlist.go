@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/holdfast/holdfast/engine"
+)
+
+// waitEntryJSON is a waitlist entry on the wire: the caller's place in line (1 for the
+// first waiting, 0 once offered) and, once made, the hold offered (present it as any
+// hold to confirm it).
+type waitEntryJSON struct {
+	Show     string    `json:"show"`
+	Category string    `json:"category"`
+	Count    int       `json:"count"`
+	Position int64     `json:"position"`
+	Offer    *holdJSON `json:"offer,omitempty"`
+}
+
+func toWaitEntryJSON(w engine.WaitEntry) waitEntryJSON {
+	j := waitEntryJSON{Show: w.ShowID, Category: w.Category, Count: w.Count, Position: w.Position}
+	if w.Offer != nil {
+		h := toHoldJSON(*w.Offer)
+		j.Offer = &h
+	}
+	return j
+}
+
+// postWaitlist puts the caller on a show's waitlist ({"category": "A", "count": 2,
+// "offer_ttl_ms": 600000}; category "" or left out: the seats and areas without one) and
+// answers 201 with the entry — the one they had when they were on it already.
+func (s *Server) postWaitlist(w http.ResponseWriter, r *http.Request, holder string) {
+	var body struct {
+		Category   string `json:"category"`
+		Count      *int   `json:"count"`
+		OfferTTLms *int64 `json:"offer_ttl_ms"`
+	}
+	if !s.decode(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	if body.Count == nil {
+		s.fail(w, r, &engine.InvalidArgumentError{Field: "count", Rule: "required: how many seats, or places of one area, to be offered"})
+		return
+	}
+	var ttl time.Duration
+	if body.OfferTTLms != nil {
+		d, err := ttlFromMillis(*body.OfferTTLms)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		ttl = d
+	}
+	e, err := s.e.JoinWaitlist(r.Context(), engine.WaitRequest{ShowID: r.PathValue("show"), HolderID: holder,
+		Category: body.Category, Count: *body.Count, OfferTTL: ttl})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, toWaitEntryJSON(e))
+}
+
+// getWaitlist serves the caller's entry on a show's waitlist for ?category= (none: the
+// seats and areas without one): 404 when they have none (never joined, or their offer
+// was booked or released), 410 offer-expired when their offer was not confirmed in time.
+func (s *Server) getWaitlist(w http.ResponseWriter, r *http.Request, holder string) {
+	e, err := s.e.WaitEntry(r.Context(), r.PathValue("show"), holder, r.URL.Query().Get("category"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, toWaitEntryJSON(e))
+}

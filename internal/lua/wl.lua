@@ -1,0 +1,116 @@
+-- wl.lua: a show's waitlists (engine/waitlist.go; their keys and offers: common.lua). By op:
+--   "join"   puts the holder on the category's waitlist, once: an entry waiting or
+--            offered is answered as it is, an expired one is replaced by a new one at
+--            the end of the line; then makes the offers owed (the seats free now may fit)
+--   "get"    brings the holder's entry up to its offer hold (wl_settle) and reads it
+--   "sweep"  gives back the expired holds of every category with a waitlist and makes
+--            the offers owed (the engine's waitlist loop)
+--
+-- KEYS[1]    <base>gen (the show's key prefix)
+-- ARGV[1]    op
+-- ARGV[2]    the show's sale rules as the engine has them (see sale_rules)
+-- ARGV[3]    holder tag (join, get; "" for sweep)
+-- ARGV[4]    category (join, get; "" for sweep)
+-- join:  ARGV[5] count (1..1000), ARGV[6] the offer's TTL in ms, ARGV[7] the offer
+--        hold's token (32 hex digits), ARGV[8] its place hold id (16 hex digits),
+--        ARGV[9] the engine's seats per holder (0: none), ARGV[10] the category's
+--        section numbers, ARGV[11] its areas as "<area>@<marker bucket>" (both
+--        space-separated)
+--
+-- Returns, for join and get, {"OK", state, count, position (1 for the first waiting; 0
+-- once offered), ttl, token, generation, expiry ms, offer's seats and place keys...}
+-- (state "waiting", "offered" or "expired"), {"NONE"} (get: no entry), {"NOSTATE"} (Redis
+-- lost the show), {"NOINDEX"} (join: the category has seats and the show's
+-- best-available index is not built), {"STALE"} or {"CLOSED"} (see sale_rules); for sweep
+-- {"OK", entries waiting or offered}.
+
+if #KEYS ~= 1 or string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
+BASE = string.sub(KEYS[1], 1, -4)
+local op, tag, cat = ARGV[1], ARGV[3], ARGV[4]
+local given = rules_parse(ARGV[2])
+if not given then return bad("rules") end
+if op ~= "sweep" then
+    if not is_hex(tag, 32) then return bad("holder tag") end
+    if not string.match(cat, "^[%w][%w ._-]*$") or #cat > 32 then return bad("category") end
+end
+if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+local rules, closed = sale_rules(given, ARGV[2])
+if not rules then return closed end
+local now = now_ms()
+
+-- view answers join and get with the entry as it is.
+local function view()
+    local E = wl_entry(cat, tag)
+    if not E then return {"NONE"} end
+    local pos = 0
+    if E.state == "waiting" then
+        pos = 1
+        for _, k in ipairs(redis.call("ZRANGE", BASE .. "wl:qc:" .. cat, 0, -1)) do
+            pos = pos + redis.call("ZCOUNT", BASE .. "wl:q:" .. cat .. ":" .. k, "-inf", "(" .. E.seq)
+        end
+    end
+    local out = {"OK", E.state, tonumber(E.count), pos, tonumber(E.ttl), E.token, tonumber(E.gen or 0), tonumber(E.exp or 0)}
+    for u in string.gmatch(E.units or "", "%S+") do out[#out + 1] = string.match(u, "^(.+)@%d+$") end
+    return out
+end
+
+-- join puts tag on cat's waitlist.
+local function join()
+    if not is_uint(ARGV[5], 1, 1000) then return bad("count") end
+    if not is_uint(ARGV[6], 1, 86400000) then return bad("ttl") end
+    if not is_hex(ARGV[7], 32) then return bad("token") end
+    if not is_hex(ARGV[8], 16) then return bad("place hold id") end
+    if not is_uint(ARGV[9], 0, 1000000) then return bad("cap") end
+    local secs, areas = ARGV[10], ARGV[11]
+    if not string.match(secs, "^[%d ]*$") or not string.match(areas, "^[%w._~@ -]*$") then return bad("category's seats") end
+    if secs ~= "" and redis.call("EXISTS", BASE .. "ixs") == 0 then return {"NOINDEX"} end
+    wl_settle(cat, tag, now)
+    local E = wl_entry(cat, tag)
+    if E and E.state ~= "expired" then return view() end
+    local seq = redis.call("INCR", BASE .. "wl:seq")
+    local ek = BASE .. "wl:e:" .. cat .. ":" .. tag
+    redis.call("DEL", ek)
+    redis.call("HSET", ek, "count", ARGV[5], "ttl", ARGV[6], "token", ARGV[7], "hid", ARGV[8], "cap", ARGV[9],
+        "seq", seq, "state", "waiting")
+    redis.call("ZADD", BASE .. "wl:q:" .. cat .. ":" .. ARGV[5], seq, tag)
+    redis.call("ZADD", BASE .. "wl:qc:" .. cat, tonumber(ARGV[5]), ARGV[5])
+    redis.call("INCR", BASE .. "wl:on")
+    redis.call("HSET", BASE .. "wl:c:" .. cat, "secs", secs, "areas", areas)
+    redis.call("SADD", BASE .. "wl:cats", cat)
+    for sec in string.gmatch(secs, "%d+") do redis.call("HSET", BASE .. "wl:map", "s" .. sec, cat) end
+    for a in string.gmatch(areas, "([^%s@]+)@%d+") do redis.call("HSET", BASE .. "wl:map", "a" .. a, cat) end
+    WL.on, WL.any, WL.dirty[cat] = true, true, true
+    wl_run(now)
+    return view()
+end
+
+-- sweep gives back the expired holds of every category with a waitlist (a bounded
+-- number a call) and makes the offers owed.
+local function sweep()
+    if redis.call("EXISTS", BASE .. "wl:on") == 0 then return {"OK", 0} end
+    WL.on = true
+    for _, c in ipairs(redis.call("SMEMBERS", BASE .. "wl:cats")) do
+        local secs, areas = wl_category(c)
+        for _, sec in ipairs(secs) do
+            local due = redis.call("ZRANGE", free_key(sec), int(HELD), int(HELD + now - 1), "BYSCORE", "LIMIT", 0, 500)
+            for _, mem in ipairs(due) do
+                local s, b = ref(mem)
+                local m = meta_get(s, b)
+                if m then index_fix(m, now) end
+            end
+        end
+        for _, a in ipairs(areas) do area_trim(a.a, now) end
+        WL.dirty[c], WL.any = true, true
+    end
+    WL.any = true
+    wl_run(now)
+    return {"OK", tonumber(redis.call("GET", BASE .. "wl:on") or "0")}
+end
+
+if op == "join" then return join() end
+if op == "get" then
+    wl_settle(cat, tag, now)
+    return view()
+end
+if op == "sweep" then return sweep() end
+return bad("op")
