@@ -52,6 +52,8 @@ type chaosStats struct {
 	refused  atomic.Int64 // definite refusals
 	unavail  atomic.Int64 // ErrUnavailable answers
 	swaps    atomic.Int64 // acknowledged exchanges
+	joins    atomic.Int64 // waitlist joins acknowledged
+	offers   atomic.Int64 // waitlist offers seen
 }
 
 // chaosWorkload is the mixed workload and what it was told.
@@ -171,7 +173,11 @@ func (w *chaosWorkload) note(err error) {
 func (w *chaosWorkload) worker(ctx context.Context, e *Engine, holder string, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
 	var mine []uuid.UUID
+	waiting := false
 	for n := 0; ctx.Err() == nil; n++ {
+		if w.places > 0 && (waiting || rng.IntN(100) < 3) { // waits for what others give back
+			waiting = w.waitlist(ctx, e, holder, fmt.Sprintf("%s-w%d", holder, n), &mine, rng)
+		}
 		if len(mine) > 0 && rng.IntN(100) < 30 { // seats come back, so the sale goes on
 			id := mine[0]
 			mine = mine[1:]
@@ -306,6 +312,45 @@ func (w *chaosWorkload) raceConfirm(ctx context.Context, e *Engine, h Hold, key 
 	if confirmed && otherErr == nil && !w.keysLost {
 		w.violations = append(w.violations, fmt.Sprintf("hold %v: confirmed while another holder was granted its seats", h.SeatIDs))
 	}
+}
+
+// waitlist joins holder to the show's waitlist (category "": the seats and FLOOR) for 1
+// or 2, or, on it already, looks at their entry: an offer is confirmed (three times in
+// four; else left to expire) while another holder tries its seats, which must be
+// refused while the offer lives. It reports whether holder is still waiting.
+func (w *chaosWorkload) waitlist(ctx context.Context, e *Engine, holder, key string, mine *[]uuid.UUID, rng *rand.Rand) bool {
+	entry, err := e.WaitEntry(ctx, w.show, holder, "")
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrOfferExpired) {
+		entry, err = e.JoinWaitlist(ctx, WaitRequest{ShowID: w.show, HolderID: holder, Count: 1 + rng.IntN(2), OfferTTL: 300 * time.Millisecond})
+		if err == nil {
+			w.stats.joins.Add(1)
+		}
+	}
+	w.note(err)
+	if err != nil || entry.Offer == nil {
+		return err == nil
+	}
+	o := *entry.Offer
+	w.stats.offers.Add(1)
+	if rng.IntN(4) == 0 {
+		return false // lets it expire: it goes to the next
+	}
+	var rivalErr error = errors.New("no seats to try")
+	var wg sync.WaitGroup
+	if len(o.SeatIDs) > 0 {
+		wg.Go(func() {
+			_, rivalErr = e.Hold(ctx, HoldRequest{ShowID: w.show, SeatIDs: o.SeatIDs, TTL: 200 * time.Millisecond, HolderID: holder + "-rival"})
+			w.note(rivalErr)
+		})
+	}
+	confirmed := w.confirm(ctx, e, o, key, mine)
+	wg.Wait()
+	if confirmed && rivalErr == nil && !w.keysLost {
+		w.mu.Lock()
+		w.violations = append(w.violations, fmt.Sprintf("offer %v: confirmed while another holder was granted its seats", o.SeatIDs))
+		w.mu.Unlock()
+	}
+	return false
 }
 
 // confirm confirms with an idempotency key, retrying with the same key while the
@@ -469,8 +514,9 @@ func (w *chaosWorkload) check(t *testing.T, e *Engine) {
 		t.Errorf("sold markers after Resync %v, claims %v", got, want)
 	}
 	w.checkPlaces(t, e)
-	t.Logf("ops %d, holds %d, confirms %d, exchanges %d, refusals %d, unavailable %d, bookings %d, confirm/release/hold races %d, holds reclaimed or transferred %d, violations 0 if no error above",
-		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.swaps.Load(), w.stats.refused.Load(), w.stats.unavail.Load(), len(acked), races, moves)
+	t.Logf("ops %d, holds %d, confirms %d, exchanges %d, waitlist joins %d and offers %d, refusals %d, unavailable %d, bookings %d, confirm/release/hold races %d, holds reclaimed or transferred %d, violations 0 if no error above",
+		w.stats.ops.Load(), w.stats.holds.Load(), w.stats.confirms.Load(), w.stats.swaps.Load(), w.stats.joins.Load(), w.stats.offers.Load(),
+		w.stats.refused.Load(), w.stats.unavail.Load(), len(acked), races, moves)
 	if w.stats.confirms.Load() == 0 {
 		t.Error("the workload confirmed nothing: the scenario tested nothing")
 	}

@@ -330,3 +330,21 @@ func TestWaitlistOfferNeverShowsFree(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitlistOfNoCategory: the seats and areas without a category have a waitlist of
+// their own, named "".
+func TestWaitlistOfNoCategory(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wn", 10)
+	h := v.hold("wn", time.Minute, "xavier", "B1", "B2")
+	if w := v.join("wn", "ann", "", 2, time.Minute); w.Position != 1 {
+		t.Fatalf("ann's entry: %+v", w)
+	}
+	if err := v.e.Release(t.Context(), h); err != nil {
+		t.Fatal(err)
+	}
+	if o := v.offered("wn", "ann", ""); !slices.Equal(o.SeatIDs, []string{"B1", "B2"}) {
+		t.Fatalf("ann's offer: %v, want B1 and B2", o.SeatIDs)
+	}
+}

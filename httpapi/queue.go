@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,6 +147,23 @@ func (s *Server) getQueueEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.pollStream(w, r, queueEventEvery, func(ctx context.Context, first bool) (string, any, bool) {
+		if !first {
+			if q, err = s.e.Queue(ctx, show); errors.Is(err, engine.ErrNotFound) {
+				return "", nil, false // the room was turned off: the page reloads the rules
+			} else if err != nil {
+				return "", nil, true // Redis is away for a moment: keep the stream, send the next change
+			}
+		}
+		return "queue", queueJSON{Show: show, Opened: q.Opened, SoldOut: q.SoldOut, Waiting: q.Waiting, AdmittedTotal: q.AdmittedTotal, AdmitRate: q.AdmitRate}, true
+	})
+}
+
+// pollStream serves an event stream of what read says, polled every period: the event
+// read names, with read's value as JSON, whenever the value changed (and on the first
+// call, first), a heartbeat comment between, until read says there is no more (after
+// sending what it returned with that) or the client leaves. A nil value sends nothing.
+func (s *Server) pollStream(w http.ResponseWriter, r *http.Request, period time.Duration, read func(ctx context.Context, first bool) (event string, v any, more bool)) {
 	ctx, release, ok := s.openStream(w, r)
 	if !ok {
 		return
@@ -152,24 +171,23 @@ func (s *Server) getQueueEvents(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	var buf streamOut
 	write := s.startStream(w, &buf)
-	tick := time.NewTicker(queueEventEvery)
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	beat := time.NewTicker(s.opts.Heartbeat)
 	defer beat.Stop()
-	var last queueJSON
+	var last []byte
 	for first := true; ; first = false {
-		j := queueJSON{Show: show, Opened: q.Opened, SoldOut: q.SoldOut, Waiting: q.Waiting, AdmittedTotal: q.AdmittedTotal, AdmitRate: q.AdmitRate}
-		if first || j != last {
-			data, _ := json.Marshal(j)
-			buf.WriteString("event: queue\ndata: ")
+		event, v, more := read(ctx, first)
+		if data, _ := json.Marshal(v); v != nil && (first || !bytes.Equal(data, last)) {
+			buf.WriteString("event: " + event + "\ndata: ")
 			buf.Write(data)
 			buf.WriteString("\n\n")
-			last = j
+			last = data
 		}
-		if buf.Len() > 0 && !write() {
+		if buf.Len() > 0 && !write() || !more {
 			return
 		}
-		for {
+		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
 				return
@@ -178,16 +196,9 @@ func (s *Server) getQueueEvents(w http.ResponseWriter, r *http.Request) {
 				if !write() {
 					return
 				}
-				continue
 			case <-tick.C:
+				waiting = false
 			}
-			break
-		}
-		if q, err = s.e.Queue(ctx, show); err != nil {
-			if errors.Is(err, engine.ErrNotFound) {
-				return // the room was turned off: the page reloads the rules
-			}
-			continue // Redis is away for a moment: keep the stream, send the next change
 		}
 	}
 }

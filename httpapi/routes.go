@@ -42,6 +42,7 @@ func (s *Server) routes() (public, admin http.Handler) {
 		{"GET", "/v1/shows/{show}/queue/events", shows(s.getQueueEvents)},
 		{"POST", "/v1/shows/{show}/waitlist", s.keyed(s.showLookups(s.limited(s.postWaitlist)))},
 		{"GET", "/v1/shows/{show}/waitlist", s.showLookups(s.holderReading(s.getWaitlist))},
+		{"GET", "/v1/shows/{show}/waitlist/events", s.showLookups(s.holderReading(s.getWaitlistEvents))},
 		{"POST", "/v1/holds/extend", s.keyed(s.limited(s.postExtend))},
 		{"POST", "/v1/holds/release", s.keyed(s.limited(s.postRelease))},
 		{"POST", "/v1/holds/shrink", s.keyed(s.limited(s.postShrink))},

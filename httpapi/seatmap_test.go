@@ -119,11 +119,19 @@ type sseStream struct {
 // openEvents opens the show's event stream with the given Last-Event-ID (if any).
 func (a *api) openEvents(show, lastID string) (*sseStream, *http.Response) {
 	a.t.Helper()
-	ctx, cancel := context.WithCancel(a.t.Context())
-	req, _ := http.NewRequestWithContext(ctx, "GET", a.srv.URL+"/v1/shows/"+show+"/events", nil)
+	h := http.Header{}
 	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
+		h.Set("Last-Event-ID", lastID)
 	}
+	return a.openSSE("/v1/shows/"+show+"/events", h)
+}
+
+// openSSE opens the event stream at path with the request headers h.
+func (a *api) openSSE(path string, h http.Header) (*sseStream, *http.Response) {
+	a.t.Helper()
+	ctx, cancel := context.WithCancel(a.t.Context())
+	req, _ := http.NewRequestWithContext(ctx, "GET", a.srv.URL+path, nil)
+	req.Header = h
 	resp, err := a.srv.Client().Do(req)
 	if err != nil {
 		a.t.Fatal(err)

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -72,4 +74,39 @@ func (s *Server) getWaitlist(w http.ResponseWriter, r *http.Request, holder stri
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, toWaitEntryJSON(e))
+}
+
+// waitEventEvery is how often a waitlist entry's event stream reads the entry.
+const waitEventEvery = 500 * time.Millisecond
+
+// waitEndJSON is the last event of a waitlist entry's stream: why it has no entry now.
+type waitEndJSON struct {
+	Status int    `json:"status"`
+	Type   string `json:"type"`
+}
+
+// getWaitlistEvents streams the caller's entry on a show's waitlist for ?category=: an
+// event "entry" (as GET waitlist answers) whenever it changed — its position, then its
+// offer — and, once it has none, an event "ended" ({"status": 404, "type":
+// "not-found"}: booked, released or moved on; 410 "offer-expired") that ends the stream.
+func (s *Server) getWaitlistEvents(w http.ResponseWriter, r *http.Request, holder string) {
+	show, category := r.PathValue("show"), r.URL.Query().Get("category")
+	e, err := s.e.WaitEntry(r.Context(), show, holder, category)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.pollStream(w, r, waitEventEvery, func(ctx context.Context, first bool) (string, any, bool) {
+		if !first {
+			e, err = s.e.WaitEntry(ctx, show, holder, category)
+		}
+		switch {
+		case errors.Is(err, engine.ErrNotFound), errors.Is(err, engine.ErrOfferExpired):
+			status, typ, _ := problem(err)
+			return "ended", waitEndJSON{Status: status, Type: problemPrefix + typ}, false
+		case err != nil:
+			return "", nil, true // Redis is away for a moment: keep the stream, send the next change
+		}
+		return "entry", toWaitEntryJSON(e), true
+	})
 }

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -64,4 +66,36 @@ func (a *api) waitOffer(show, category, holder string) any {
 	}
 	a.t.Fatalf("%s has no offer after 10 s", holder)
 	return nil
+}
+
+// TestWaitlistEventsOverHTTP: the holder's waitlist stream says their entry (position
+// 1), then their offer when a release makes it, and ends with "ended" 410 offer-expired
+// once the offer expired unconfirmed. Without an entry the stream is 404.
+func TestWaitlistEventsOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/we", "", "", map[string]any{"seats": []string{"S1"}}), 201, "")
+	h := a.do("POST", "/v1/shows/we/holds", "xavier", "", map[string]any{"seats": []string{"S1"}})
+	a.want(h, 201, "")
+	as := http.Header{HolderHeader: {"ann"}}
+	if _, resp := a.openSSE("/v1/shows/we/waitlist/events", as); resp.StatusCode != 404 {
+		t.Fatalf("the stream of no entry: %d, want 404", resp.StatusCode)
+	}
+	a.want(a.do("POST", "/v1/shows/we/waitlist", "ann", "", map[string]any{"count": 1, "offer_ttl_ms": 700}), 201, "")
+	s, resp := a.openSSE("/v1/shows/we/waitlist/events", as)
+	if s == nil {
+		t.Fatalf("the stream: %d", resp.StatusCode)
+	}
+	if ev := s.next(5 * time.Second); ev.event != "entry" || ev.data["position"] != 1.0 || ev.data["offer"] != nil {
+		t.Fatalf("first event %+v, want the entry at position 1", ev)
+	}
+	a.want(a.do("POST", "/v1/holds/release", "xavier", "", h.body), 204, "")
+	ev := s.next(5 * time.Second)
+	offer, _ := ev.data["offer"].(map[string]any)
+	if ev.event != "entry" || offer == nil || fmt.Sprint(offer["seats"]) != "[S1]" {
+		t.Fatalf("second event %+v, want the offer of S1", ev)
+	}
+	if ev := s.next(5 * time.Second); ev.event != "ended" || ev.data["status"] != 410.0 || ev.data["type"] != "urn:holdfast:problem:offer-expired" {
+		t.Fatalf("last event %+v, want ended 410 offer-expired", ev)
+	}
 }

@@ -31,7 +31,7 @@ local given = rules_parse(ARGV[2])
 if not given then return bad("rules") end
 if op ~= "sweep" then
     if not is_hex(tag, 32) then return bad("holder tag") end
-    if not string.match(cat, "^[%w][%w ._-]*$") or #cat > 32 then return bad("category") end
+    if cat ~= "" and (not string.match(cat, "^[%w][%w ._-]*$") or #cat > 32) then return bad("category") end
 end
 if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
 local rules, closed = sale_rules(given, ARGV[2])

@@ -1028,6 +1028,15 @@ type JoinWaitlistParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// GetWaitlistEventsParams defines parameters for GetWaitlistEvents.
+type GetWaitlistEventsParams struct {
+	// Category The entry's category; left out: the seats and areas without one.
+	Category *string `form:"category,omitempty" json:"category,omitempty"`
+
+	// HolderId The customer, set by the booking backend; send it once. Required when signing is off; with signing, optional and equal to the token's sub.
+	HolderId *Holder `json:"Holder-Id,omitempty"`
+}
+
 // PostBookingJSONRequestBody defines body for PostBooking for application/json ContentType.
 type PostBookingJSONRequestBody = HoldConfirm
 
@@ -1863,6 +1872,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
 	JoinWaitlist(ctx context.Context, show Show, params *JoinWaitlistParams, body JoinWaitlistJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWaitlistEvents Server-Sent Events of the holder's waitlist entry
+	//
+	// Events `entry` (data: the entry, as `GET /v1/shows/{show}/waitlist` answers it)
+	// whenever it changed — its position, then its offer — read twice a second; once the
+	// holder has no entry, an event `ended` (data: `{"status": 404, "type":
+	// "urn:holdfast:problem:not-found"}` when its offer was booked, released or moved to
+	// another holder, 410 `offer-expired` when it expired) ends the stream. Comment
+	// lines are heartbeats.
+	//
+	// Corresponds with GET /v1/shows/{show}/waitlist/events (the `GetWaitlistEvents` operationId).
+	GetWaitlistEvents(ctx context.Context, show Show, params *GetWaitlistEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetIndex The index page (HTML)
@@ -2771,6 +2792,28 @@ func (c *Client) JoinWaitlistWithBody(ctx context.Context, show Show, params *Jo
 // Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
 func (c *Client) JoinWaitlist(ctx context.Context, show Show, params *JoinWaitlistParams, body JoinWaitlistJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewJoinWaitlistRequest(c.Server, show, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWaitlistEvents Server-Sent Events of the holder's waitlist entry
+//
+// Events `entry` (data: the entry, as `GET /v1/shows/{show}/waitlist` answers it)
+// whenever it changed — its position, then its offer — read twice a second; once the
+// holder has no entry, an event `ended` (data: `{"status": 404, "type":
+// "urn:holdfast:problem:not-found"}` when its offer was booked, released or moved to
+// another holder, 410 `offer-expired` when it expired) ends the stream. Comment
+// lines are heartbeats.
+//
+// Corresponds with GET /v1/shows/{show}/waitlist/events (the `GetWaitlistEvents` operationId).
+func (c *Client) GetWaitlistEvents(ctx context.Context, show Show, params *GetWaitlistEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWaitlistEventsRequest(c.Server, show, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4788,6 +4831,82 @@ func NewJoinWaitlistRequestWithBody(server string, show Show, params *JoinWaitli
 	return req, nil
 }
 
+// NewGetWaitlistEventsRequest constructs an http.Request for the GetWaitlistEvents method
+func NewGetWaitlistEventsRequest(server string, show Show, params *GetWaitlistEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "show", show, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/shows/%s/waitlist/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Category != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "category", *params.Category, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.HolderId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Holder-Id", *params.HolderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Holder-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -5307,6 +5426,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/shows/{show}/waitlist (the `JoinWaitlist` operationId).
 	JoinWaitlistWithResponse(ctx context.Context, show Show, params *JoinWaitlistParams, body JoinWaitlistJSONRequestBody, reqEditors ...RequestEditorFn) (*JoinWaitlistResponse, error)
+
+	// GetWaitlistEventsWithResponse Server-Sent Events of the holder's waitlist entry
+	//
+	// Events `entry` (data: the entry, as `GET /v1/shows/{show}/waitlist` answers it)
+	// whenever it changed — its position, then its offer — read twice a second; once the
+	// holder has no entry, an event `ended` (data: `{"status": 404, "type":
+	// "urn:holdfast:problem:not-found"}` when its offer was booked, released or moved to
+	// another holder, 410 `offer-expired` when it expired) ends the stream. Comment
+	// lines are heartbeats.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/shows/{show}/waitlist/events (the `GetWaitlistEvents` operationId).
+	GetWaitlistEventsWithResponse(ctx context.Context, show Show, params *GetWaitlistEventsParams, reqEditors ...RequestEditorFn) (*GetWaitlistEventsResponse, error)
 }
 
 type GetIndexResponse struct {
@@ -8276,6 +8409,89 @@ func (r JoinWaitlistResponse) ContentType() string {
 	return ""
 }
 
+type GetWaitlistEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWaitlistEventsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWaitlistEventsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetWaitlistEventsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r GetWaitlistEventsResponse) GetApplicationproblemJSON410() *Problem {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWaitlistEventsResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetWaitlistEventsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWaitlistEventsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWaitlistEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWaitlistEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWaitlistEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWaitlistEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetIndexWithResponse The index page (HTML)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -9044,6 +9260,26 @@ func (c *ClientWithResponses) JoinWaitlistWithResponse(ctx context.Context, show
 		return nil, err
 	}
 	return ParseJoinWaitlistResponse(rsp)
+}
+
+// GetWaitlistEventsWithResponse Server-Sent Events of the holder's waitlist entry
+//
+// Events `entry` (data: the entry, as `GET /v1/shows/{show}/waitlist` answers it)
+// whenever it changed — its position, then its offer — read twice a second; once the
+// holder has no entry, an event `ended` (data: `{"status": 404, "type":
+// "urn:holdfast:problem:not-found"}` when its offer was booked, released or moved to
+// another holder, 410 `offer-expired` when it expired) ends the stream. Comment
+// lines are heartbeats.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/shows/{show}/waitlist/events (the `GetWaitlistEvents` operationId).
+func (c *ClientWithResponses) GetWaitlistEventsWithResponse(ctx context.Context, show Show, params *GetWaitlistEventsParams, reqEditors ...RequestEditorFn) (*GetWaitlistEventsResponse, error) {
+	rsp, err := c.GetWaitlistEvents(ctx, show, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWaitlistEventsResponse(rsp)
 }
 
 // ParseGetIndexResponse parses an HTTP response from a GetIndexWithResponse call
@@ -11446,6 +11682,74 @@ func ParseJoinWaitlistResponse(rsp *http.Response) (*JoinWaitlistResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetWaitlistEventsResponse parses an HTTP response from a GetWaitlistEventsWithResponse call
+func ParseGetWaitlistEventsResponse(rsp *http.Response) (*GetWaitlistEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWaitlistEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
