@@ -170,7 +170,7 @@ abuse: build ## Run the attacks of docs/RELIABILITY.md ("Abuse") against two ser
 bench-quick: build ## A short on-sale (2,000 seats) for CI: it runs, and no seat is booked twice
 	@$(with-services) ./$(BIN) bench --pg-max-conns 64 --quick
 
-demo: build ## Simulate a sale opening against `make run`'s (or `make run-ha`'s) server (200 buyers, 500 seats and 100 standing places; DEMO_FLAGS=…)
+demo: build ## Simulate a sale opening against `make run`'s (or `make run-ha`'s) server (200 buyers, 500 seats and 100 standing places with a waitlist; DEMO_FLAGS=…)
 	@if ha="$$($(HA) env 2>/dev/null)"; then set -a; eval "$$ha"; set +a; else $(with-services) true; fi; \
 	$(with-operator-token) ./$(BIN) demo --url "$${HOLDFAST_URL:-http://$${HOLDFAST_ADDR:-$${LISTEN_ADDR:-127.0.0.1:8080}}}" \
 		--admin-url "$${HOLDFAST_ADMIN_URL:-http://$${HOLDFAST_ADMIN_ADDR:-127.0.0.1:9090}}" $(DEMO_FLAGS)

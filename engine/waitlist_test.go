@@ -348,3 +348,154 @@ func TestWaitlistOfNoCategory(t *testing.T) {
 		t.Fatalf("ann's offer: %v, want B1 and B2", o.SeatIDs)
 	}
 }
+
+// TestWaitlistRefusals: each malformed or impossible join is refused with its typed
+// error, and changes nothing in Redis; WaitEntry of no entry is ErrNotFound.
+func TestWaitlistRefusals(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold, c.MaxSeatsPerHolder = 6, 4 })
+	v.waitVenue("wr", 10)
+	v.setRules("wr", SaleRules{HolderLimit: 3})
+	v.join("wr", "ann", "A", 1, time.Minute) // the index and the waitlist's keys exist
+	before := v.redisSnapshot()
+	ok := WaitRequest{ShowID: "wr", HolderID: "bob", Category: "A", Count: 1, OfferTTL: time.Minute}
+	for _, c := range []struct {
+		name string
+		r    func(*WaitRequest)
+		want error
+	}{
+		{"no show", func(r *WaitRequest) { r.ShowID = "" }, ErrInvalidArgument},
+		{"unknown show", func(r *WaitRequest) { r.ShowID = "nope" }, ErrNotFound},
+		{"no holder", func(r *WaitRequest) { r.HolderID = "" }, ErrInvalidArgument},
+		{"malformed category", func(r *WaitRequest) { r.Category = "-A" }, ErrInvalidArgument},
+		{"unknown category", func(r *WaitRequest) { r.Category = "Z" }, ErrNotFound},
+		{"count 0", func(r *WaitRequest) { r.Count = 0 }, ErrInvalidArgument},
+		{"count past MaxSeatsPerHold", func(r *WaitRequest) { r.Count = 7 }, ErrInvalidArgument},
+		{"count past MaxSeatsPerHolder", func(r *WaitRequest) { r.Count = 5 }, ErrInvalidArgument},
+		{"count past the holder limit", func(r *WaitRequest) { r.Count = 4 }, ErrInvalidArgument},
+		{"negative TTL", func(r *WaitRequest) { r.OfferTTL = -time.Second }, ErrInvalidArgument},
+		{"TTL past MaxHoldTTL", func(r *WaitRequest) { r.OfferTTL = 24 * time.Hour }, ErrInvalidArgument},
+	} {
+		r := ok
+		c.r(&r)
+		if _, err := v.e.JoinWaitlist(t.Context(), r); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if after := v.redisSnapshot(); after != before {
+		t.Fatalf("refused joins changed Redis:\nbefore %s\nafter  %s", before, after)
+	}
+	if _, err := v.e.WaitEntry(t.Context(), "wr", "bob", "A"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("bob's entry: %v, want ErrNotFound", err)
+	}
+}
+
+// TestWaitlistOffersWithinTheHolderLimit: an entry whose holder could not hold its count
+// more now (the sale's holder limit, seats held and booked) is passed over, keeping its
+// place, and is offered once they could; the offer counts against the limit as a hold.
+func TestWaitlistOffersWithinTheHolderLimit(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wh", 10)
+	x := v.hold("wh", time.Minute, "xavier", "A1", "A2", "A3", "A4")
+	annB := v.hold("wh", time.Minute, "ann", "B1", "B2")
+	v.setRules("wh", SaleRules{HolderLimit: 2}) // ann is at her limit
+	v.join("wh", "ann", "A", 2, time.Minute)
+	v.join("wh", "bob", "A", 2, time.Minute)
+	if err := v.e.Release(t.Context(), x); err != nil {
+		t.Fatal(err)
+	}
+	if o := v.offered("wh", "bob", "A"); !slices.Equal(o.SeatIDs, []string{"A1", "A2"}) {
+		t.Fatalf("bob's offer %v, want A1 A2 (ann, first, is at her limit)", o.SeatIDs)
+	}
+	if w, err := v.e.WaitEntry(t.Context(), "wh", "ann", "A"); err != nil || w.Offer != nil || w.Position != 1 {
+		t.Fatalf("ann: %+v, %v; want waiting, first in line", w, err)
+	}
+	if err := v.e.Release(t.Context(), annB); err != nil {
+		t.Fatal(err)
+	}
+	// A3 and A4 are free and ann may hold 2 now: the next script that frees or the sweep
+	// offers them.
+	if o := v.offered("wh", "ann", "A"); !slices.Equal(o.SeatIDs, []string{"A3", "A4"}) {
+		t.Fatalf("ann's offer %v, want A3 A4", o.SeatIDs)
+	}
+	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "wh", SeatIDs: []string{"B1"}, HolderID: "ann"}); !errors.Is(err, ErrHolderLimit) {
+		t.Fatalf("ann holds one more beside her offer: %v, want ErrHolderLimit", err)
+	}
+}
+
+// TestWaitlistOfferMoves: an offer's hold shrunk keeps the entry offered and frees the
+// rest to the next entry; one transferred to another holder ends the entry (the hold
+// lives on as the other holder's); one confirmed in part ends it, and what the
+// confirmation did not take goes to the next entry.
+func TestWaitlistOfferMoves(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wo", 10)
+	x := v.hold("wo", time.Minute, "xavier", "A1", "A2", "A3", "A4")
+	v.join("wo", "ann", "A", 4, time.Minute)
+	v.join("wo", "bob", "A", 1, time.Minute)
+	v.join("wo", "cat", "A", 1, time.Minute)
+	if err := v.e.Release(t.Context(), x); err != nil {
+		t.Fatal(err)
+	}
+	a := v.offered("wo", "ann", "A")
+	a, err := v.e.Shrink(t.Context(), a, []string{"A1", "A2", "A3"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := v.e.WaitEntry(t.Context(), "wo", "ann", "A"); err != nil || w.Offer == nil {
+		t.Fatalf("ann's entry after her shrink: %+v, %v; want still offered", w, err)
+	}
+	if o := v.offered("wo", "bob", "A"); !slices.Equal(o.SeatIDs, []string{"A4"}) {
+		t.Fatalf("bob's offer %v, want A4, which ann's shrink gave back", o.SeatIDs)
+	}
+	if _, err := v.e.Confirm(t.Context(), a, ConfirmOptions{SeatIDs: []string{"A1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.e.WaitEntry(t.Context(), "wo", "ann", "A"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ann's entry after her booking: %v, want ErrNotFound", err)
+	}
+	if o := v.offered("wo", "cat", "A"); !slices.Equal(o.SeatIDs, []string{"A2"}) {
+		t.Fatalf("cat's offer %v, want A2, which ann's partial booking gave back", o.SeatIDs)
+	}
+	b := v.offered("wo", "bob", "A")
+	if _, err := v.e.Transfer(t.Context(), b, "dan"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.e.WaitEntry(t.Context(), "wo", "bob", "A"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("bob's entry after he transferred his offer: %v, want ErrNotFound", err)
+	}
+}
+
+// TestWaitlistExpiredSeatGoesToTheWaitlistFirst: a seat whose hold expired, of a
+// category with a waitlist, is never granted to another buyer before the waitlist is
+// offered it: a hold that asks for it by name finds it offered, and so does a
+// best-available hold.
+func TestWaitlistExpiredSeatGoesToTheWaitlistFirst(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wf", 10)
+	h := v.hold("wf", 100*time.Millisecond, "xavier", "A1", "A2", "A3", "A4")
+	v.join("wf", "ann", "A", 4, time.Minute)
+	for {
+		// Each try may find the seats before their expiry (taken: xavier's), or after
+		// it (taken: ann's offer): never free.
+		if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "wf", SeatIDs: []string{"A1"}, HolderID: "dan"}); !errors.Is(err, ErrSeatsUnavailable) {
+			t.Fatalf("dan holds A1 around its expiry: %v, want ErrSeatsUnavailable", err)
+		}
+		if _, err := v.e.HoldBest(t.Context(), BestRequest{ShowID: "wf", Category: "A", Count: 1, HolderID: "eve"}); !errors.Is(err, ErrSeatsUnavailable) {
+			t.Fatalf("eve holds the best seat of A around the expiry: %v, want ErrSeatsUnavailable", err)
+		}
+		w, err := v.e.WaitEntry(t.Context(), "wf", "ann", "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Offer != nil {
+			if w.Offer.Generation <= h.Generation || len(w.Offer.SeatIDs) != 4 {
+				t.Fatalf("ann's offer %+v", w.Offer)
+			}
+			return
+		}
+	}
+}

@@ -31,7 +31,8 @@ type Options struct {
 	ShowID  string        // created with Seats seats
 	Seats   int
 	// Places is the capacity of the show's standing area FLOOR, sold by count beside
-	// the seats (0: no area): one buyer in ten asks for 1–4 places of it.
+	// the seats (0: no area): one buyer in ten asks for 1–4 places of it (joining its
+	// waitlist when it is short), and one in twenty waits on its waitlist for 1 or 2.
 	Places   int
 	Buyers   int           // concurrent buyers
 	HoldTTL  time.Duration // TTL buyers ask for; late payers wait past it
@@ -72,6 +73,9 @@ type Summary struct {
 	// RefusedPerBooking is, for each kind of buyer ("best-available", "pick-your-seat"),
 	// hold attempts refused (seats taken, nothing fits) per booking made.
 	RefusedPerBooking map[string]float64
+	// WaitlistJoins is how many times buyers joined the standing area's waitlist;
+	// WaitlistOffers the offers they were made.
+	WaitlistJoins, WaitlistOffers int64
 }
 
 type client struct {
@@ -181,6 +185,9 @@ type recorder struct {
 	acked     []string
 	holdsOK   atomic.Int64
 	booked    atomic.Int64
+	// waitJoins and waitOffers count the joins of the standing area's waitlist, and the
+	// offers made to them.
+	waitJoins, waitOffers atomic.Int64
 	// by kind of buyer: 0 pick-your-seat, 1 best-available
 	refusedBy [2]atomic.Int64
 	bookedBy  [2]atomic.Int64
@@ -217,7 +224,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	show := map[string]any{"layout": layout}
 	if o.Places > 0 {
-		show["areas"] = []map[string]any{{"id": "FLOOR", "section": "Floor", "capacity": o.Places}}
+		show["areas"] = []map[string]any{{"id": "FLOOR", "section": "Floor", "capacity": o.Places, "category": standingCategory}}
 	}
 	status, typ, err := c.call(ctx, http.MethodPut, "/v1/shows/"+o.ShowID, "", "", show, nil)
 	if err != nil || status >= 300 {
@@ -259,6 +266,19 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		holder := fmt.Sprintf("buyer-%04d", b)
 		if o.Places > 0 && b%10 == 3 { // one in ten stands
 			wg.Go(func() { standing(ctx, c, o, rec, pace, holder) })
+			continue
+		}
+		if o.Places > 0 && b%20 == 7 { // one in twenty waits in line for standing places
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					n := 1 + rand.IntN(2)
+					if pace != nil && pace.WaitN(ctx, n) != nil {
+						return
+					}
+					waitlisted(ctx, c, o, rec, holder, n)
+					time.Sleep(o.HoldTTL / 4)
+				}
+			})
 			continue
 		}
 		wg.Go(func() { buyer(ctx, c, o, view, rec, pace, holder, best) })
@@ -311,7 +331,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 
 	sum := Summary{Elapsed: elapsed, Requests: rec.requests.Load(), Outcomes: rec.outcomes, Seats: o.Seats, Places: o.Places,
 		ReplayMismatch: rec.mismatch.Load(), Latency: map[string][3]time.Duration{}, TransportErrors: c.failed.Load(),
-		RefusedPerBooking: map[string]float64{}}
+		RefusedPerBooking: map[string]float64{}, WaitlistJoins: rec.waitJoins.Load(), WaitlistOffers: rec.waitOffers.Load()}
 	for k, name := range []string{"pick-your-seat", "best-available"} {
 		sum.RefusedPerBooking[name] = float64(rec.refusedBy[k].Load()) / float64(max(1, rec.bookedBy[k].Load()))
 	}
@@ -391,14 +411,57 @@ func standing(ctx context.Context, c *client, o Options, rec *recorder, pace *ra
 		}
 		rec.add("hold places", st, p.Type, time.Since(t))
 		if st != http.StatusCreated {
-			time.Sleep(o.HoldTTL / 4) // the area is short: wait for holds to end
+			if p.Type == "places-unavailable" {
+				waitlisted(ctx, c, o, rec, holder, n) // the area is short: wait in line for places
+			} else {
+				time.Sleep(o.HoldTTL / 4) // the area is short: wait for holds to end
+			}
 			continue
 		}
 		rec.holdsOK.Add(1)
-		if rand.IntN(10) == 0 {
-			continue // abandoned: the places come back at the hold's expiry
+		if rand.IntN(5) == 0 {
+			continue // abandoned: the places come back at the hold's expiry, to the waitlist
 		}
 		confirm(ctx, c, rec, holder, fmt.Sprintf("%s-%d", holder, h.Generation), h, false)
+	}
+}
+
+// standingCategory is the category of the standing area, whose waitlist the standing
+// buyers who find it short join.
+const standingCategory = "GA"
+
+// waitlisted joins holder to the standing area's waitlist for n places and follows the
+// entry until its offer comes, then confirms it — or, one time in five, lets it expire,
+// so that it goes to the next in line.
+func waitlisted(ctx context.Context, c *client, o Options, rec *recorder, holder string, n int) {
+	path := "/v1/shows/" + o.ShowID + "/waitlist"
+	body := map[string]any{"category": standingCategory, "count": n, "offer_ttl_ms": o.HoldTTL.Milliseconds()}
+	t := time.Now()
+	st, p, err := c.callP(ctx, http.MethodPost, path, holder, "", body, nil)
+	if err != nil {
+		return
+	}
+	rec.add("waitlist join", st, p.Type, time.Since(t))
+	if st != http.StatusCreated {
+		return
+	}
+	rec.waitJoins.Add(1)
+	for ctx.Err() == nil {
+		var entry struct {
+			Offer *hold `json:"offer"`
+		}
+		st, _, err := c.callP(ctx, http.MethodGet, path+"?category="+standingCategory, holder, "", nil, &entry)
+		switch {
+		case err == nil && st == http.StatusOK && entry.Offer != nil:
+			rec.waitOffers.Add(1)
+			if rand.IntN(5) > 0 {
+				confirm(ctx, c, rec, holder, fmt.Sprintf("%s-w%d", holder, entry.Offer.Generation), *entry.Offer, false)
+			}
+			return
+		case err == nil && st != http.StatusOK:
+			return // the entry ended
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 }
 
@@ -599,6 +662,9 @@ func (s Summary) Print(w io.Writer) {
 		s.Elapsed.Round(time.Millisecond), s.SeatsSold, s.Seats, places, s.Bookings, s.Requests, float64(s.Requests)/s.Elapsed.Seconds())
 	fmt.Fprintf(w, "refused hold attempts per booking: best-available %.2f, pick-your-seat %.2f\n",
 		s.RefusedPerBooking["best-available"], s.RefusedPerBooking["pick-your-seat"])
+	if s.Places > 0 {
+		fmt.Fprintf(w, "standing area's waitlist: %d joined, %d offered places\n", s.WaitlistJoins, s.WaitlistOffers)
+	}
 	fmt.Fprintln(w, "outcomes:")
 	for _, k := range slices.Sorted(maps.Keys(s.Outcomes)) {
 		fmt.Fprintf(w, "  %-40s %d\n", k, s.Outcomes[k])

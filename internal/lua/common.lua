@@ -846,10 +846,25 @@ local function wl_category(cat)
     return secs, areas
 end
 
--- wl_offer_cat offers cat's free seats and places, entry by entry, while one fits: an
--- entry gets seats when as many are free, else places of one area that has them.
+-- wl_reap gives back the expired holds of the sections secs (up to 500 a section) and
+-- of the areas: the seats and places that are free now, all counted.
+local function wl_reap(secs, areas, now)
+    for _, sec in ipairs(secs) do
+        for _, mem in ipairs(redis.call("ZRANGE", free_key(sec), int(HELD), int(HELD + now - 1), "BYSCORE", "LIMIT", 0, 500)) do
+            local s, b = ref(mem)
+            local m = meta_get(s, b)
+            if m then index_fix(m, now) end
+        end
+    end
+    for _, a in ipairs(areas) do area_trim(a.a, now) end
+end
+
+-- wl_offer_cat offers cat's free seats and places (its expired holds given back first),
+-- entry by entry, while one fits: an entry gets seats when as many are free, else
+-- places of one area that has them.
 local function wl_offer_cat(cat, now, r)
     local secs, areas = wl_category(cat)
+    wl_reap(secs, areas, now)
     for _ = 1, 1000 do
         local seats = 0
         for _, sec in ipairs(secs) do seats = seats + redis.call("ZCOUNT", free_key(sec), 0, string.format("(%d", HELD)) end
@@ -987,9 +1002,9 @@ local function wl_run(now)
     wl_feed()
 end
 
--- wl_precheck: before hold.lua decides, the seats it asks for whose holds have expired
--- and the areas it asks places of are brought up to now, so that a category with a
--- waitlist offers them to it first.
+-- wl_precheck: before hold.lua decides, each category with a waitlist that it asks
+-- seats or places of is brought up to now and offered (wl_flush): what expired goes to
+-- the waitlist first.
 local function wl_precheck(fixed, now)
     if WL.on == nil then WL.on = redis.call("EXISTS", BASE .. "wl:on") == 1 end
     if not WL.on then return end
@@ -997,10 +1012,10 @@ local function wl_precheck(fixed, now)
         local s = seat(i, fixed)
         local a = place_of(s)
         if a then
-            area_trim(a, now)
-        elseif redis.call("EXISTS", hk(i)) == 0 then
+            wl_dirty("a" .. a)
+        else
             local m = meta_get(s, bucket_of(i))
-            if m then index_fix(m, now) end
+            if m then wl_dirty("s" .. m.sec) end
         end
     end
     wl_run(now)

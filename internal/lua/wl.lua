@@ -84,25 +84,12 @@ local function join()
     return view()
 end
 
--- sweep gives back the expired holds of every category with a waitlist (a bounded
--- number a call) and makes the offers owed.
+-- sweep offers every category with a waitlist (wl_flush gives back its expired holds
+-- first, a bounded number a call).
 local function sweep()
     if redis.call("EXISTS", BASE .. "wl:on") == 0 then return {"OK", 0} end
-    WL.on = true
-    for _, c in ipairs(redis.call("SMEMBERS", BASE .. "wl:cats")) do
-        local secs, areas = wl_category(c)
-        for _, sec in ipairs(secs) do
-            local due = redis.call("ZRANGE", free_key(sec), int(HELD), int(HELD + now - 1), "BYSCORE", "LIMIT", 0, 500)
-            for _, mem in ipairs(due) do
-                local s, b = ref(mem)
-                local m = meta_get(s, b)
-                if m then index_fix(m, now) end
-            end
-        end
-        for _, a in ipairs(areas) do area_trim(a.a, now) end
-        WL.dirty[c], WL.any = true, true
-    end
-    WL.any = true
+    WL.on, WL.any = true, true
+    for _, c in ipairs(redis.call("SMEMBERS", BASE .. "wl:cats")) do WL.dirty[c] = true end
     wl_run(now)
     return {"OK", tonumber(redis.call("GET", BASE .. "wl:on") or "0")}
 end
