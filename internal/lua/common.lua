@@ -281,7 +281,7 @@ local function free_run(S, p)
     return lo, hi
 end
 
--- Waitlists (engine/waitlist.go; the offers themselves: wl_flush below). WL is this
+-- Waitlists (engine/waitlist.go; the offers themselves: wl_lib below). WL is this
 -- call's view of them: on (nil until asked: does the show have a waitlist entry waiting
 -- or offered, <base>wl:on), the categories whose seats or places this call freed
 -- (dirty), the seat arguments it offered (taken) and the feed entries of its offers.
@@ -713,244 +713,260 @@ end
 --                      until a day past the offer's expiry
 -- Whatever frees a seat or places of a category with a waitlist (give, place_gone,
 -- area_trim, place_marked: a release, a shrink, a cancellation, an expiry found) marks
--- the category (wl_dirty), and before the call's feed entry wl_flush offers the free
+-- the category (wl_dirty), and before the call's feed entry flush (in wl_lib) offers the free
 -- seats and places of each marked category, entry by entry, to the first entry whose
 -- count fits and whose holder may hold that many more: as a hold of the holder's, under
 -- the entry's token, a new generation and the entry's TTL. So a seat freed goes to the
 -- waitlist in the script that frees it; one freed by an expiry, in the first script
 -- that finds it expired (wl_precheck, best.lua's reaping, wl.lua's sweep).
+--
+-- wl_lib makes the functions that make the offers at the first call that needs them (a
+-- show with an entry waiting or offered): Redis runs a script's top level at every
+-- call, and a closure made there costs every call of every show.
 
-local function wl_entry(cat, tag)
-    local v = redis.call("HGETALL", BASE .. "wl:e:" .. cat .. ":" .. tag)
-    if #v == 0 then return nil end
-    local E = {}
-    for i = 1, #v, 2 do E[v[i]] = v[i + 1] end
-    return E
-end
+local WLF
+local function wl_lib()
+    if WLF then return WLF end
+    local L = {}
+    function L.entry(cat, tag)
+        local v = redis.call("HGETALL", BASE .. "wl:e:" .. cat .. ":" .. tag)
+        if #v == 0 then return nil end
+        local E = {}
+        for i = 1, #v, 2 do E[v[i]] = v[i + 1] end
+        return E
+    end
 
--- wl_rules: the show's rules as Redis has them, nil when the show is closed or unknown.
-local function wl_rules()
-    local cur = redis.call("GET", BASE .. "rules")
-    local _, closed = rules_epoch(cur)
-    if closed then return nil end
-    return rules_parse(cur)
-end
+    -- rules: the show's rules as Redis has them, nil when the show is closed or unknown.
+    function L.rules()
+        local cur = redis.call("GET", BASE .. "rules")
+        local _, closed = rules_epoch(cur)
+        if closed then return nil end
+        return rules_parse(cur)
+    end
 
--- wl_fits: may tag hold the entry's count more now (the engine's cap, the sale's limit)?
-local function wl_fits(E, tag, r, now)
-    local hz = BASE .. "holder:" .. tag
-    redis.call("ZREMRANGEBYSCORE", hz, "-inf", now)
-    local held, k, cap = held_units(hz), tonumber(E.count), tonumber(E.cap)
-    if cap > 0 and held + k > cap then return false end
-    return r.limit == 0 or held + booked(tag) + k <= r.limit
-end
+    -- fits: may tag hold the entry's count more now (the engine's cap, the sale's limit)?
+    function L.fits(E, tag, r, now)
+        local hz = BASE .. "holder:" .. tag
+        redis.call("ZREMRANGEBYSCORE", hz, "-inf", now)
+        local held, k, cap = held_units(hz), tonumber(E.count), tonumber(E.cap)
+        if cap > 0 and held + k > cap then return false end
+        return r.limit == 0 or held + booked(tag) + k <= r.limit
+    end
 
--- wl_next: the first entry of cat, by join number, whose count is at most free and whose
--- holder may hold it now (among the first 16 waiting for each count): its tag and entry.
-local function wl_next(cat, free, r, now)
-    local best, btag, bE
-    for _, k in ipairs(redis.call("ZRANGE", BASE .. "wl:qc:" .. cat, 0, free, "BYSCORE")) do
-        local heads = redis.call("ZRANGE", BASE .. "wl:q:" .. cat .. ":" .. k, 0, 15, "WITHSCORES")
-        for j = 1, #heads, 2 do
-            local seq = tonumber(heads[j + 1])
-            if best and seq > best then break end
-            local E = wl_entry(cat, heads[j])
-            if E and wl_fits(E, heads[j], r, now) then
-                best, btag, bE = seq, heads[j], E
-                break
+    -- next: the first entry of cat, by join number, whose count is at most free and whose
+    -- holder may hold it now (among the first 16 waiting for each count): its tag and entry.
+    function L.next(cat, free, r, now)
+        local best, btag, bE
+        for _, k in ipairs(redis.call("ZRANGE", BASE .. "wl:qc:" .. cat, 0, free, "BYSCORE")) do
+            local heads = redis.call("ZRANGE", BASE .. "wl:q:" .. cat .. ":" .. k, 0, 15, "WITHSCORES")
+            for j = 1, #heads, 2 do
+                local seq = tonumber(heads[j + 1])
+                if best and seq > best then break end
+                local E = L.entry(cat, heads[j])
+                if E and L.fits(E, heads[j], r, now) then
+                    best, btag, bE = seq, heads[j], E
+                    break
+                end
             end
         end
+        return btag, bE
     end
-    return btag, bE
-end
 
--- wl_seats: the count best free seats of the sections, each checked against its keys
--- (the index is fixed where it was behind); nil when there are not that many.
-local function wl_seats(secs, count, now)
-    for _ = 1, 5 do
-        local c = {}
-        for _, sec in ipairs(secs) do
-            local r = redis.call("ZRANGE", free_key(sec), 0, string.format("(%d", HELD), "BYSCORE", "LIMIT", 0, count, "WITHSCORES")
-            for k = 1, #r, 2 do c[#c + 1] = {mem = r[k], score = tonumber(r[k + 1])} end
-        end
-        if #c < count then return nil end
-        table.sort(c, function(x, y) return x.score < y.score end)
-        local out, ok = {}, true
-        for k = 1, count do
-            local s, b = ref(c[k].mem)
-            local m = meta_get(s, b)
-            if redis.call("EXISTS", BASE .. "hold:" .. s) == 1 or is_sold(redis.call("HGET", BASE .. "sold:" .. b, s)) then
-                index_fix(m, now)
-                ok = false
+    -- seats: the count best free seats of the sections, each checked against its keys
+    -- (the index is fixed where it was behind); nil when there are not that many.
+    function L.seats(secs, count, now)
+        for _ = 1, 5 do
+            local c = {}
+            for _, sec in ipairs(secs) do
+                local r = redis.call("ZRANGE", free_key(sec), 0, string.format("(%d", HELD), "BYSCORE", "LIMIT", 0, count, "WITHSCORES")
+                for k = 1, #r, 2 do c[#c + 1] = {mem = r[k], score = tonumber(r[k + 1])} end
             end
-            out[k] = {arg = s, b = b, m = m}
+            if #c < count then return nil end
+            table.sort(c, function(x, y) return x.score < y.score end)
+            local out, ok = {}, true
+            for k = 1, count do
+                local s, b = ref(c[k].mem)
+                local m = meta_get(s, b)
+                if redis.call("EXISTS", BASE .. "hold:" .. s) == 1 or is_sold(redis.call("HGET", BASE .. "sold:" .. b, s)) then
+                    index_fix(m, now)
+                    ok = false
+                end
+                out[k] = {arg = s, b = b, m = m}
+            end
+            if ok then return out end
         end
-        if ok then return out end
-    end
-    return nil
-end
-
--- wl_end ends entry tag of cat (its offer booked, released or moved on); wl_expire keeps
--- it a day as expired (its offer was not confirmed in time).
-local function wl_out(cat, tag)
-    redis.call("ZREM", BASE .. "wl:ox", cat .. "\t" .. tag)
-    if redis.call("DECR", BASE .. "wl:on") <= 0 then redis.call("DEL", BASE .. "wl:on") end
-end
-local function wl_end(cat, tag)
-    wl_out(cat, tag)
-    redis.call("DEL", BASE .. "wl:e:" .. cat .. ":" .. tag)
-end
-local function wl_expire(cat, tag)
-    wl_out(cat, tag)
-    local ek = BASE .. "wl:e:" .. cat .. ":" .. tag
-    redis.call("HSET", ek, "state", "expired")
-    redis.call("PEXPIRE", ek, 86400000)
-end
-
--- wl_offer makes entry E of tag in cat its offer: units ({arg, b, m}: seats with their
--- index meta, or one place key) held by tag under E's token and a new generation for
--- E's TTL, counted as any hold of theirs.
-local function wl_offer(cat, tag, E, units, now, r)
-    local gen, ttl = redis.call("INCR", BASE .. "gen"), tonumber(E.ttl)
-    local exp = now + ttl
-    local value = E.token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
-    local hz = BASE .. "holder:" .. tag
-    local args, recs = {}, {}
-    for k, u in ipairs(units) do
-        redis.call("SET", BASE .. "hold:" .. u.arg, value, "PXAT", exp)
-        redis.call("ZADD", hz, exp, u.arg)
-        if u.m then take(u.m, exp) else place_held(u.arg, exp) end
-        args[k], recs[k] = u.arg, u.arg .. "@" .. u.b
-        WL.taken[u.arg] = true
-    end
-    if redis.call("PTTL", hz) < ttl then redis.call("PEXPIRE", hz, ttl) end
-    sale_granted(r, args, exp)
-    redis.call("HSET", BASE .. "wl:e:" .. cat .. ":" .. tag, "state", "offered", "gen", gen, "exp", exp, "units", table.concat(recs, " "))
-    local q = BASE .. "wl:q:" .. cat .. ":" .. E.count
-    redis.call("ZREM", q, tag)
-    if redis.call("EXISTS", q) == 0 then redis.call("ZREM", BASE .. "wl:qc:" .. cat, E.count) end
-    redis.call("ZADD", BASE .. "wl:ox", exp, cat .. "\t" .. tag)
-    redis.call("SET", BASE .. "wl:t:" .. redis.sha1hex(E.token), cat .. "\t" .. tag, "PXAT", exp + 86400000)
-    WL.feeds[#WL.feeds + 1] = {"h", table.concat(args, " "), "x", int(exp)}
-end
-
--- wl_category reads cat's sections and areas.
-local function wl_category(cat)
-    local c = redis.call("HMGET", BASE .. "wl:c:" .. cat, "secs", "areas")
-    local secs, areas = {}, {}
-    for x in string.gmatch(c[1] or "", "%S+") do secs[#secs + 1] = x end
-    for x in string.gmatch(c[2] or "", "%S+") do
-        local a, b = string.match(x, "^(.+)@(%d+)$")
-        areas[#areas + 1] = {a = a, b = b}
-    end
-    return secs, areas
-end
-
--- wl_reap gives back the expired holds of the sections secs (up to 500 a section) and
--- of the areas: the seats and places that are free now, all counted.
-local function wl_reap(secs, areas, now)
-    for _, sec in ipairs(secs) do
-        for _, mem in ipairs(redis.call("ZRANGE", free_key(sec), int(HELD), int(HELD + now - 1), "BYSCORE", "LIMIT", 0, 500)) do
-            local s, b = ref(mem)
-            local m = meta_get(s, b)
-            if m then index_fix(m, now) end
-        end
-    end
-    for _, a in ipairs(areas) do area_trim(a.a, now) end
-end
-
--- wl_offer_cat offers cat's free seats and places (its expired holds given back first),
--- entry by entry, while one fits: an entry gets seats when as many are free, else
--- places of one area that has them.
-local function wl_offer_cat(cat, now, r)
-    local secs, areas = wl_category(cat)
-    wl_reap(secs, areas, now)
-    for _ = 1, 1000 do
-        local seats = 0
-        for _, sec in ipairs(secs) do seats = seats + redis.call("ZCOUNT", free_key(sec), 0, string.format("(%d", HELD)) end
-        local most, frees = seats, {}
-        for i, a in ipairs(areas) do
-            frees[i] = area_free(a.a, now) or 0
-            most = math.max(most, frees[i])
-        end
-        if most == 0 then return end
-        local tag, E = wl_next(cat, most, r, now)
-        if not tag then return end
-        local k, units = tonumber(E.count), nil
-        if seats >= k then units = wl_seats(secs, k, now) end
-        for i, a in ipairs(areas) do
-            if not units and frees[i] >= k then units = {{arg = a.a .. "~" .. int(k) .. "~" .. E.hid, b = a.b}} end
-        end
-        if not units then return end
-        wl_offer(cat, tag, E, units, now, r)
-    end
-end
-
--- wl_settle brings entry tag of cat up to its offer hold: while the hold lives under the
--- entry's token it stays offered (scored again by the hold's expiry); once the hold is
--- released, or lives under another token (Reclaim, Transfer), the entry ends; a hold
--- gone otherwise expired: the entry is kept a day as expired (a booking of the offer
--- ends the entry as it is marked sold: wl_sold). Returns the entry's state.
-local function wl_settle(cat, tag, now)
-    local E = wl_entry(cat, tag)
-    if not E then return nil end
-    if E.state ~= "offered" then return E.state end
-    local live, moved = 0, false
-    for u in string.gmatch(E.units, "%S+") do
-        local arg = string.match(u, "^(.+)@%d+$")
-        local v = redis.call("GET", BASE .. "hold:" .. arg)
-        if v and string.sub(v, 1, 33) == E.token .. ":" then
-            live = math.max(live, now + redis.call("PTTL", BASE .. "hold:" .. arg))
-        elseif v then
-            moved = true
-        end
-    end
-    if live == 0 then -- a shrink renames a place key: look among the holder's holds
-        for _, s in ipairs(redis.call("ZRANGE", BASE .. "holder:" .. tag, now, "+inf", "BYSCORE")) do
-            local v = redis.call("GET", BASE .. "hold:" .. s)
-            if v and string.sub(v, 1, 33) == E.token .. ":" then live = math.max(live, now + redis.call("PTTL", BASE .. "hold:" .. s)) end
-        end
-    end
-    if live > 0 then
-        redis.call("ZADD", BASE .. "wl:ox", live, cat .. "\t" .. tag)
-        return "offered"
-    end
-    if moved or redis.call("EXISTS", BASE .. "released:" .. redis.sha1hex(tag .. ":" .. E.token)) == 1 then
-        wl_end(cat, tag)
         return nil
     end
-    wl_expire(cat, tag)
-    return "expired"
+
+    -- finish ends entry tag of cat (its offer booked, released or moved on); wl_expire keeps
+    -- it a day as expired (its offer was not confirmed in time).
+    function L.out(cat, tag)
+        redis.call("ZREM", BASE .. "wl:ox", cat .. "\t" .. tag)
+        if redis.call("DECR", BASE .. "wl:on") <= 0 then redis.call("DEL", BASE .. "wl:on") end
+    end
+    function L.finish(cat, tag)
+        L.out(cat, tag)
+        redis.call("DEL", BASE .. "wl:e:" .. cat .. ":" .. tag)
+    end
+    function L.expire(cat, tag)
+        L.out(cat, tag)
+        local ek = BASE .. "wl:e:" .. cat .. ":" .. tag
+        redis.call("HSET", ek, "state", "expired")
+        redis.call("PEXPIRE", ek, 86400000)
+    end
+
+    -- offer makes entry E of tag in cat its offer: units ({arg, b, m}: seats with their
+    -- index meta, or one place key) held by tag under E's token and a new generation for
+    -- E's TTL, counted as any hold of theirs.
+    function L.offer(cat, tag, E, units, now, r)
+        local gen, ttl = redis.call("INCR", BASE .. "gen"), tonumber(E.ttl)
+        local exp = now + ttl
+        local value = E.token .. ":" .. int(gen) .. ":" .. int(now) .. ":" .. tag
+        local hz = BASE .. "holder:" .. tag
+        local args, recs = {}, {}
+        for k, u in ipairs(units) do
+            redis.call("SET", BASE .. "hold:" .. u.arg, value, "PXAT", exp)
+            redis.call("ZADD", hz, exp, u.arg)
+            if u.m then take(u.m, exp) else place_held(u.arg, exp) end
+            args[k], recs[k] = u.arg, u.arg .. "@" .. u.b
+            WL.taken[u.arg] = true
+        end
+        if redis.call("PTTL", hz) < ttl then redis.call("PEXPIRE", hz, ttl) end
+        sale_granted(r, args, exp)
+        redis.call("HSET", BASE .. "wl:e:" .. cat .. ":" .. tag, "state", "offered", "gen", gen, "exp", exp, "units", table.concat(recs, " "))
+        local q = BASE .. "wl:q:" .. cat .. ":" .. E.count
+        redis.call("ZREM", q, tag)
+        if redis.call("EXISTS", q) == 0 then redis.call("ZREM", BASE .. "wl:qc:" .. cat, E.count) end
+        redis.call("ZADD", BASE .. "wl:ox", exp, cat .. "\t" .. tag)
+        redis.call("SET", BASE .. "wl:t:" .. redis.sha1hex(E.token), cat .. "\t" .. tag, "PXAT", exp + 86400000)
+        WL.feeds[#WL.feeds + 1] = {"h", table.concat(args, " "), "x", int(exp)}
+    end
+
+    -- category reads cat's sections and areas.
+    function L.category(cat)
+        local c = redis.call("HMGET", BASE .. "wl:c:" .. cat, "secs", "areas")
+        local secs, areas = {}, {}
+        for x in string.gmatch(c[1] or "", "%S+") do secs[#secs + 1] = x end
+        for x in string.gmatch(c[2] or "", "%S+") do
+            local a, b = string.match(x, "^(.+)@(%d+)$")
+            areas[#areas + 1] = {a = a, b = b}
+        end
+        return secs, areas
+    end
+
+    -- reap gives back the expired holds of the sections secs (up to 500 a section) and
+    -- of the areas: the seats and places that are free now, all counted.
+    function L.reap(secs, areas, now)
+        for _, sec in ipairs(secs) do
+            for _, mem in ipairs(redis.call("ZRANGE", free_key(sec), int(HELD), int(HELD + now - 1), "BYSCORE", "LIMIT", 0, 500)) do
+                local s, b = ref(mem)
+                local m = meta_get(s, b)
+                if m then index_fix(m, now) end
+            end
+        end
+        for _, a in ipairs(areas) do area_trim(a.a, now) end
+    end
+
+    -- offer_cat offers cat's free seats and places (its expired holds given back first),
+    -- entry by entry, while one fits: an entry gets seats when as many are free, else
+    -- places of one area that has them.
+    function L.offer_cat(cat, now, r)
+        local secs, areas = L.category(cat)
+        L.reap(secs, areas, now)
+        for _ = 1, 1000 do
+            local seats = 0
+            for _, sec in ipairs(secs) do seats = seats + redis.call("ZCOUNT", free_key(sec), 0, string.format("(%d", HELD)) end
+            local most, frees = seats, {}
+            for i, a in ipairs(areas) do
+                frees[i] = area_free(a.a, now) or 0
+                most = math.max(most, frees[i])
+            end
+            if most == 0 then return end
+            local tag, E = L.next(cat, most, r, now)
+            if not tag then return end
+            local k, units = tonumber(E.count), nil
+            if seats >= k then units = L.seats(secs, k, now) end
+            for i, a in ipairs(areas) do
+                if not units and frees[i] >= k then units = {{arg = a.a .. "~" .. int(k) .. "~" .. E.hid, b = a.b}} end
+            end
+            if not units then return end
+            L.offer(cat, tag, E, units, now, r)
+        end
+    end
+
+    -- settle brings entry tag of cat up to its offer hold: while the hold lives under the
+    -- entry's token it stays offered (scored again by the hold's expiry); once the hold is
+    -- released, or lives under another token (Reclaim, Transfer), the entry ends; a hold
+    -- gone otherwise expired: the entry is kept a day as expired (a booking of the offer
+    -- ends the entry as it is marked sold: wl_sold). Returns the entry's state.
+    function L.settle(cat, tag, now)
+        local E = L.entry(cat, tag)
+        if not E then return nil end
+        if E.state ~= "offered" then return E.state end
+        local live, moved = 0, false
+        for u in string.gmatch(E.units, "%S+") do
+            local arg = string.match(u, "^(.+)@%d+$")
+            local v = redis.call("GET", BASE .. "hold:" .. arg)
+            if v and string.sub(v, 1, 33) == E.token .. ":" then
+                live = math.max(live, now + redis.call("PTTL", BASE .. "hold:" .. arg))
+            elseif v then
+                moved = true
+            end
+        end
+        if live == 0 then -- a shrink renames a place key: look among the holder's holds
+            for _, s in ipairs(redis.call("ZRANGE", BASE .. "holder:" .. tag, now, "+inf", "BYSCORE")) do
+                local v = redis.call("GET", BASE .. "hold:" .. s)
+                if v and string.sub(v, 1, 33) == E.token .. ":" then live = math.max(live, now + redis.call("PTTL", BASE .. "hold:" .. s)) end
+            end
+        end
+        if live > 0 then
+            redis.call("ZADD", BASE .. "wl:ox", live, cat .. "\t" .. tag)
+            return "offered"
+        end
+        if moved or redis.call("EXISTS", BASE .. "released:" .. redis.sha1hex(tag .. ":" .. E.token)) == 1 then
+            L.finish(cat, tag)
+            return nil
+        end
+        L.expire(cat, tag)
+        return "expired"
+    end
+
+    -- sold: a hold of token was booked (mark.lua): when it is an offer, its entry ends.
+    function L.sold(token)
+        local e = redis.call("GET", BASE .. "wl:t:" .. redis.sha1hex(token))
+        if not e then return end
+        local cat, tag = string.match(e, "^(.-)\t(.*)$")
+        local E = L.entry(cat, tag)
+        if E and E.state == "offered" and E.token == token then L.finish(cat, tag) end
+    end
+
+    -- flush makes the offers owed: the offers out that are due are settled first (an
+    -- expired one's entry ends before its seats go to the next), then each category this
+    -- call freed seats or places of is offered.
+    function L.flush(now)
+        if not WL.any then return end
+        WL.any = false
+        local cats = {}
+        for cat in pairs(WL.dirty) do cats[#cats + 1] = cat end
+        WL.dirty = {}
+        local r = L.rules()
+        if not r then return end
+        for _, m in ipairs(redis.call("ZRANGE", BASE .. "wl:ox", "-inf", now, "BYSCORE", "LIMIT", 0, 100)) do
+            local cat, tag = string.match(m, "^(.-)\t(.*)$")
+            L.settle(cat, tag, now)
+        end
+        table.sort(cats)
+        for _, cat in ipairs(cats) do L.offer_cat(cat, now, r) end
+    end
+    WLF = L
+    return L
 end
 
--- wl_sold: a hold of token was booked (mark.lua): when it is an offer, its entry ends.
+-- wl_sold: a hold of token was booked (mark.lua): when it is a waitlist's offer, its
+-- entry ends.
 local function wl_sold(token)
     if WL.on == nil then WL.on = redis.call("EXISTS", BASE .. "wl:on") == 1 end
-    if not WL.on or not token then return end
-    local e = redis.call("GET", BASE .. "wl:t:" .. redis.sha1hex(token))
-    if not e then return end
-    local cat, tag = string.match(e, "^(.-)\t(.*)$")
-    local E = wl_entry(cat, tag)
-    if E and E.state == "offered" and E.token == token then wl_end(cat, tag) end
-end
-
--- wl_flush makes the offers owed: the offers out that are due are settled first (an
--- expired one's entry ends before its seats go to the next), then each category this
--- call freed seats or places of is offered.
-local function wl_flush(now)
-    if not WL.any then return end
-    WL.any = false
-    local cats = {}
-    for cat in pairs(WL.dirty) do cats[#cats + 1] = cat end
-    WL.dirty = {}
-    local r = wl_rules()
-    if not r then return end
-    for _, m in ipairs(redis.call("ZRANGE", BASE .. "wl:ox", "-inf", now, "BYSCORE", "LIMIT", 0, 100)) do
-        local cat, tag = string.match(m, "^(.-)\t(.*)$")
-        wl_settle(cat, tag, now)
-    end
-    table.sort(cats)
-    for _, cat in ipairs(cats) do wl_offer_cat(cat, now, r) end
+    if WL.on and token then wl_lib().sold(token) end
 end
 
 -- The change feed. Every script that changes what a seat map shows appends one entry to
@@ -962,7 +978,7 @@ end
 --   s  seats now sold                                  u  seats no longer sold
 -- Seat lists are space-separated (a seat id has no spaces). The stream is trimmed to
 -- about FEED_LEN entries, so its memory is bounded per show. feed first makes the
--- waitlist offers the call owes (wl_flush): a seat it freed and offered is left out of
+-- waitlist offers the call owes (flush, in wl_lib): a seat it freed and offered is left out of
 -- its "d", and each offer follows as an entry of its own (its hold's expiry), so that no
 -- map shows an offered seat free. Returns the call's entry's id.
 local FEED_LEN = 4096
@@ -978,7 +994,7 @@ local function wl_feed()
 end
 
 local function feed(fields)
-    if WL.any then wl_flush(now_ms()) end
+    if WL.any then wl_lib().flush(now_ms()) end
     if next(WL.taken) then
         for i = 1, #fields - 1, 2 do
             if fields[i] == "d" then
@@ -998,12 +1014,12 @@ end
 -- wl_run makes the offers owed now with their feed entries, for a call that decides more
 -- after them (hold.lua, best.lua) or writes no entry of its own (wl.lua).
 local function wl_run(now)
-    wl_flush(now)
+    if WL.any then wl_lib().flush(now) end
     wl_feed()
 end
 
 -- wl_precheck: before hold.lua decides, each category with a waitlist that it asks
--- seats or places of is brought up to now and offered (wl_flush): what expired goes to
+-- seats or places of is brought up to now and offered (flush, in wl_lib): what expired goes to
 -- the waitlist first.
 local function wl_precheck(fixed, now)
     if WL.on == nil then WL.on = redis.call("EXISTS", BASE .. "wl:on") == 1 end

@@ -2,7 +2,7 @@
 --   "join"   puts the holder on the category's waitlist, once: an entry waiting or
 --            offered is answered as it is, an expired one is replaced by a new one at
 --            the end of the line; then makes the offers owed (the seats free now may fit)
---   "get"    brings the holder's entry up to its offer hold (wl_settle) and reads it
+--   "get"    brings the holder's entry up to its offer hold (settle, in wl_lib) and reads it
 --   "sweep"  gives back the expired holds of every category with a waitlist and makes
 --            the offers owed (the engine's waitlist loop)
 --
@@ -37,10 +37,11 @@ if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
 local rules, closed = sale_rules(given, ARGV[2])
 if not rules then return closed end
 local now = now_ms()
+local W = wl_lib()
 
 -- view answers join and get with the entry as it is.
 local function view()
-    local E = wl_entry(cat, tag)
+    local E = W.entry(cat, tag)
     if not E then return {"NONE"} end
     local pos = 0
     if E.state == "waiting" then
@@ -64,8 +65,8 @@ local function join()
     local secs, areas = ARGV[10], ARGV[11]
     if not string.match(secs, "^[%d ]*$") or not string.match(areas, "^[%w._~@ -]*$") then return bad("category's seats") end
     if secs ~= "" and redis.call("EXISTS", BASE .. "ixs") == 0 then return {"NOINDEX"} end
-    wl_settle(cat, tag, now)
-    local E = wl_entry(cat, tag)
+    W.settle(cat, tag, now)
+    local E = W.entry(cat, tag)
     if E and E.state ~= "expired" then return view() end
     local seq = redis.call("INCR", BASE .. "wl:seq")
     local ek = BASE .. "wl:e:" .. cat .. ":" .. tag
@@ -84,7 +85,7 @@ local function join()
     return view()
 end
 
--- sweep offers every category with a waitlist (wl_flush gives back its expired holds
+-- sweep offers every category with a waitlist (flush gives back its expired holds
 -- first, a bounded number a call).
 local function sweep()
     if redis.call("EXISTS", BASE .. "wl:on") == 0 then return {"OK", 0} end
@@ -96,7 +97,7 @@ end
 
 if op == "join" then return join() end
 if op == "get" then
-    wl_settle(cat, tag, now)
+    W.settle(cat, tag, now)
     return view()
 end
 if op == "sweep" then return sweep() end
