@@ -24,7 +24,9 @@ import (
 // places back; an exchange gives back some of a booking's places and books a hold's into
 // it (the booking then has what it kept and the hold's). Only a hold's owner (its token)
 // may confirm, release or exchange it, and an area never sells or holds more than it
-// has.
+// has. The area has a waitlist: an entry joins it for a count, and whenever places are
+// free — at the join, or as any step gives places back — the first entry in the order of
+// joining whose count fits is offered a hold of them ("w:<entry>"), in that same step.
 
 const placesCap = 12
 
@@ -36,12 +38,14 @@ const (
 	placeConfirmOp
 	placeCancelOp
 	placeExchangeOp
+	placeJoinOp // an entry joins the waitlist for count places
+	placeReadOp // an entry waiting is read: offered or not
 )
 
 type placeIn struct {
 	kind    placeOp
-	count   int    // a hold's count; a confirmation's part (0: the whole hold); the places an exchange gives back
-	token   string // the hold released, confirmed or exchanged; a hold's idempotency key
+	count   int    // a hold's count; a confirmation's part (0: the whole hold); the places an exchange gives back; a join's
+	token   string // the hold released, confirmed or exchanged; a hold's idempotency key; the entry joined or read
 	booking string // the booking cancelled or exchanged
 }
 
@@ -50,17 +54,26 @@ type placeOut struct {
 	shed        bool   // refused before it was tried (ErrOverloaded): changed nothing, whatever the state
 	token       string // a granted hold's
 	booking     string // a confirmation's
+	offered     bool   // a join or a read: the entry has its offer
+	why         string // a refusal's error, for the description
 }
 
-// placeState is the area: its holds (token -> count) and bookings (id -> count); an
-// unknown outcome's hold or booking is kept under a name of its own, "?<n>". It is a
-// string so that porcupine can compare states.
+// placeState is the area: its holds (token -> count), bookings (id -> count) and
+// waitlist (entries waiting, in the order of joining); an unknown outcome's hold or
+// booking is kept under a name of its own, "?<n>". It is a string so that porcupine can
+// compare states.
 type placeState string
 
-func (s placeState) parse() (holds, booked map[string]int) {
+// waiting is an entry of the waitlist and its count.
+type waiting struct {
+	entry string
+	count int
+}
+
+func (s placeState) parse() (holds, booked map[string]int, line []waiting) {
 	holds, booked = map[string]int{}, map[string]int{}
-	h, b, _ := strings.Cut(string(s), "|")
-	for m, part := range map[*map[string]int]string{&holds: h, &booked: b} {
+	parts := strings.SplitN(string(s), "|", 3)
+	for m, part := range map[*map[string]int]string{&holds: parts[0], &booked: parts[1]} {
 		for _, kv := range strings.Fields(part) {
 			k, n, _ := strings.Cut(kv, "=")
 			var c int
@@ -68,18 +81,45 @@ func (s placeState) parse() (holds, booked map[string]int) {
 			(*m)[k] = c
 		}
 	}
-	return holds, booked
+	for _, kv := range strings.Fields(parts[2]) {
+		k, n, _ := strings.Cut(kv, "=")
+		var c int
+		fmt.Sscan(n, &c)
+		line = append(line, waiting{k, c})
+	}
+	return holds, booked, line
 }
 
-func placeStateOf(holds, booked map[string]int) placeState {
-	var h, b []string
+// placeStateOf is the state of holds, booked and the line after the offers it owes
+// (offer).
+func placeStateOf(holds, booked map[string]int, line []waiting) placeState {
+	line = offer(holds, booked, line)
+	var h, b, l []string
 	for _, k := range slices.Sorted(maps.Keys(holds)) {
 		h = append(h, k+"="+fmt.Sprint(holds[k]))
 	}
 	for _, k := range slices.Sorted(maps.Keys(booked)) {
 		b = append(b, k+"="+fmt.Sprint(booked[k]))
 	}
-	return placeState(strings.Join(h, " ") + "|" + strings.Join(b, " "))
+	for _, w := range line {
+		l = append(l, w.entry+"="+fmt.Sprint(w.count))
+	}
+	return placeState(strings.Join(h, " ") + "|" + strings.Join(b, " ") + "|" + strings.Join(l, " "))
+}
+
+// offer makes the offers the free places owe the line: while an entry's count fits, the
+// first that fits is held its places ("w:<entry>", in holds). It returns the line left.
+func offer(holds, booked map[string]int, line []waiting) []waiting {
+	line = slices.Clone(line)
+	for {
+		free := placesCap - sum(holds) - sum(booked)
+		i := slices.IndexFunc(line, func(w waiting) bool { return w.count <= free })
+		if i < 0 {
+			return line
+		}
+		holds["w:"+line[i].entry] = line[i].count
+		line = slices.Delete(line, i, i+1)
+	}
 }
 
 func sum(m map[string]int) int {
@@ -107,7 +147,7 @@ func placeStep(state, input, output any) []any {
 
 // restsGivenBack is s with every subset of its rests still counted given back.
 func restsGivenBack(s placeState) []placeState {
-	holds, booked := s.parse()
+	holds, booked, line := s.parse()
 	type rest struct {
 		held bool // among the holds, else among the bookings
 		key  string
@@ -135,18 +175,18 @@ func restsGivenBack(s placeState) []placeState {
 				delete(b, r.key)
 			}
 		}
-		out = append(out, placeStateOf(h, b))
+		out = append(out, placeStateOf(h, b, line))
 	}
 	return out
 }
 
 func placeStepFrom(s placeState, in placeIn, out placeOut) []any {
-	holds, booked := s.parse()
+	holds, booked, line := s.parse()
 	free := placesCap - sum(holds) - sum(booked)
 	with := func(f func(h, b map[string]int)) placeState {
 		h, b := maps.Clone(holds), maps.Clone(booked)
 		f(h, b)
-		return placeStateOf(h, b)
+		return placeStateOf(h, b, line)
 	}
 	definite := func(ok, possible bool, next placeState) []any {
 		switch {
@@ -166,6 +206,24 @@ func placeStepFrom(s placeState, in placeIn, out placeOut) []any {
 		return []any{s}
 	}
 	switch in.kind {
+	case placeJoinOp:
+		h, b := maps.Clone(holds), maps.Clone(booked)
+		next := placeStateOf(h, b, append(slices.Clone(line), waiting{in.token, in.count}))
+		offered := h["w:"+in.token] > 0
+		switch {
+		case out.unknown:
+			return []any{s, next}
+		case !out.ok || out.offered != offered:
+			return nil // a join is never refused here; offered at once only when it fits
+		}
+		return []any{next}
+	case placeReadOp:
+		offered := holds["w:"+in.token] > 0
+		inLine := slices.ContainsFunc(line, func(w waiting) bool { return w.entry == in.token })
+		if out.unknown || out.ok && (offered && out.offered || inLine && !out.offered) {
+			return []any{s}
+		}
+		return nil
 	case placeHoldOp:
 		name := out.token
 		if out.unknown {
@@ -212,18 +270,21 @@ func cmp0(part, whole int) int {
 }
 
 var placeLinModel = (&porcupine.NondeterministicModel{
-	Init: func() []any { return []any{placeStateOf(nil, nil)} },
+	Init: func() []any { return []any{placeStateOf(map[string]int{}, map[string]int{}, nil)} },
 	Step: placeStep,
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(placeIn), output.(placeOut)
-		res := "refused"
+		res := "refused (" + out.why + ")"
 		switch {
 		case out.unknown:
 			res = "unknown"
 		case out.ok:
 			res = "ok " + short(out.token+out.booking)
+			if out.offered {
+				res += " offered"
+			}
 		}
-		return fmt.Sprintf("%s(%d %s) -> %s", [...]string{"hold", "release", "confirm", "cancel", "exchange"}[in.kind], in.count, short(in.token+in.booking), res)
+		return fmt.Sprintf("%s(%d %s) -> %s", [...]string{"hold", "release", "confirm", "cancel", "exchange", "join", "read"}[in.kind], in.count, short(in.token)+"/"+short(in.booking), res)
 	},
 	DescribeState: func(state any) string { return string(state.(placeState)) },
 }).ToModel()
@@ -264,6 +325,9 @@ func testLinearizablePlaces(t *testing.T, savepoints bool) {
 		defer cancel()
 		start := time.Now()
 		out, err := fn(ctx)
+		if err != nil {
+			out.why = err.Error()
+		}
 		switch {
 		case err == nil:
 			out.ok = true
@@ -280,7 +344,7 @@ func testLinearizablePlaces(t *testing.T, savepoints bool) {
 		ret := time.Since(t0).Nanoseconds()
 		if out.unknown {
 			ret = settledBy(map[placeOp]opKind{placeHoldOp: opHold, placeReleaseOp: opRelease, placeConfirmOp: opConfirm, placeCancelOp: opCancel,
-				placeExchangeOp: opConfirm}[in.kind], v, calls, t0)
+				placeExchangeOp: opConfirm, placeJoinOp: opHold, placeReadOp: opHold}[in.kind], v, calls, t0)
 		}
 		mu.Lock()
 		history = append(history, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: start.Sub(t0).Nanoseconds(), Return: ret})
@@ -294,8 +358,13 @@ func testLinearizablePlaces(t *testing.T, savepoints bool) {
 			rng := rand.New(rand.NewPCG(uint64(w), 11))
 			var mine []Hold
 			var booked []Booking
+			var wl waitlister
 			for op := range perWorker {
 				r := rng.IntN(100)
+				if r < 5 {
+					wl.step(call, w, op, v.e, rng)
+					continue
+				}
 				switch {
 				case len(booked) > 0 && r < 20:
 					i := rng.IntN(len(booked))
@@ -411,5 +480,69 @@ func exchangePlaces(call func(int, placeIn, func(context.Context) (placeOut, err
 			*b = after
 		}
 		return placeOut{booking: id.String()}, err
+	})
+}
+
+// waitlister is a worker's place on the area's waitlist: the entry it joined (a holder
+// of its own, so that the holder's cap never passes an offer over) and its offer once
+// read.
+type waitlister struct {
+	entry  string
+	offer  *Hold
+	booked []Booking // its offers' bookings, which it cancels in turn
+}
+
+// step takes the waitlister's next steps, each as call's operation: it cancels the
+// booking of its last offer, if any; then, without an entry it joins for 1 to 3 places,
+// else it reads its entry; and once offered it confirms the offer at once, or one time
+// in three releases it (either way the entry ends).
+func (q *waitlister) step(call func(int, placeIn, func(context.Context) (placeOut, error)), w, op int, e *Engine, rng *rand.Rand) {
+	for _, b := range q.booked {
+		call(w, placeIn{kind: placeCancelOp, booking: b.ID.String()}, func(ctx context.Context) (placeOut, error) {
+			return placeOut{}, untilDefinite(e.Cancel(ctx, b.ID), func(ctx context.Context) error { return e.Cancel(ctx, b.ID) })
+		})
+	}
+	q.booked = nil
+	if q.entry == "" {
+		q.entry = fmt.Sprintf("q%d-%d", w, op)
+		req := WaitRequest{ShowID: "linp", HolderID: q.entry, Count: 1 + rng.IntN(3), OfferTTL: time.Minute}
+		call(w, placeIn{kind: placeJoinOp, token: q.entry, count: req.Count}, func(ctx context.Context) (placeOut, error) {
+			entry, err := e.JoinWaitlist(ctx, req)
+			err = untilDefinite(err, func(ctx context.Context) error { // a join is idempotent
+				entry, err = e.JoinWaitlist(ctx, req)
+				return err
+			})
+			q.offer = entry.Offer
+			return placeOut{offered: entry.Offer != nil}, err
+		})
+	} else {
+		call(w, placeIn{kind: placeReadOp, token: q.entry}, func(ctx context.Context) (placeOut, error) {
+			entry, err := e.WaitEntry(ctx, "linp", q.entry, "")
+			q.offer = entry.Offer
+			return placeOut{offered: entry.Offer != nil}, err
+		})
+	}
+	if q.offer == nil {
+		return
+	}
+	h := *q.offer
+	q.entry, q.offer = "", nil
+	if rng.IntN(3) == 0 {
+		call(w, placeIn{kind: placeReleaseOp, token: "w:" + h.HolderID}, func(ctx context.Context) (placeOut, error) {
+			return placeOut{}, e.Release(ctx, h)
+		})
+		return
+	}
+	call(w, placeIn{kind: placeConfirmOp, token: "w:" + h.HolderID}, func(ctx context.Context) (placeOut, error) {
+		opts := ConfirmOptions{IdempotencyKey: uuid.NewString()}
+		b, err := e.Confirm(ctx, h, opts)
+		err = untilDefinite(err, func(ctx context.Context) error {
+			b, err = e.Confirm(ctx, h, opts)
+			return err
+		})
+		if err == nil {
+			q.booked = append(q.booked, b)
+		}
+		return placeOut{booking: b.ID.String()}, err
 	})
 }
