@@ -53,7 +53,7 @@ func (e *Engine) reclaimOn(ctx context.Context, sh *show, holderID string) ([]Ho
 	tag, seed := holderTag(holderID), newToken()
 	var booked []string
 	run := func() ([]any, error) {
-		args := append([]any{tag, seed}, anySlice(booked)...)
+		args := append([]any{tag, seed, holderID}, anySlice(booked)...)
 		res, err := lua.Reclaim.Run(ctx, e.scripts, []string{sh.k.gen(), sh.k.holder(tag)}, args...).Slice()
 		return res, e.redisErr(err)
 	}

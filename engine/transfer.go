@@ -54,7 +54,7 @@ func (e *Engine) transfer(ctx context.Context, h Hold, to string) (Hold, error) 
 	if err != nil {
 		return Hold{}, err
 	}
-	fixed := []any{h.Token, h.Generation, holderTag(to), token, placeHoldID(token), e.cfg.MaxSeatsPerHolder, rules.arg}
+	fixed := []any{h.Token, h.Generation, holderTag(to), token, placeHoldID(token), e.cfg.MaxSeatsPerHolder, rules.arg, h.HolderID, to}
 	for attempt := 0; ; attempt++ {
 		res, err := e.runDecided(ctx, sh, h.Token, lua.Transfer, ks, tag, fixed, seats, key)
 		if err != nil {
