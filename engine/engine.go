@@ -39,8 +39,10 @@ type Engine struct {
 
 	tracer trace.Tracer  // nil: no tracing, and no cost
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them
-	stop   func()        // ends the background loop
-	done   chan struct{} // closed when it has ended
+	stop   func()        // ends the background loops
+	done   chan struct{} // closed when the marker loop has ended
+	swept  chan struct{} // closed when the loop that relays pending hold moves has ended (moves.go)
+	relays relayGroup    // the relays of hold moves the calls wait for (moves.go)
 
 	gc      *committer      // the confirmations' queue and batches (groupcommit.go)
 	views   views           // the seat maps kept current (view.go)
@@ -91,13 +93,18 @@ type hooks struct {
 	// afterHeldCheck runs in DeleteShow once it found no live hold, before its
 	// transaction.
 	afterHeldCheck func(ctx context.Context)
+	// beforeRelay runs after a Reclaim's or a Transfer's script moved holds, before the
+	// relay of the show's moves to the feed (moves.go); returning false skips the relay,
+	// as a process dying there would, and fails the call.
+	beforeRelay func(ctx context.Context) bool
 }
 
 // New returns an engine over a migrated database (see package migrations) and a Redis.
 // A nil cfg means the defaults. New does no I/O itself; the first Redis call checks that
-// Redis's maxmemory-policy cannot evict holds. It starts one background goroutine that
+// Redis's maxmemory-policy cannot evict holds. It starts two background goroutines: one
 // writes to Redis the sold markers that a confirmation or cancellation could not (see
-// Config.MarkerRepairInterval); [Engine.Close] stops it.
+// Config.MarkerRepairInterval), the other writes to the event feed the hold moves that a
+// Reclaim or a Transfer could not (every 2 seconds); [Engine.Close] stops them.
 func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, error) {
 	if pool == nil {
 		return nil, invalid("pool", "nil")
@@ -130,7 +137,8 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
+	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), swept: make(chan struct{}),
+		shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
 	e.queueSlots = make(chan struct{}, queueConcurrency)
 	e.scripts, e.queueScripts = rdb, rdb
@@ -155,6 +163,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e.viewCtx = ctx
 	e.views.m = map[string]*view{}
 	go e.repayMarkers(ctx)
+	go e.sweepMoves(ctx)
 	return e, nil
 }
 
@@ -324,8 +333,8 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 // PostgreSQL or Redis hangs) ends by its own bounds and answers its callers, and then
 // the confirmations still queued are refused with ErrUnavailable. It closes neither the pool
 // nor the Redis client (pgxpool's Close waits for such a batch's connection). Marker
-// writes still owed stay in PostgreSQL, for another engine (or this one, restarted) to
-// make.
+// writes still owed stay in PostgreSQL, and hold moves not yet in the event feed stay
+// in Redis, for another engine (or this one, restarted) to make.
 func (e *Engine) Close() {
 	e.stop()
 	done := make(chan struct{})
@@ -335,6 +344,8 @@ func (e *Engine) Close() {
 		e.stopCommitters()
 		e.settling.wg.Wait()
 		<-e.done
+		<-e.swept
+		e.relays.close()
 	}()
 	t := time.NewTimer(closeTimeout)
 	defer t.Stop()

@@ -202,6 +202,10 @@ func (e *Engine) deleteClosed(ctx context.Context, sh *show) error {
 	if e.hooks.afterHeldCheck != nil {
 		e.hooks.afterHeldCheck(ctx)
 	}
+	// Moves still pending (their engine died before the relay) are history too.
+	if err := e.relayMoves(ctx, sh.id, sh.k); err != nil {
+		return err
+	}
 	return pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
 		q := e.q.WithTx(tx)
 		used, err := q.ShowLockForDelete(ctx, db.ShowLockForDeleteParams{ShowID: sh.id, Epoch: sh.epoch})
