@@ -61,12 +61,14 @@ func (e EventBookingStatus) Valid() bool {
 
 // Defines values for EventKind.
 const (
-	EventCancelled      EventKind = "cancelled"
-	EventConfirmed      EventKind = "confirmed"
-	EventExchanged      EventKind = "exchanged"
-	EventLost           EventKind = "lost"
-	EventSeatsCancelled EventKind = "seats_cancelled"
-	EventTransferred    EventKind = "transferred"
+	EventCancelled       EventKind = "cancelled"
+	EventConfirmed       EventKind = "confirmed"
+	EventExchanged       EventKind = "exchanged"
+	EventHoldReclaimed   EventKind = "hold_reclaimed"
+	EventHoldTransferred EventKind = "hold_transferred"
+	EventLost            EventKind = "lost"
+	EventSeatsCancelled  EventKind = "seats_cancelled"
+	EventTransferred     EventKind = "transferred"
 )
 
 // Valid indicates whether the value is a known member of the EventKind enum.
@@ -77,6 +79,10 @@ func (e EventKind) Valid() bool {
 	case EventConfirmed:
 		return true
 	case EventExchanged:
+		return true
+	case EventHoldReclaimed:
+		return true
+	case EventHoldTransferred:
 		return true
 	case EventLost:
 		return true
@@ -367,12 +373,12 @@ type BookingStatus string
 // Category An optional category (a price band, a seating class): empty for none, else a label as a section's. A seat's category is its section's: every seat of a section has the same.
 type Category = string
 
-// Event A change to a booking; also the `data` of a webhook delivery, whose `webhook-id` is `id`.
+// Event A change to a booking, or a hold's move; also the `data` of a webhook delivery, whose `webhook-id` is `id` and whose `type` is `booking.<kind>`, or `hold.reclaimed` and `hold.transferred` for a hold's move.
 type Event struct {
 	At time.Time `json:"at"`
 
-	// Booking The booking as the event left it. For `lost`, `id` is the zero UUID when Redis did not know it, `holder` is empty and `confirmed_at` null.
-	Booking struct {
+	// Booking The booking as the event left it; null for a hold's event. For `lost`, `id` is the zero UUID when Redis did not know it, `holder` is empty and `confirmed_at` null.
+	Booking *struct {
 		CancelledAt *time.Time         `json:"cancelled_at"`
 		ConfirmedAt *time.Time         `json:"confirmed_at"`
 		Generation  int                `json:"generation"`
@@ -382,6 +388,27 @@ type Event struct {
 		Show        ID                 `json:"show"`
 		Status      EventBookingStatus `json:"status"`
 	} `json:"booking"`
+
+	// Hold The hold of a `hold_reclaimed` or `hold_transferred` event, as the move left it (its token is never in an event); left out for a booking's event.
+	Hold *struct {
+		ExpiresAt time.Time `json:"expires_at"`
+
+		// FromHolder The hold's holder before a `hold_transferred` (empty for a hold that had none); empty for `hold_reclaimed`, whose holder stays.
+		FromHolder string `json:"from_holder"`
+
+		// Generation The hold's new generation.
+		Generation int `json:"generation"`
+
+		// Holder The hold's holder now.
+		Holder string `json:"holder"`
+
+		// Places Places of standing areas, an area at most once (left out when none).
+		Places *PlacesList `json:"places,omitempty"`
+
+		// Seats The seats of a hold or a booking; empty when it has only places.
+		Seats HeldSeatIDs `json:"seats"`
+		Show  ID          `json:"show"`
+	} `json:"hold,omitempty"`
 
 	// Id The event's place in the feed: opaque, ordered as a string.
 	Id   string    `json:"id"`
@@ -1528,7 +1555,11 @@ type ClientInterface interface {
 	// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 	// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 	// failover lost a confirmed booking; its seats are sellable again) — written in the
-	// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
+	// transaction of the change, and every hold that moved to a new token —
+	// `hold_reclaimed` (one per hold a reclaim gave a new token), `hold_transferred` (a
+	// hold moved to another holder) — written before the move's answer, with `booking`
+	// null and the hold in `hold` (never its token); oldest first. A booking made with a
+	// moved hold comes after the move. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
 	// nothing is new.
@@ -2102,7 +2133,11 @@ func (c *Client) PostDemoIdentity(ctx context.Context, reqEditors ...RequestEdit
 // it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 // (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 // failover lost a confirmed booking; its seats are sellable again) — written in the
-// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
+// transaction of the change, and every hold that moved to a new token —
+// `hold_reclaimed` (one per hold a reclaim gave a new token), `hold_transferred` (a
+// hold moved to another holder) — written before the move's answer, with `booking`
+// null and the hold in `hold` (never its token); oldest first. A booking made with a
+// moved hold comes after the move. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
 // nothing is new.
@@ -4697,7 +4732,11 @@ type ClientWithResponsesInterface interface {
 	// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 	// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 	// failover lost a confirmed booking; its seats are sellable again) — written in the
-	// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
+	// transaction of the change, and every hold that moved to a new token —
+	// `hold_reclaimed` (one per hold a reclaim gave a new token), `hold_transferred` (a
+	// hold moved to another holder) — written before the move's answer, with `booking`
+	// null and the hold in `hold` (never its token); oldest first. A booking made with a
+	// moved hold comes after the move. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
 	// nothing is new.
@@ -8048,7 +8087,11 @@ func (c *ClientWithResponses) PostDemoIdentityWithResponse(ctx context.Context, 
 // it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 // (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 // failover lost a confirmed booking; its seats are sellable again) — written in the
-// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
+// transaction of the change, and every hold that moved to a new token —
+// `hold_reclaimed` (one per hold a reclaim gave a new token), `hold_transferred` (a
+// hold moved to another holder) — written before the move's answer, with `booking`
+// null and the hold in `hold` (never its token); oldest first. A booking made with a
+// moved hold comes after the move. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
 // nothing is new.
