@@ -1650,8 +1650,9 @@ type ClientInterface interface {
 	//
 	// Its seats, fences and rules go from PostgreSQL, its keys from Redis but its
 	// generation counter (a show created again under the id hands out larger
-	// generations). 409 `show-in-use` when it has bookings (cancelled ones count) or
-	// live holds; nothing is deleted then.
+	// generations). 409 `show-in-use` when it has bookings (cancelled ones count),
+	// live holds or events (a hold that moved: reclaimed or transferred); nothing is
+	// deleted then.
 	//
 	// Corresponds with DELETE /v1/shows/{show} (the `DeleteShow` operationId).
 	DeleteShow(ctx context.Context, show Show, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2348,8 +2349,9 @@ func (c *Client) ListShows(ctx context.Context, params *ListShowsParams, reqEdit
 //
 // Its seats, fences and rules go from PostgreSQL, its keys from Redis but its
 // generation counter (a show created again under the id hands out larger
-// generations). 409 `show-in-use` when it has bookings (cancelled ones count) or
-// live holds; nothing is deleted then.
+// generations). 409 `show-in-use` when it has bookings (cancelled ones count),
+// live holds or events (a hold that moved: reclaimed or transferred); nothing is
+// deleted then.
 //
 // Corresponds with DELETE /v1/shows/{show} (the `DeleteShow` operationId).
 func (c *Client) DeleteShow(ctx context.Context, show Show, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4835,8 +4837,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Its seats, fences and rules go from PostgreSQL, its keys from Redis but its
 	// generation counter (a show created again under the id hands out larger
-	// generations). 409 `show-in-use` when it has bookings (cancelled ones count) or
-	// live holds; nothing is deleted then.
+	// generations). 409 `show-in-use` when it has bookings (cancelled ones count),
+	// live holds or events (a hold that moved: reclaimed or transferred); nothing is
+	// deleted then.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8262,8 +8265,9 @@ func (c *ClientWithResponses) ListShowsWithResponse(ctx context.Context, params 
 //
 // Its seats, fences and rules go from PostgreSQL, its keys from Redis but its
 // generation counter (a show created again under the id hands out larger
-// generations). 409 `show-in-use` when it has bookings (cancelled ones count) or
-// live holds; nothing is deleted then.
+// generations). 409 `show-in-use` when it has bookings (cancelled ones count),
+// live holds or events (a hold that moved: reclaimed or transferred); nothing is
+// deleted then.
 //
 // Returns a wrapper object for the known response body format(s).
 //
