@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,10 +40,13 @@ type Engine struct {
 
 	tracer trace.Tracer  // nil: no tracing, and no cost
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them
-	stop   func()        // ends the background loops
-	done   chan struct{} // closed when the marker loop has ended
-	swept  chan struct{} // closed when the loop that relays pending hold moves has ended (moves.go)
+	stop   func()        // ends the background loop
+	done   chan struct{} // closed when it has ended
 	relays relayGroup    // the relays of hold moves the calls wait for (moves.go)
+	// sweeps is the sweep of pending hold moves the background loop started, if one
+	// runs (sweeping: moves.go).
+	sweeps   sync.WaitGroup
+	sweeping atomic.Bool
 
 	gc      *committer      // the confirmations' queue and batches (groupcommit.go)
 	views   views           // the seat maps kept current (view.go)
@@ -101,10 +105,10 @@ type hooks struct {
 
 // New returns an engine over a migrated database (see package migrations) and a Redis.
 // A nil cfg means the defaults. New does no I/O itself; the first Redis call checks that
-// Redis's maxmemory-policy cannot evict holds. It starts two background goroutines: one
+// Redis's maxmemory-policy cannot evict holds. It starts one background goroutine that
 // writes to Redis the sold markers that a confirmation or cancellation could not (see
-// Config.MarkerRepairInterval), the other writes to the event feed the hold moves that a
-// Reclaim or a Transfer could not (every 2 seconds); [Engine.Close] stops them.
+// Config.MarkerRepairInterval), and to the event feed the hold moves that a Reclaim or a
+// Transfer could not (every 2 seconds); [Engine.Close] stops it.
 func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, error) {
 	if pool == nil {
 		return nil, invalid("pool", "nil")
@@ -137,8 +141,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), swept: make(chan struct{}),
-		shows: newShowCache(c.MaxCachedShows)}
+	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
 	e.queueSlots = make(chan struct{}, queueConcurrency)
 	e.scripts, e.queueScripts = rdb, rdb
@@ -163,7 +166,6 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e.viewCtx = ctx
 	e.views.m = map[string]*view{}
 	go e.repayMarkers(ctx)
-	go e.sweepMoves(ctx)
 	return e, nil
 }
 
@@ -344,7 +346,7 @@ func (e *Engine) Close() {
 		e.stopCommitters()
 		e.settling.wg.Wait()
 		<-e.done
-		<-e.swept
+		e.sweeps.Wait()
 		e.relays.close()
 	}()
 	t := time.NewTimer(closeTimeout)

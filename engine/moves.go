@@ -27,8 +27,8 @@ import (
 // deletes the entries from the stream. A new token thus leaves the engine only once its
 // move's event is committed, and a booking made with it comes after the move in the
 // feed. A move whose engine died before the relay, or whose relay failed, is relayed by
-// the next call that moves a hold of the show or by the sweep (sweepMoves), every
-// moveSweepEvery in every engine. A move Redis loses before its relay (a failover to a
+// the next call that moves a hold of the show or by the sweep (sweepOnce), which every
+// engine's background loop (repayMarkers) starts every moveSweepEvery. A move Redis loses before its relay (a failover to a
 // replica that had not received it, a Redis that lost everything) is lost with its entry:
 // the feed never has it, as Redis never had it.
 
@@ -251,26 +251,22 @@ func holdMoveOf(r db.EventsAfterRow) *HoldMove {
 	return m
 }
 
-// sweepMoves is the engine's loop that relays the moves a call left pending (its engine
-// died between the script and the relay, or the relay failed): every moveSweepEvery, each
-// show's (sweepOnce). It ends when the engine is closed.
+// sweepMoves starts a sweep (sweepOnce) in a goroutine of its own, unless one runs: a
+// slow one (a backend that hangs) holds neither the marker repair nor the next tick.
 func (e *Engine) sweepMoves(ctx context.Context) {
-	defer close(e.swept)
-	t := time.NewTicker(moveSweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	if !e.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	e.sweeps.Go(func() {
+		defer e.sweeping.Store(false)
 		if err := e.sweepOnce(ctx); err != nil && ctx.Err() == nil {
 			e.log.WarnContext(ctx, "relay pending hold moves", "error", err)
 		}
-	}
+	})
 }
 
-// sweepOnce relays the pending moves of every show, moveSweepPage shows at a time: their
+// sweepOnce relays the moves calls left pending (their engine died between the script
+// and the relay, or the relay failed) of every show, moveSweepPage shows at a time: their
 // ids from PostgreSQL, the length of their streams in one Redis pipeline, and a relay
 // for each show whose stream has entries. With none pending it costs a query and a
 // pipeline a page, and no transaction. A show whose relay failed does not stop the
