@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
 // holdEvents reads the feed from the start until it has n hold events (30 s at most),
@@ -231,6 +233,40 @@ func TestKeyedTransferRetriedWritesOneEvent(t *testing.T) {
 		t.Fatalf("hold events %+v", evs)
 	}
 	checkMove(t, evs[0], EventHoldTransferred, first, "alice", h.Token)
+}
+
+// TestRelayWhoseCommitReplyIsLost: the relay's COMMIT reaches PostgreSQL and its reply
+// is cut on the way back: the keyed Transfer is ErrUnavailable (the hold moved, its
+// event committed unbeknown to it, its entry still in Redis); the retry under the key
+// gets the hold, and the relay that runs again writes nothing twice.
+func TestRelayWhoseCommitReplyIsLost(t *testing.T) {
+	t.Parallel()
+	_, pool, proxy := proxiedDatabase(t)
+	v := newEnvWith(t, pool, testsvc.Redis(t))
+	ctx := WithIdempotencyKey(t.Context(), "move-1")
+	v.show("s1", "A1")
+	h := v.hold("s1", time.Minute, "alice", "A1")
+	armed := cutAtCommit(proxy)
+	v.e.hooks.beforeRelay = func(context.Context) bool { armed.Store(true); return true }
+	if _, err := v.e.Transfer(ctx, h, "bob"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("transfer whose relay lost its COMMIT's reply: %v, want ErrUnavailable", err)
+	}
+	v.e.hooks.beforeRelay = nil
+	if armed.Load() || v.holdEventRows("s1") != 1 {
+		t.Fatalf("the cut did not meet the relay's COMMIT, or its event is not committed (%d)", v.holdEventRows("s1"))
+	}
+	moved, err := v.e.Transfer(ctx, h, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.holdEventRows("s1") != 1 || v.movesPending("s1") != 0 {
+		t.Fatalf("after the retry: %d events, %d pending; want 1 and 0", v.holdEventRows("s1"), v.movesPending("s1"))
+	}
+	evs := holdEvents(t, v.e, 1)
+	if len(evs) != 1 {
+		t.Fatalf("hold events %+v", evs)
+	}
+	checkMove(t, evs[0], EventHoldTransferred, moved, "alice", h.Token)
 }
 
 // TestMovesOfADeadEngineAreRelayedOnce: an engine dies between a move's script and its
