@@ -42,10 +42,10 @@ func (q *Queries) EventLostInsert(ctx context.Context, arg EventLostInsertParams
 
 const eventsAfter = `-- name: EventsAfter :many
 SELECT e.show_id, e.event_id, CAST(CAST(e.txid AS text) AS bigint) AS txid, e.kind, e.booking_id, e.generation,
-       e.seat_ids, e.holder_id, e.at, b.confirmed_at AS booking_confirmed_at
+       e.seat_ids, e.holder_id, e.at, b.confirmed_at AS booking_confirmed_at, e.from_holder_id, e.expires_at
 FROM booking_events e
 LEFT JOIN bookings b ON b.show_id = e.show_id AND b.booking_id = e.booking_id
-WHERE e.kind IN ('confirmed', 'cancelled', 'seats_cancelled', 'exchanged', 'transferred', 'lost')
+WHERE e.kind IN ('confirmed', 'cancelled', 'seats_cancelled', 'exchanged', 'transferred', 'lost', 'hold_reclaimed', 'hold_transferred')
   AND (e.txid, e.event_id) > (CAST(CAST($1::bigint AS text) AS xid8), $2::bigint)
   AND e.txid < (SELECT booking_events_horizon())
 ORDER BY e.txid, e.event_id
@@ -69,12 +69,15 @@ type EventsAfterRow struct {
 	HolderID           string
 	At                 time.Time
 	BookingConfirmedAt *time.Time
+	FromHolderID       string
+	ExpiresAt          *time.Time
 }
 
-// EventsAfter reads the feed (migration 00010): the booking changes after the position
-// (@after_txid, @after_event), in (txid, event_id) order, of transactions below the
-// oldest one of this database still running only (booking_events_horizon, migration
-// 00016), so that no row can commit later behind what it returns. An event of a booking carries its booking's confirmation time.
+// EventsAfter reads the feed (migration 00010): the booking changes and the hold moves
+// (migration 00022) after the position (@after_txid, @after_event), in (txid, event_id)
+// order, of transactions below the oldest one of this database still running only
+// (booking_events_horizon, migration 00016), so that no row can commit later behind
+// what it returns. An event of a booking carries its booking's confirmation time.
 func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error) {
 	rows, err := q.db.Query(ctx, eventsAfter, arg.AfterTxid, arg.AfterEvent, arg.MaxRows)
 	if err != nil {
@@ -95,6 +98,8 @@ func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]Eve
 			&i.HolderID,
 			&i.At,
 			&i.BookingConfirmedAt,
+			&i.FromHolderID,
+			&i.ExpiresAt,
 		); err != nil {
 			return nil, err
 		}
@@ -104,6 +109,61 @@ func (q *Queries) EventsAfter(ctx context.Context, arg EventsAfterParams) ([]Eve
 		return nil, err
 	}
 	return items, nil
+}
+
+const holdEventInsertMany = `-- name: HoldEventInsertMany :execrows
+INSERT INTO booking_events (show_id, kind, generation, seat_ids, holder_id, from_holder_id, expires_at, move_id)
+SELECT $1, m.kind, m.generation, string_to_array(m.seats, ' '), m.holder_id, m.from_holder_id, m.expires_at, m.move_id
+FROM (SELECT unnest($2::text[]) AS kind, unnest($3::bigint[]) AS generation, unnest($4::text[]) AS seats,
+             unnest($5::text[]) AS holder_id, unnest($6::text[]) AS from_holder_id,
+             unnest($7::timestamptz[]) AS expires_at, unnest($8::text[]) AS move_id,
+             generate_series(1, cardinality($2::text[])) AS i) AS m
+ORDER BY m.i
+ON CONFLICT (show_id, move_id) WHERE move_id IS NOT NULL DO NOTHING
+`
+
+type HoldEventInsertManyParams struct {
+	ShowID        string
+	Kinds         []string
+	Generations   []int64
+	Seats         []string
+	HolderIds     []string
+	FromHolderIds []string
+	ExpiresAt     []time.Time
+	MoveIds       []string
+}
+
+// HoldEventInsertMany writes hold moves' events in the order given, each once: a move
+// whose event is in the feed already (another relay wrote it) is skipped. A move's
+// seats and place keys are one space-separated string (neither has a space).
+func (q *Queries) HoldEventInsertMany(ctx context.Context, arg HoldEventInsertManyParams) (int64, error) {
+	result, err := q.db.Exec(ctx, holdEventInsertMany,
+		arg.ShowID,
+		arg.Kinds,
+		arg.Generations,
+		arg.Seats,
+		arg.HolderIds,
+		arg.FromHolderIds,
+		arg.ExpiresAt,
+		arg.MoveIds,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const movesRelayLock = `-- name: MovesRelayLock :exec
+SELECT pg_advisory_xact_lock(1752132708, hashtext($1::text))
+`
+
+// MovesRelayLock serializes the relays of a show's hold moves (engine/moves.go) until
+// the transaction ends. It is taken before the relay writes, so the relays' transaction
+// ids (drawn at the first write) follow the order they took the lock in. The lock's
+// first key, 1752132708, is "hold" in ASCII.
+func (q *Queries) MovesRelayLock(ctx context.Context, showID string) error {
+	_, err := q.db.Exec(ctx, movesRelayLock, showID)
+	return err
 }
 
 const webhookAdvance = `-- name: WebhookAdvance :execrows

@@ -50,15 +50,18 @@ type BookingDetail struct {
 }
 
 type BookingEvent struct {
-	ShowID     string
-	EventID    int64
-	BookingID  uuid.NullUUID
-	Kind       string
-	Generation int64
-	SeatIds    []string
-	HolderID   string
-	At         time.Time
-	Txid       pgtype.Uint64
+	ShowID       string
+	EventID      int64
+	BookingID    uuid.NullUUID
+	Kind         string
+	Generation   int64
+	SeatIds      []string
+	HolderID     string
+	At           time.Time
+	Txid         pgtype.Uint64
+	FromHolderID string
+	ExpiresAt    *time.Time
+	MoveID       pgtype.Text
 }
 
 type BookingPlace struct {

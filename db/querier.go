@@ -96,13 +96,18 @@ type Querier interface {
 	// EventLostInsert records a booking a failover lost (Reconcile), once per booking: a
 	// second reconciliation that finds it again writes nothing.
 	EventLostInsert(ctx context.Context, arg EventLostInsertParams) (int64, error)
-	// EventsAfter reads the feed (migration 00010): the booking changes after the position
-	// (@after_txid, @after_event), in (txid, event_id) order, of transactions below the
-	// oldest one of this database still running only (booking_events_horizon, migration
-	// 00016), so that no row can commit later behind what it returns. An event of a booking carries its booking's confirmation time.
+	// EventsAfter reads the feed (migration 00010): the booking changes and the hold moves
+	// (migration 00022) after the position (@after_txid, @after_event), in (txid, event_id)
+	// order, of transactions below the oldest one of this database still running only
+	// (booking_events_horizon, migration 00016), so that no row can commit later behind
+	// what it returns. An event of a booking carries its booking's confirmation time.
 	EventsAfter(ctx context.Context, arg EventsAfterParams) ([]EventsAfterRow, error)
 	// ExchangeAt is when the exchange that moved a booking to @generation committed.
 	ExchangeAt(ctx context.Context, arg ExchangeAtParams) (time.Time, error)
+	// HoldEventInsertMany writes hold moves' events in the order given, each once: a move
+	// whose event is in the feed already (another relay wrote it) is skipped. A move's
+	// seats and place keys are one space-separated string (neither has a space).
+	HoldEventInsertMany(ctx context.Context, arg HoldEventInsertManyParams) (int64, error)
 	// HolderSeatsAdd counts @seats more seats of a holder's bookings (migration 00021).
 	HolderSeatsAdd(ctx context.Context, arg HolderSeatsAddParams) (int32, error)
 	// HolderSeatsByShow pages through a show's holders with booked seats.
@@ -124,6 +129,11 @@ type Querier interface {
 	MarkerOutboxInsert(ctx context.Context, arg MarkerOutboxInsertParams) (int64, error)
 	// MarkerOutboxPending counts the rows not yet applied, and the age of the oldest.
 	MarkerOutboxPending(ctx context.Context) (MarkerOutboxPendingRow, error)
+	// MovesRelayLock serializes the relays of a show's hold moves (engine/moves.go) until
+	// the transaction ends. It is taken before the relay writes, so the relays' transaction
+	// ids (drawn at the first write) follow the order they took the lock in. The lock's
+	// first key, 1752132708, is "hold" in ASCII.
+	MovesRelayLock(ctx context.Context, showID string) error
 	// PlaceMarkListByShow is what Redis's place markers must say for a show: every booking
 	// of places, with its generation, its hold's place key and whether it is claimed now.
 	PlaceMarkListByShow(ctx context.Context, showID string) ([]PlaceMarkListByShowRow, error)
@@ -185,14 +195,17 @@ type Querier interface {
 	// ShowEpochGet reads a show's identity (migration 00009).
 	ShowEpochGet(ctx context.Context, showID string) (int64, error)
 	ShowExists(ctx context.Context, showID string) (bool, error)
+	// ShowIDsAfter lists a page of show ids after @after, in id order.
+	ShowIDsAfter(ctx context.Context, arg ShowIDsAfterParams) ([]string, error)
 	// ShowInsert creates a show; 0 rows when it exists already.
 	ShowInsert(ctx context.Context, showID string) (int64, error)
 	// ShowList reads shows newest first, after the show named by @after (none: from the
 	// newest), with their seat and sold-seat counts, and their areas' places and places sold.
 	ShowList(ctx context.Context, arg ShowListParams) ([]ShowListRow, error)
 	// ShowLockForDelete locks the row of the show of that identity and says whether it
-	// ever had a booking.
-	ShowLockForDelete(ctx context.Context, arg ShowLockForDeleteParams) (bool, error)
+	// ever had a booking, and whether it has events (a hold's move, a refusal), which
+	// shows_delete_unused refuses to delete it with.
+	ShowLockForDelete(ctx context.Context, arg ShowLockForDeleteParams) (ShowLockForDeleteRow, error)
 	// ShowRulesGet reads a show's sale rules, their version and the show's identity.
 	ShowRulesGet(ctx context.Context, showID string) (ShowRulesGetRow, error)
 	// ShowRulesSet replaces the sale rules of the show of that identity and moves their

@@ -129,6 +129,36 @@ func (q *Queries) ShowExists(ctx context.Context, showID string) (bool, error) {
 	return exists, err
 }
 
+const showIDsAfter = `-- name: ShowIDsAfter :many
+SELECT show_id FROM shows WHERE show_id > $1 ORDER BY show_id LIMIT $2::int
+`
+
+type ShowIDsAfterParams struct {
+	After   string
+	MaxRows int32
+}
+
+// ShowIDsAfter lists a page of show ids after @after, in id order.
+func (q *Queries) ShowIDsAfter(ctx context.Context, arg ShowIDsAfterParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, showIDsAfter, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var show_id string
+		if err := rows.Scan(&show_id); err != nil {
+			return nil, err
+		}
+		items = append(items, show_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const showInsert = `-- name: ShowInsert :execrows
 INSERT INTO shows (show_id) VALUES ($1)
 ON CONFLICT (show_id) DO NOTHING
@@ -200,7 +230,8 @@ func (q *Queries) ShowList(ctx context.Context, arg ShowListParams) ([]ShowListR
 }
 
 const showLockForDelete = `-- name: ShowLockForDelete :one
-SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_bookings
+SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_bookings,
+       EXISTS (SELECT 1 FROM booking_events e WHERE e.show_id = sh.show_id) AS has_events
 FROM shows sh WHERE sh.show_id = $1 AND sh.epoch = $2
 FOR UPDATE
 `
@@ -210,13 +241,19 @@ type ShowLockForDeleteParams struct {
 	Epoch  int64
 }
 
+type ShowLockForDeleteRow struct {
+	HasBookings bool
+	HasEvents   bool
+}
+
 // ShowLockForDelete locks the row of the show of that identity and says whether it
-// ever had a booking.
-func (q *Queries) ShowLockForDelete(ctx context.Context, arg ShowLockForDeleteParams) (bool, error) {
+// ever had a booking, and whether it has events (a hold's move, a refusal), which
+// shows_delete_unused refuses to delete it with.
+func (q *Queries) ShowLockForDelete(ctx context.Context, arg ShowLockForDeleteParams) (ShowLockForDeleteRow, error) {
 	row := q.db.QueryRow(ctx, showLockForDelete, arg.ShowID, arg.Epoch)
-	var has_bookings bool
-	err := row.Scan(&has_bookings)
-	return has_bookings, err
+	var i ShowLockForDeleteRow
+	err := row.Scan(&i.HasBookings, &i.HasEvents)
+	return i, err
 }
 
 const showRulesGet = `-- name: ShowRulesGet :one

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,11 @@ type Engine struct {
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them
 	stop   func()        // ends the background loop
 	done   chan struct{} // closed when it has ended
+	relays relayGroup    // the relays of hold moves the calls wait for (moves.go)
+	// sweeps is the sweep of pending hold moves the background loop started, if one
+	// runs (sweeping: moves.go).
+	sweeps   sync.WaitGroup
+	sweeping atomic.Bool
 	// waitlistDone is closed when the waitlist loop has ended.
 	waitlistDone chan struct{}
 
@@ -93,13 +99,18 @@ type hooks struct {
 	// afterHeldCheck runs in DeleteShow once it found no live hold, before its
 	// transaction.
 	afterHeldCheck func(ctx context.Context)
+	// beforeRelay runs after a Reclaim's or a Transfer's script moved holds, before the
+	// relay of the show's moves to the feed (moves.go); returning false skips the relay,
+	// as a process dying there would, and fails the call.
+	beforeRelay func(ctx context.Context) bool
 }
 
 // New returns an engine over a migrated database (see package migrations) and a Redis.
 // A nil cfg means the defaults. New does no I/O itself; the first Redis call checks that
 // Redis's maxmemory-policy cannot evict holds. It starts one background goroutine that
 // writes to Redis the sold markers that a confirmation or cancellation could not (see
-// Config.MarkerRepairInterval); [Engine.Close] stops it.
+// Config.MarkerRepairInterval), and to the event feed the hold moves that a Reclaim or a
+// Transfer could not (every 2 seconds); [Engine.Close] stops it.
 func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, error) {
 	if pool == nil {
 		return nil, invalid("pool", "nil")
@@ -327,8 +338,8 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 // PostgreSQL or Redis hangs) ends by its own bounds and answers its callers, and then
 // the confirmations still queued are refused with ErrUnavailable. It closes neither the pool
 // nor the Redis client (pgxpool's Close waits for such a batch's connection). Marker
-// writes still owed stay in PostgreSQL, for another engine (or this one, restarted) to
-// make.
+// writes still owed stay in PostgreSQL, and hold moves not yet in the event feed stay
+// in Redis, for another engine (or this one, restarted) to make.
 func (e *Engine) Close() {
 	e.stop()
 	done := make(chan struct{})
@@ -339,6 +350,8 @@ func (e *Engine) Close() {
 		e.settling.wg.Wait()
 		<-e.done
 		<-e.waitlistDone
+		e.sweeps.Wait()
+		e.relays.close()
 	}()
 	t := time.NewTimer(closeTimeout)
 	defer t.Stop()

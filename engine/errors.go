@@ -38,8 +38,8 @@ var (
 	// ErrNotAdmitted reports a hold (Hold, HoldBest) on a show with a waiting room by a
 	// holder not admitted now: Join, and hold once the Ticket says admitted.
 	ErrNotAdmitted = errors.New("engine: holder not admitted")
-	// ErrShowInUse reports a DeleteShow of a show that has (or had) bookings, or live
-	// holds: nothing was deleted.
+	// ErrShowInUse reports a DeleteShow of a show that has (or had) bookings, live
+	// holds, or holds that Reclaim or Transfer moved: nothing was deleted.
 	ErrShowInUse = errors.New("engine: show in use")
 	// ErrUnavailable reports that Redis or PostgreSQL failed or timed out; the outcome
 	// is not success and the seats are not known to be taken. The cause is wrapped.

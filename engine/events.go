@@ -17,8 +17,9 @@ import (
 // transaction that makes the change: the group commit's batch statement
 // (BookingCreateMany, or BookingCreate per booking), the cancellation (cancelTx), the
 // transfer to another holder (transferTx), and Reconcile for a booking a failover lost
-// (before it sets the booking's markers back). Each row carries the id of its
-// transaction (migration 00011), and the feed is read in
+// (before it sets the booking's markers back). Every hold that Reclaim or Transfer gave
+// a new token is a row too, relayed from Redis before the call answers (moves.go). Each
+// row carries the id of its transaction (migration 00011), and the feed is read in
 // (transaction id, event id) order below the oldest transaction of the database still
 // running (booking_events_horizon, migration 00016): every
 // transaction that could commit a row behind a cursor has ended before the cursor is
@@ -33,25 +34,39 @@ const (
 	// EventTransferred: an operator moved a confirmed booking to another holder
 	// (TransferBooking); the event's booking names the new one.
 	EventTransferred = "transferred"
+	// EventHoldReclaimed: Reclaim gave a hold a new token and generation (Event.Hold),
+	// one event per hold.
+	EventHoldReclaimed = "hold_reclaimed"
+	// EventHoldTransferred: Transfer moved a hold to another holder (Event.Hold).
+	EventHoldTransferred = "hold_transferred"
 )
 
 // BookingLost is the status of the booking of an EventLost: the database no longer has
 // it.
 const BookingLost BookingStatus = "lost"
 
-// Event is a change to a booking, as the feed (Engine.Events) and the webhooks deliver it.
+// Event is a change to a booking, or a hold's move, as the feed (Engine.Events) and the
+// webhooks deliver it.
 type Event struct {
 	// ID is the event's position in the feed: opaque, totally ordered (as a string too),
 	// stable across restarts and a failover to a synchronous standby. Pass the last one
 	// read to Events to read on. It is the webhook-id of the event's delivery.
 	ID     string
 	ShowID string
-	Kind   string // EventConfirmed, EventCancelled, EventSeatsCancelled, EventExchanged, EventTransferred, EventLost
-	At     time.Time
+	// Kind is EventConfirmed, EventCancelled, EventSeatsCancelled, EventExchanged,
+	// EventTransferred, EventLost, EventHoldReclaimed or EventHoldTransferred.
+	Kind string
+	// At is when the event's transaction wrote it (for a hold's move: when the move was
+	// relayed to the feed, before its call answered).
+	At time.Time
 	// Booking is the booking as the event left it. For EventLost, Status is BookingLost,
 	// ID is the zero UUID when Redis did not know it, HolderID is empty and ConfirmedAt
-	// is zero.
+	// is zero. For a hold's event (EventHoldReclaimed, EventHoldTransferred) it is the
+	// zero Booking.
 	Booking Booking
+	// Hold is the moved hold of EventHoldReclaimed and EventHoldTransferred (never its
+	// token); nil for the other kinds.
+	Hold *HoldMove
 }
 
 // MaxEventsPage is the most events one Events call returns.
@@ -84,6 +99,9 @@ func (e *Engine) Events(ctx context.Context, after string, limit int) ([]Event, 
 }
 
 func eventFromRow(r db.EventsAfterRow) Event {
+	if r.Kind == EventHoldReclaimed || r.Kind == EventHoldTransferred {
+		return Event{ID: formatCursor(r.Txid, r.EventID), ShowID: r.ShowID, Kind: r.Kind, At: r.At, Hold: holdMoveOf(r)}
+	}
 	b := Booking{ID: r.BookingID.UUID, ShowID: r.ShowID, SeatIDs: r.SeatIds, Generation: r.Generation, HolderID: r.HolderID}
 	if r.BookingConfirmedAt != nil {
 		b.ConfirmedAt = *r.BookingConfirmedAt
@@ -144,13 +162,14 @@ func (e *Engine) recordLost(ctx context.Context, lost []LostBooking) error {
 }
 
 // eventJSON is an Event on the wire: GET /v1/events, holdfast events and the webhooks'
-// data.
+// data. A hold's event has a null booking and a hold; a booking's has no hold.
 type eventJSON struct {
-	ID      string           `json:"id"`
-	Show    string           `json:"show"`
-	Kind    string           `json:"kind"`
-	At      time.Time        `json:"at"`
-	Booking eventBookingJSON `json:"booking"`
+	ID      string            `json:"id"`
+	Show    string            `json:"show"`
+	Kind    string            `json:"kind"`
+	At      time.Time         `json:"at"`
+	Booking *eventBookingJSON `json:"booking"`
+	Hold    *eventHoldJSON    `json:"hold,omitempty"`
 }
 
 type eventBookingJSON struct {
@@ -164,11 +183,37 @@ type eventBookingJSON struct {
 	CancelledAt *time.Time `json:"cancelled_at"`
 }
 
+type eventHoldJSON struct {
+	Show       string            `json:"show"`
+	Seats      []string          `json:"seats"` // [] for a hold of places only
+	Places     []eventPlacesJSON `json:"places,omitempty"`
+	Generation int64             `json:"generation"`
+	Holder     string            `json:"holder"`
+	FromHolder string            `json:"from_holder"`
+	ExpiresAt  time.Time         `json:"expires_at"`
+}
+
+type eventPlacesJSON struct {
+	Area  string `json:"area"`
+	Count int    `json:"count"`
+}
+
 // MarshalJSON writes ev as the HTTP API, holdfast events and the webhooks do.
 func (ev Event) MarshalJSON() ([]byte, error) {
+	j := eventJSON{ID: ev.ID, Show: ev.ShowID, Kind: ev.Kind, At: ev.At.UTC()}
+	if m := ev.Hold; m != nil {
+		j.Hold = &eventHoldJSON{Show: m.ShowID, Seats: m.SeatIDs, Generation: m.Generation, Holder: m.HolderID,
+			FromHolder: m.FromHolderID, ExpiresAt: m.ExpiresAt.UTC()}
+		if j.Hold.Seats == nil {
+			j.Hold.Seats = []string{}
+		}
+		for _, p := range m.Places {
+			j.Hold.Places = append(j.Hold.Places, eventPlacesJSON{Area: p.AreaID, Count: p.Count})
+		}
+		return json.Marshal(j)
+	}
 	b := ev.Booking
-	j := eventJSON{ID: ev.ID, Show: ev.ShowID, Kind: ev.Kind, At: ev.At.UTC(), Booking: eventBookingJSON{
-		ID: b.ID, Show: b.ShowID, Seats: b.SeatIDs, Generation: b.Generation, Holder: b.HolderID, Status: string(b.Status)}}
+	j.Booking = &eventBookingJSON{ID: b.ID, Show: b.ShowID, Seats: b.SeatIDs, Generation: b.Generation, Holder: b.HolderID, Status: string(b.Status)}
 	if !b.ConfirmedAt.IsZero() {
 		at := b.ConfirmedAt.UTC()
 		j.Booking.ConfirmedAt = &at
@@ -186,11 +231,20 @@ func (ev *Event) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
 	}
-	b := j.Booking
-	*ev = Event{ID: j.ID, ShowID: j.Show, Kind: j.Kind, At: j.At, Booking: Booking{ID: b.ID, ShowID: b.Show,
-		SeatIDs: b.Seats, Generation: b.Generation, HolderID: b.Holder, Status: BookingStatus(b.Status), CancelledAt: b.CancelledAt}}
-	if b.ConfirmedAt != nil {
-		ev.Booking.ConfirmedAt = *b.ConfirmedAt
+	*ev = Event{ID: j.ID, ShowID: j.Show, Kind: j.Kind, At: j.At}
+	if h := j.Hold; h != nil {
+		ev.Hold = &HoldMove{ShowID: h.Show, SeatIDs: h.Seats, Generation: h.Generation, HolderID: h.Holder,
+			FromHolderID: h.FromHolder, ExpiresAt: h.ExpiresAt}
+		for _, p := range h.Places {
+			ev.Hold.Places = append(ev.Hold.Places, Places{AreaID: p.Area, Count: p.Count})
+		}
+	}
+	if b := j.Booking; b != nil {
+		ev.Booking = Booking{ID: b.ID, ShowID: b.Show, SeatIDs: b.Seats, Generation: b.Generation, HolderID: b.Holder,
+			Status: BookingStatus(b.Status), CancelledAt: b.CancelledAt}
+		if b.ConfirmedAt != nil {
+			ev.Booking.ConfirmedAt = *b.ConfirmedAt
+		}
 	}
 	return nil
 }

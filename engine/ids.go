@@ -165,6 +165,7 @@ func fingerprint(showID string, sortedSeats []string, token string, generation i
 //	<prefix>:{<show>}:sold:<bucket>   hash seat -> booking id, for the seats of one bucket
 //	<prefix>:{<show>}:holder:<tag>    zset seat -> expiry ms, the holder's live seats
 //	<prefix>:{<show>}:released:<h>    string release time ms, a released hold's tombstone
+//	<prefix>:{<show>}:moves           stream: hold moves whose events are not in the feed yet (moves.go)
 //
 // The sold markers of a show are split into buckets of soldBucketSize seats (in sorted
 // seat order), so that Redis keeps each hash as a listpack: about 50 bytes per sold seat
@@ -186,6 +187,7 @@ func (k keys) feedN() string             { return k.base + "feed:n" }
 func (k keys) index() string             { return k.base + "ixs" }
 func (k keys) booked() string            { return k.base + "booked" }
 func (k keys) rules() string             { return k.base + "rules" }
+func (k keys) moves() string             { return k.base + "moves" }
 
 // released is the tombstone a release of the hold (of holder tag and token) leaves
 // (release.lua): the token itself is not in the name.

@@ -144,8 +144,9 @@ func (e *Engine) HolderHolds(ctx context.Context, showID, holderID string) ([]He
 // fences and rules in PostgreSQL, its keys in Redis but the generation counter (kept,
 // so that a show created again under the same id hands out larger generations than
 // any hold of this one) and its rules key, which says the show is closed (see
-// deleteShow). ErrShowInUse when it has (or had) bookings or live holds, or another
-// DeleteShow of it runs; ErrNotFound when there is no such show. No hold is granted on
+// deleteShow). ErrShowInUse when it has (or had) bookings or live holds, or holds that
+// Reclaim or Transfer moved (their events are in the feed), or another DeleteShow of it
+// runs; ErrNotFound when there is no such show. No hold is granted on
 // the show from DeleteShow's check for live holds on, through any engine; an engine
 // that has the show cached forgets it at its next hold or waiting-room call about it,
 // or at its next rules refresh (within a second of its next call about it).
@@ -189,7 +190,7 @@ func (e *Engine) deleteShow(ctx context.Context, sh *show) error {
 }
 
 // deleteClosed deletes a show closed in Redis from PostgreSQL, unless it has a live
-// hold or a booking (ErrShowInUse).
+// hold, a booking or an event (a hold's move; ErrShowInUse).
 func (e *Engine) deleteClosed(ctx context.Context, sh *show) error {
 	held, err := e.anyHeld(ctx, sh)
 	if err != nil {
@@ -201,17 +202,24 @@ func (e *Engine) deleteClosed(ctx context.Context, sh *show) error {
 	if e.hooks.afterHeldCheck != nil {
 		e.hooks.afterHeldCheck(ctx)
 	}
+	// Moves still pending (their engine died before the relay) are history too.
+	if err := e.relayMoves(ctx, sh.id, sh.k); err != nil {
+		return err
+	}
 	return pgx.BeginTxFunc(ctx, e.pool, e.txOptions(), func(tx pgx.Tx) error {
 		q := e.q.WithTx(tx)
-		booked, err := q.ShowLockForDelete(ctx, db.ShowLockForDeleteParams{ShowID: sh.id, Epoch: sh.epoch})
+		used, err := q.ShowLockForDelete(ctx, db.ShowLockForDeleteParams{ShowID: sh.id, Epoch: sh.epoch})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return e.replaced(sh) // gone, or another show now: the next read says which
 		}
 		if err != nil {
 			return e.pgErr(err)
 		}
-		if booked {
+		if used.HasBookings {
 			return fmt.Errorf("%w: show %q has bookings (cancelled ones count: they are its history)", ErrShowInUse, sh.id)
+		}
+		if used.HasEvents {
+			return fmt.Errorf("%w: show %q has events (a hold's move, a refused confirmation): they are its history", ErrShowInUse, sh.id)
 		}
 		if _, err := q.ShowDelete(ctx, sh.id); err != nil {
 			return e.pgErr(err)

@@ -148,13 +148,14 @@ func (o *outbox) take() ([]string, []int64) {
 }
 
 // repayMarkers is the engine's background loop: every MarkerRepairInterval it deletes
-// the outbox rows whose markers it wrote, and writes the markers of rows left behind.
-// It ends when the engine is closed.
+// the outbox rows whose markers it wrote, and writes the markers of rows left behind;
+// every moveSweepEvery it starts a relay of the hold moves left pending to the event
+// feed (sweepMoves, moves.go). It ends when the engine is closed.
 func (e *Engine) repayMarkers(ctx context.Context) {
 	defer close(e.done)
 	t := time.NewTicker(e.cfg.MarkerRepairInterval)
 	defer t.Stop()
-	var probed time.Time
+	var probed, swept time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -177,6 +178,10 @@ func (e *Engine) repayMarkers(ctx context.Context) {
 		cancel()
 		if n, err := e.repayOnce(ctx); err != nil && ctx.Err() == nil {
 			e.log.WarnContext(ctx, "repair sold markers", "rows", n, "error", err)
+		}
+		if time.Since(swept) >= moveSweepEvery {
+			swept = time.Now()
+			e.sweepMoves(ctx)
 		}
 	}
 }

@@ -18,8 +18,11 @@ import (
 // refused by PostgreSQL's fence even where Redis lost the reclaim. It is one Redis
 // script, atomic with every other operation on the show. A hold a batch is committing
 // is waited for: booked, it is not returned (it is a booking now). Holds with places
-// are left as they are, and not returned. holderID must not be empty; the caller
-// vouches that it is the holder's (the HTTP API takes it from the signed identity).
+// are left as they are, and not returned. Each hold reclaimed leaves an
+// EventHoldReclaimed in the feed, written before Reclaim returns (moves.go); when they
+// cannot be written, Reclaim is ErrUnavailable with the holds moved (a retry gives them
+// fresh tokens again). holderID must not be empty; the caller vouches that it is the
+// holder's (the HTTP API takes it from the signed identity).
 func (e *Engine) Reclaim(ctx context.Context, showID, holderID string) ([]Hold, error) {
 	ctx, o := e.begin(ctx, "reclaim", showID, 0)
 	hs, err := e.reclaim(ctx, showID, holderID)
@@ -53,7 +56,7 @@ func (e *Engine) reclaimOn(ctx context.Context, sh *show, holderID string) ([]Ho
 	tag, seed := holderTag(holderID), newToken()
 	var booked []string
 	run := func() ([]any, error) {
-		args := append([]any{tag, seed}, anySlice(booked)...)
+		args := append([]any{tag, seed, holderID}, anySlice(booked)...)
 		res, err := lua.Reclaim.Run(ctx, e.scripts, []string{sh.k.gen(), sh.k.holder(tag)}, args...).Slice()
 		return res, e.redisErr(err)
 	}
@@ -68,7 +71,14 @@ func (e *Engine) reclaimOn(ctx context.Context, sh *show, holderID string) ([]Ho
 		}
 		switch status, _ := res[0].(string); status {
 		case "OK":
-			return reclaimed(sh.id, holderID, res[1:])
+			hs, err := reclaimed(sh.id, holderID, res[1:])
+			if err == nil && len(hs) > 0 {
+				err = e.movedAnswer(ctx, sh)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return hs, nil
 		case "NOSTATE":
 			if err := e.rebuildShow(ctx, sh, attempt, e.resync); err != nil {
 				return nil, err

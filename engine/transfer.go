@@ -23,9 +23,12 @@ import (
 // sale's holder limit (seats held and booked) is ErrHolderLimit, and either way nothing
 // changed. It is one Redis script, atomic with every other operation on the show; while
 // a confirmation of the hold is being committed, Transfer waits for its outcome, as
-// Release does. Only the owner can transfer (a hold that is not theirs any more is
-// ErrHoldLost); the caller vouches that h.HolderID is the caller's (the HTTP API takes
-// it from the signed identity). toHolderID must name a holder other than h's.
+// Release does. The move leaves an EventHoldTransferred in the feed, written before
+// Transfer returns (moves.go); when it cannot be written, Transfer is ErrUnavailable
+// with the hold moved, and a retry under the same idempotency key returns the new hold
+// once its event is written. Only the owner can transfer (a hold that is not theirs any
+// more is ErrHoldLost); the caller vouches that h.HolderID is the caller's (the HTTP API
+// takes it from the signed identity). toHolderID must name a holder other than h's.
 func (e *Engine) Transfer(ctx context.Context, h Hold, toHolderID string) (Hold, error) {
 	ctx, o := e.begin(ctx, "transfer", h.ShowID, len(h.SeatIDs))
 	h, err := e.transfer(ctx, h, toHolderID)
@@ -54,7 +57,7 @@ func (e *Engine) transfer(ctx context.Context, h Hold, to string) (Hold, error) 
 	if err != nil {
 		return Hold{}, err
 	}
-	fixed := []any{h.Token, h.Generation, holderTag(to), token, placeHoldID(token), e.cfg.MaxSeatsPerHolder, rules.arg}
+	fixed := []any{h.Token, h.Generation, holderTag(to), token, placeHoldID(token), e.cfg.MaxSeatsPerHolder, rules.arg, h.HolderID, to}
 	for attempt := 0; ; attempt++ {
 		res, err := e.runDecided(ctx, sh, h.Token, lua.Transfer, ks, tag, fixed, seats, key)
 		if err != nil {
@@ -68,15 +71,7 @@ func (e *Engine) transfer(ctx context.Context, h Hold, to string) (Hold, error) 
 		case "KEYREUSED":
 			return Hold{}, keyReused("IdempotencyKey")
 		case "OK":
-			gen, _ := res[1].(int64)
-			exp, _ := res[2].(int64)
-			e.wrote(sh, res[3])
-			var offer string
-			if len(res) > 4 {
-				offer, _ = res[4].(string)
-			}
-			return Hold{ShowID: sh.id, SeatIDs: fencedSeats(seats), Places: placesOf(seats), Token: token, Generation: gen,
-				ExpiresAt: time.UnixMilli(exp), HolderID: to, Offer: offer}, nil
+			return e.transferred(ctx, sh, seats, token, to, res)
 		case "LOST":
 			return Hold{}, e.lostOwned(ctx, "transfer", sh, h, ks, tag, seats, len(res) == 2)
 		case "LIMIT", "NOTADMITTED":
@@ -96,6 +91,24 @@ func (e *Engine) transfer(ctx context.Context, h Hold, to string) (Hold, error) 
 			return Hold{}, fmt.Errorf("%w: unexpected transfer script reply %v", ErrUnavailable, res)
 		}
 	}
+}
+
+// transferred is Transfer's answer to transfer.lua's "OK" reply res (its own, or the
+// first call's under the idempotency key): the hold under its new token, once the
+// show's moves are in the event feed (movedAnswer).
+func (e *Engine) transferred(ctx context.Context, sh *show, seats []string, token, to string, res []any) (Hold, error) {
+	gen, _ := res[1].(int64)
+	exp, _ := res[2].(int64)
+	e.wrote(sh, res[3])
+	var offer string
+	if len(res) > 4 {
+		offer, _ = res[4].(string)
+	}
+	if err := e.movedAnswer(ctx, sh); err != nil {
+		return Hold{}, err
+	}
+	return Hold{ShowID: sh.id, SeatIDs: fencedSeats(seats), Places: placesOf(seats), Token: token, Generation: gen,
+		ExpiresAt: time.UnixMilli(exp), HolderID: to, Offer: offer}, nil
 }
 
 // validateNewHolder checks the holder a hold or a booking moves to, from the holder

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,7 +25,7 @@ import (
 
 // Webhooks. DeliverWebhooks posts every event of the feed to one URL, per the Standard
 // Webhooks spec (https://www.standardwebhooks.com): the body is
-// {"type":"booking.<kind>","timestamp":…,"data":<the event>}, the webhook-id header is
+// {"type":<webhookType>,"timestamp":…,"data":<the event>}, the webhook-id header is
 // the event's ID (a retry has the same), webhook-timestamp the attempt's time and
 // webhook-signature "v1,<base64 HMAC-SHA256 of id.timestamp.body>" under the whsec_
 // secret. Events go one at a time in feed order, each retried with backoff until the
@@ -286,7 +287,16 @@ func webhookBody(ev Event) ([]byte, error) {
 		Type      string    `json:"type"`
 		Timestamp time.Time `json:"timestamp"`
 		Data      Event     `json:"data"`
-	}{"booking." + ev.Kind, ev.At.UTC(), ev})
+	}{webhookType(ev.Kind), ev.At.UTC(), ev})
+}
+
+// webhookType is the type of a delivery of an event of kind: "booking.<kind>" for a
+// booking's event, "hold.reclaimed" and "hold.transferred" for a hold's.
+func webhookType(kind string) string {
+	if move, ok := strings.CutPrefix(kind, "hold_"); ok {
+		return "hold." + move
+	}
+	return "booking." + kind
 }
 
 // redactURL is a request error without its URL, which may carry a secret.

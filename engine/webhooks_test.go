@@ -137,7 +137,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if err == nil {
 		err = json.Unmarshal(body, &msg)
 	}
-	if err == nil && (msg.Data.ID != req.Header.Get("webhook-id") || msg.Type != "booking."+msg.Data.Kind) {
+	if err == nil && (msg.Data.ID != req.Header.Get("webhook-id") || msg.Type != webhookType(msg.Data.Kind)) {
 		err = fmt.Errorf("webhook-id %q, type %q for event %s", req.Header.Get("webhook-id"), msg.Type, msg.Data.ID)
 	}
 	r.mu.Lock()

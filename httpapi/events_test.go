@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,4 +57,57 @@ func TestEventFeedOverHTTP(t *testing.T) {
 	a.want(a.do("GET", "/v1/events?after=nope", "", "", nil), 400, "invalid-argument")
 	a.want(a.doHeaders("GET", "/v1/events", http.Header{}, nil), 401, "unauthorized")
 	a.want(a.doOn(a.srv, "GET", "/v1/events", http.Header{}, nil), 404, "no-such-route")
+}
+
+// TestHoldMovesInTheFeedOverHTTP: GET /v1/events shows a hold's transfer (seats and
+// places) and another's reclaim, each with a null booking and the hold as the call
+// answered it (never its token), then the booking made with the reclaimed hold.
+func TestHoldMovesInTheFeedOverHTTP(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	a.want(a.do("PUT", "/v1/shows/v1", "", "", venueBody(10)), 201, "")
+	old := a.do("POST", "/v1/shows/v1/holds", "alice", "", map[string]any{"seats": []string{"A1"}, "places": places("FLOOR", 2)})
+	a.want(old, 201, "")
+	body := map[string]any{"to": "bob"}
+	for k, v := range old.body {
+		body[k] = v
+	}
+	moved := a.do("POST", "/v1/holds/transfer", "alice", "", body)
+	a.want(moved, 200, "")
+	other := a.do("POST", "/v1/shows/v1/holds", "carol", "", map[string]any{"seats": []string{"A2"}})
+	a.want(other, 201, "")
+	r := a.do("POST", "/v1/shows/v1/holds/reclaim", "carol", "", nil)
+	a.want(r, 200, "")
+	reclaimed := r.body["holds"].([]any)[0].(map[string]any)
+	a.want(a.do("POST", "/v1/bookings", "carol", "", reclaimed), 201, "")
+
+	var f reply
+	var events []any
+	for deadline := time.Now().Add(30 * time.Second); len(events) < 3 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		f = a.do("GET", "/v1/events?limit=10", "", "", nil)
+		a.want(f, 200, "")
+		events, _ = f.body["events"].([]any)
+	}
+	if len(events) != 3 {
+		t.Fatalf("events: %s", f.raw)
+	}
+	for _, tok := range []any{old.body["token"], moved.body["token"], other.body["token"], reclaimed["token"]} {
+		if strings.Contains(string(f.raw), tok.(string)) {
+			t.Fatalf("the feed names a token: %s", f.raw)
+		}
+	}
+	for i, want := range []struct {
+		kind, holder, from string
+		hold               map[string]any
+	}{{"hold_transferred", "bob", "alice", moved.body}, {"hold_reclaimed", "carol", "", reclaimed}} {
+		ev := events[i].(map[string]any)
+		hold, _ := ev["hold"].(map[string]any)
+		if ev["kind"] != want.kind || ev["booking"] != nil || hold == nil || hold["holder"] != want.holder || hold["from_holder"] != want.from ||
+			hold["generation"] != want.hold["generation"] || fmt.Sprint(hold["seats"], hold["places"]) != fmt.Sprint(want.hold["seats"], want.hold["places"]) {
+			t.Fatalf("event %d: %v, want the %s of %v", i, ev, want.kind, want.hold)
+		}
+	}
+	if ev := events[2].(map[string]any); ev["kind"] != "confirmed" || ev["hold"] != nil {
+		t.Fatalf("the booking's event: %v", ev)
+	}
 }

@@ -66,10 +66,16 @@ LIMIT @max_rows;
 
 -- name: ShowLockForDelete :one
 -- ShowLockForDelete locks the row of the show of that identity and says whether it
--- ever had a booking.
-SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_bookings
+-- ever had a booking, and whether it has events (a hold's move, a refusal), which
+-- shows_delete_unused refuses to delete it with.
+SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_bookings,
+       EXISTS (SELECT 1 FROM booking_events e WHERE e.show_id = sh.show_id) AS has_events
 FROM shows sh WHERE sh.show_id = @show_id AND sh.epoch = @epoch
 FOR UPDATE;
+
+-- name: ShowIDsAfter :many
+-- ShowIDsAfter lists a page of show ids after @after, in id order.
+SELECT show_id FROM shows WHERE show_id > @after ORDER BY show_id LIMIT @max_rows::int;
 
 -- name: ShowDelete :execrows
 -- ShowDelete removes a show and, by cascade, its seats, fences and holder counts.

@@ -39,17 +39,23 @@ func main() {
 	log.Fatal(http.ListenAndServe(*addr, h))
 }
 
-// event is what this backend reads of a delivery's data (holdfast's Event).
+// event is what this backend reads of a delivery's data (holdfast's Event): a booking's
+// change, or a hold's move (hold_reclaimed, hold_transferred), whose booking is null.
 type event struct {
 	ID      string `json:"id"`
 	Show    string `json:"show"`
-	Kind    string `json:"kind"` // confirmed, cancelled, lost
-	Booking struct {
+	Kind    string `json:"kind"` // confirmed, cancelled, transferred, lost, hold_transferred…
+	Booking *struct {
 		ID     string   `json:"id"`
 		Seats  []string `json:"seats"`
 		Holder string   `json:"holder"`
 		Status string   `json:"status"`
-	} `json:"booking"`
+	} `json:"booking,omitempty"`
+	Hold *struct {
+		Seats      []string `json:"seats"`
+		Holder     string   `json:"holder"`
+		FromHolder string   `json:"from_holder"`
+	} `json:"hold,omitempty"`
 }
 
 // receiver verifies and records deliveries.

@@ -29,9 +29,9 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// TestReceiverVerifiesHoldfastDeliveries: an engine delivers a booking's events to the
-// example receiver, which records each once; a delivery signed with another secret, or
-// altered, is refused with 401.
+// TestReceiverVerifiesHoldfastDeliveries: an engine delivers a booking's events and a
+// hold's transfer to the example receiver, which records each once; a delivery signed
+// with another secret, or altered, is refused with 401.
 func TestReceiverVerifiesHoldfastDeliveries(t *testing.T) {
 	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("example-secret-of-24-bytes"))
 	var out syncBuffer
@@ -63,13 +63,20 @@ func TestReceiverVerifiesHoldfastDeliveries(t *testing.T) {
 	if err := e.Cancel(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
+	h, err = e.Hold(ctx, engine.HoldRequest{ShowID: "gala", SeatIDs: []string{"A1"}, TTL: time.Minute, HolderID: "bob"})
+	if err == nil {
+		_, err = e.Transfer(ctx, h, "cy")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	dctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		done <- e.DeliverWebhooks(dctx, engine.WebhookConfig{URL: srv.URL + "/hooks", Secret: secret, Poll: 20 * time.Millisecond})
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(out.String(), "\n") < 2 && time.Now().Before(deadline) {
+	for strings.Count(out.String(), "\n") < 3 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
@@ -77,8 +84,9 @@ func TestReceiverVerifiesHoldfastDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], `"kind":"confirmed"`) || !strings.Contains(lines[1], `"kind":"cancelled"`) ||
-		!strings.Contains(lines[0], b.ID.String()) {
+	if len(lines) != 3 || !strings.Contains(lines[0], `"kind":"confirmed"`) || !strings.Contains(lines[1], `"kind":"cancelled"`) ||
+		!strings.Contains(lines[0], b.ID.String()) || !strings.Contains(lines[2], `"kind":"hold_transferred"`) ||
+		!strings.Contains(lines[2], `"holder":"cy","from_holder":"bob"`) {
 		t.Fatalf("recorded:\n%s", out.String())
 	}
 

@@ -9,8 +9,9 @@
 --                                            seat's bucket: a show's seats are split, in sorted
 --                                            order, into buckets of 100 so that Redis keeps each
 --                                            hash as a compact listpack
--- (and two keys each script derives from the counter's, under the same hash tag: the
--- change feed <base>feed and its entry counter <base>feed:n; see feed below)
+-- (and keys each script derives from the counter's, under the same hash tag: the
+-- change feed <base>feed and its entry counter <base>feed:n, see feed below; the hold
+-- moves <base>moves, see move_log)
 -- and ARGV[1] is always the holder tag ("" or 32 lowercase hex digits), then the
 -- script's own fixed arguments, then the seat ids (and, for mark, one marker each).
 
@@ -183,6 +184,21 @@ end
 local function is_sold(v) return v and string.sub(v, 1, 1) ~= "-" end
 
 local function seat(i, fixed) return ARGV[fixed + i] end
+
+-- Hold moves. reclaim.lua and transfer.lua log each hold they give a new token in the
+-- show's stream <base>moves, in the script that moves it, for the engine to write to the
+-- event feed in PostgreSQL and then delete (engine/moves.go): the stream holds the
+-- moves whose events are not in the feed yet, and is never trimmed. An entry's fields:
+--   k  the event's kind: hold_reclaimed or hold_transferred
+--   m  the move's id: the SHA-1 of "holdfast-move:" and the new token (every move has a
+--      new token, so its own id; the token itself never leaves the hold keys)
+--   g  the new generation                 x  the hold's expiry (ms, Redis clock)
+--   s  the hold's seats and place keys, space-separated
+--   h  the holder's id now                f  the holder's id before ("" for a reclaim)
+local function move_log(kind, token, gen, exp, seats, holder, from)
+    redis.call("XADD", BASE .. "moves", "*", "k", kind, "m", redis.sha1hex("holdfast-move:" .. token),
+        "g", int(gen), "x", int(exp), "s", table.concat(seats, " "), "h", holder, "f", from)
+end
 
 -- seat_list joins the seat arguments (after fixed) with spaces.
 local function seat_list(fixed)

@@ -2,14 +2,16 @@
 -- buyer who moved to another device). Each hold keeps its seats and its expiry; its old
 -- token stops working at once (owned finds another token), and its new generation, from
 -- the show's counter, is larger than any the database has fenced, so a confirmation
--- made with the old hold is refused by the fence too.
+-- made with the old hold is refused by the fence too. Each hold's move is logged in the
+-- show's hold moves (common.lua: move_log) for the event feed.
 --
 -- KEYS[1]    <base>gen             the show's generation counter
 -- KEYS[2]    <base>holder:<tag>    the holder's live seats (zset seat -> expiry ms)
 -- ARGV[1]    holder tag (32 lowercase hex digits: an anonymous hold has no holder)
 -- ARGV[2]    seed: 32 lowercase hex digits, random per call; a hold's new token is the
 --            first 32 hex digits of sha1(seed .. old token)
--- ARGV[3..]  tokens of holds to leave alone: their batch booked them (their sold
+-- ARGV[3]    the holder's id (for the moves' log)
+-- ARGV[4..]  tokens of holds to leave alone: their batch booked them (their sold
 --            markers are owed)
 --
 -- The hold keys are <base>hold:<seat>, under the show's hash tag like KEYS. A hold with
@@ -24,8 +26,8 @@
 -- once the database says that batch booked nothing, and asks again), or {"NOSTATE"}
 -- when the counter is missing (Redis lost the show: the engine rebuilds it first).
 
-local tag, seed = ARGV[1], ARGV[2]
-if #KEYS ~= 2 or #ARGV < 2 then return bad("argument count") end
+local tag, seed, holder = ARGV[1], ARGV[2], ARGV[3]
+if #KEYS ~= 2 or #ARGV < 3 then return bad("argument count") end
 if not is_hex(tag, 32) then return bad("holder tag") end
 if not is_hex(seed, 32) then return bad("seed") end
 if string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
@@ -33,7 +35,7 @@ BASE = string.sub(KEYS[1], 1, -4)
 if KEYS[2] ~= BASE .. "holder:" .. tag then return bad("keys") end
 if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
 local booked = {}
-for i = 3, #ARGV do booked[ARGV[i]] = true end
+for i = 4, #ARGV do booked[ARGV[i]] = true end
 
 local now = now_ms()
 redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now)
@@ -79,6 +81,7 @@ for _, t in ipairs(order) do
         local token = string.sub(redis.sha1hex(seed .. t), 1, 32)
         local value = token .. ":" .. int(gen) .. ":" .. hd.created .. ":" .. tag
         for _, s in ipairs(hd.seats) do redis.call("SET", BASE .. "hold:" .. s, value, "KEEPTTL") end
+        move_log("hold_reclaimed", token, gen, hd.at, hd.seats, holder, "")
         out[#out + 1] = token
         out[#out + 1] = gen
         out[#out + 1] = hd.at

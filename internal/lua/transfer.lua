@@ -4,7 +4,8 @@
 -- new generation, from the show's counter, is larger than any the database has fenced,
 -- so a confirmation made with the old hold is refused by the fence too. The new holder
 -- is counted as a hold of the seats would count them: the waiting room must admit them
--- now, and the holder cap and the sale's holder limit must have room.
+-- now, and the holder cap and the sale's holder limit must have room. The move is logged
+-- in the show's hold moves (common.lua: move_log) for the event feed.
 --
 -- KEYS       the common layout (common.lua), for every seat and place key of the hold;
 --            KEYS[2] is the holder's now (the hold's), and the new holder's zset is
@@ -17,7 +18,9 @@
 -- ARGV[6]    the hold id of the new token's place keys (16 hex digits, see common.lua)
 -- ARGV[7]    holder cap: seats a holder may hold at once in this show, 0 = no cap
 -- ARGV[8]    the show's sale rules as the engine has them (see sale_rules in common.lua)
--- ARGV[9..]  seat ids, then place keys (the hold as it is)
+-- ARGV[9]    the holder's id (the hold's; "" for none), for the moves' log
+-- ARGV[10]   the new holder's id, for the moves' log
+-- ARGV[11..] seat ids, then place keys (the hold as it is)
 --
 -- A place key is renamed to the new hold id's (place_rename); a seat keeps its key.
 --
@@ -32,7 +35,7 @@
 -- {"LIMIT", held} (the new holder's cap), {"LIMIT", held and booked, limit} (the sale's
 -- holder limit), {"NOTADMITTED"}, {"NOSTATE"}, {"STALE"} or {"CLOSED"} (as hold.lua).
 
-local F = 8
+local F = 10
 local I, ierr = idem_open()
 if not I then return ierr end
 local n, err = hold_layout(F)
@@ -70,7 +73,7 @@ if refused then return refused end
 local exp = redis.call("PEXPIRETIME", hk(1))
 local g = redis.call("INCR", KEYS[1])
 local value = new_token .. ":" .. int(g) .. ":" .. int(created) .. ":" .. to_tag
-local gone, moved = {}, {}
+local gone, moved, now_all = {}, {}, {}
 for i = 1, n do
     local s, now_s = seat(i, F), seat(i, F)
     if is_place(s) then
@@ -82,8 +85,10 @@ for i = 1, n do
     end
     redis.call("ZADD", to_key, exp, now_s)
     redis.call("SET", BASE .. "hold:" .. now_s, value, "KEEPTTL")
+    now_all[i] = now_s
 end
 if redis.call("PTTL", to_key) < exp - now then redis.call("PEXPIREAT", to_key, exp) end
 local id = ""
 if #moved > 0 then id = feed({"d", table.concat(gone, " "), "h", table.concat(moved, " "), "x", int(exp)}) end
+move_log("hold_transferred", new_token, g, exp, now_all, ARGV[10], ARGV[9])
 return idem_keep(I, new_token, {"OK", g, exp, id, offer_move(token, new_token)}, 4)

@@ -61,12 +61,14 @@ func (e EventBookingStatus) Valid() bool {
 
 // Defines values for EventKind.
 const (
-	EventCancelled      EventKind = "cancelled"
-	EventConfirmed      EventKind = "confirmed"
-	EventExchanged      EventKind = "exchanged"
-	EventLost           EventKind = "lost"
-	EventSeatsCancelled EventKind = "seats_cancelled"
-	EventTransferred    EventKind = "transferred"
+	EventCancelled       EventKind = "cancelled"
+	EventConfirmed       EventKind = "confirmed"
+	EventExchanged       EventKind = "exchanged"
+	EventHoldReclaimed   EventKind = "hold_reclaimed"
+	EventHoldTransferred EventKind = "hold_transferred"
+	EventLost            EventKind = "lost"
+	EventSeatsCancelled  EventKind = "seats_cancelled"
+	EventTransferred     EventKind = "transferred"
 )
 
 // Valid indicates whether the value is a known member of the EventKind enum.
@@ -77,6 +79,10 @@ func (e EventKind) Valid() bool {
 	case EventConfirmed:
 		return true
 	case EventExchanged:
+		return true
+	case EventHoldReclaimed:
+		return true
+	case EventHoldTransferred:
 		return true
 	case EventLost:
 		return true
@@ -370,12 +376,12 @@ type BookingStatus string
 // Category An optional category (a price band, a seating class): empty for none, else a label as a section's. A seat's category is its section's: every seat of a section has the same.
 type Category = string
 
-// Event A change to a booking; also the `data` of a webhook delivery, whose `webhook-id` is `id`.
+// Event A change to a booking, or a hold's move; also the `data` of a webhook delivery, whose `webhook-id` is `id` and whose `type` is `booking.<kind>`, or `hold.reclaimed` and `hold.transferred` for a hold's move.
 type Event struct {
 	At time.Time `json:"at"`
 
-	// Booking The booking as the event left it. For `lost`, `id` is the zero UUID when Redis did not know it, `holder` is empty and `confirmed_at` null.
-	Booking struct {
+	// Booking The booking as the event left it; null for a hold's event. For `lost`, `id` is the zero UUID when Redis did not know it, `holder` is empty and `confirmed_at` null.
+	Booking *struct {
 		CancelledAt *time.Time         `json:"cancelled_at"`
 		ConfirmedAt *time.Time         `json:"confirmed_at"`
 		Generation  int                `json:"generation"`
@@ -385,6 +391,27 @@ type Event struct {
 		Show        ID                 `json:"show"`
 		Status      EventBookingStatus `json:"status"`
 	} `json:"booking"`
+
+	// Hold The hold of a `hold_reclaimed` or `hold_transferred` event, as the move left it (its token is never in an event); left out for a booking's event.
+	Hold *struct {
+		ExpiresAt time.Time `json:"expires_at"`
+
+		// FromHolder The hold's holder before a `hold_transferred` (empty for a hold that had none); empty for `hold_reclaimed`, whose holder stays.
+		FromHolder string `json:"from_holder"`
+
+		// Generation The hold's new generation.
+		Generation int `json:"generation"`
+
+		// Holder The hold's holder now.
+		Holder string `json:"holder"`
+
+		// Places Places of standing areas, an area at most once (left out when none).
+		Places *PlacesList `json:"places,omitempty"`
+
+		// Seats The seats of a hold or a booking; empty when it has only places.
+		Seats HeldSeatIDs `json:"seats"`
+		Show  ID          `json:"show"`
+	} `json:"hold,omitempty"`
 
 	// Id The event's place in the feed: opaque, ordered as a string.
 	Id   string    `json:"id"`
@@ -1584,7 +1611,11 @@ type ClientInterface interface {
 	// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 	// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 	// failover lost a confirmed booking; its seats are sellable again) — written in the
-	// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
+	// transaction of the change, and every hold that moved to a new token —
+	// `hold_reclaimed` (one per hold a reclaim gave a new token), `hold_transferred` (a
+	// hold moved to another holder) — written before the move's answer, with `booking`
+	// null and the hold in `hold` (never its token); oldest first. A booking made with a
+	// moved hold comes after the move. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
 	// nothing is new.
@@ -1675,8 +1706,9 @@ type ClientInterface interface {
 	//
 	// Its seats, fences and rules go from PostgreSQL, its keys from Redis but its
 	// generation counter (a show created again under the id hands out larger
-	// generations). 409 `show-in-use` when it has bookings (cancelled ones count) or
-	// live holds; nothing is deleted then.
+	// generations). 409 `show-in-use` when it has bookings (cancelled ones count),
+	// live holds or events (a hold that moved: reclaimed or transferred); nothing is
+	// deleted then.
 	//
 	// Corresponds with DELETE /v1/shows/{show} (the `DeleteShow` operationId).
 	DeleteShow(ctx context.Context, show Show, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2203,7 +2235,11 @@ func (c *Client) PostDemoIdentity(ctx context.Context, reqEditors ...RequestEdit
 // it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 // (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 // failover lost a confirmed booking; its seats are sellable again) — written in the
-// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
+// transaction of the change, and every hold that moved to a new token —
+// `hold_reclaimed` (one per hold a reclaim gave a new token), `hold_transferred` (a
+// hold moved to another holder) — written before the move's answer, with `booking`
+// null and the hold in `hold` (never its token); oldest first. A booking made with a
+// moved hold comes after the move. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
 // nothing is new.
@@ -2414,8 +2450,9 @@ func (c *Client) ListShows(ctx context.Context, params *ListShowsParams, reqEdit
 //
 // Its seats, fences and rules go from PostgreSQL, its keys from Redis but its
 // generation counter (a show created again under the id hands out larger
-// generations). 409 `show-in-use` when it has bookings (cancelled ones count) or
-// live holds; nothing is deleted then.
+// generations). 409 `show-in-use` when it has bookings (cancelled ones count),
+// live holds or events (a hold that moved: reclaimed or transferred); nothing is
+// deleted then.
 //
 // Corresponds with DELETE /v1/shows/{show} (the `DeleteShow` operationId).
 func (c *Client) DeleteShow(ctx context.Context, show Show, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5108,7 +5145,11 @@ type ClientWithResponsesInterface interface {
 	// it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 	// (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 	// failover lost a confirmed booking; its seats are sellable again) — written in the
-	// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
+	// transaction of the change, and every hold that moved to a new token —
+	// `hold_reclaimed` (one per hold a reclaim gave a new token), `hold_transferred` (a
+	// hold moved to another holder) — written before the move's answer, with `booking`
+	// null and the hold in `hold` (never its token); oldest first. A booking made with a
+	// moved hold comes after the move. Pass `next` as `after` to read on: a consumer that
 	// resumes from its last cursor misses none and sees none twice, in order, across
 	// restarts and a failover to a synchronous standby. `next` is `after` itself when
 	// nothing is new.
@@ -5207,8 +5248,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Its seats, fences and rules go from PostgreSQL, its keys from Redis but its
 	// generation counter (a show created again under the id hands out larger
-	// generations). 409 `show-in-use` when it has bookings (cancelled ones count) or
-	// live holds; nothing is deleted then.
+	// generations). 409 `show-in-use` when it has bookings (cancelled ones count),
+	// live holds or events (a hold that moved: reclaimed or transferred); nothing is
+	// deleted then.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8757,7 +8799,11 @@ func (c *ClientWithResponses) PostDemoIdentityWithResponse(ctx context.Context, 
 // it cancelled), `exchanged` (part of it given back for a new hold), `transferred`
 // (an operator moved it to another holder: its `holder` is the new one), `lost` (a
 // failover lost a confirmed booking; its seats are sellable again) — written in the
-// transaction of the change, oldest first. Pass `next` as `after` to read on: a consumer that
+// transaction of the change, and every hold that moved to a new token —
+// `hold_reclaimed` (one per hold a reclaim gave a new token), `hold_transferred` (a
+// hold moved to another holder) — written before the move's answer, with `booking`
+// null and the hold in `hold` (never its token); oldest first. A booking made with a
+// moved hold comes after the move. Pass `next` as `after` to read on: a consumer that
 // resumes from its last cursor misses none and sees none twice, in order, across
 // restarts and a failover to a synchronous standby. `next` is `after` itself when
 // nothing is new.
@@ -8928,8 +8974,9 @@ func (c *ClientWithResponses) ListShowsWithResponse(ctx context.Context, params 
 //
 // Its seats, fences and rules go from PostgreSQL, its keys from Redis but its
 // generation counter (a show created again under the id hands out larger
-// generations). 409 `show-in-use` when it has bookings (cancelled ones count) or
-// live holds; nothing is deleted then.
+// generations). 409 `show-in-use` when it has bookings (cancelled ones count),
+// live holds or events (a hold that moved: reclaimed or transferred); nothing is
+// deleted then.
 //
 // Returns a wrapper object for the known response body format(s).
 //
