@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -102,7 +104,8 @@ func eventFromRow(r db.EventsAfterRow) Event {
 	if r.Kind == EventHoldReclaimed || r.Kind == EventHoldTransferred {
 		return Event{ID: formatCursor(r.Txid, r.EventID), ShowID: r.ShowID, Kind: r.Kind, At: r.At, Hold: holdMoveOf(r)}
 	}
-	b := Booking{ID: r.BookingID.UUID, ShowID: r.ShowID, SeatIDs: r.SeatIds, Generation: r.Generation, HolderID: r.HolderID}
+	b := Booking{ID: r.BookingID.UUID, ShowID: r.ShowID, SeatIDs: fencedSeats(r.SeatIds), Places: areaTotals(r.SeatIds),
+		Generation: r.Generation, HolderID: r.HolderID}
 	if r.BookingConfirmedAt != nil {
 		b.ConfirmedAt = *r.BookingConfirmedAt
 	}
@@ -116,6 +119,22 @@ func eventFromRow(r db.EventsAfterRow) Event {
 		b.Status = BookingLost
 	}
 	return Event{ID: formatCursor(r.Txid, r.EventID), ShowID: r.ShowID, Kind: r.Kind, At: r.At, Booking: b}
+}
+
+// areaTotals is the places that the place keys among keys name, one Places per area
+// (in area order), as a booking has them; nil for none.
+func areaTotals(keys []string) []Places {
+	var out []Places
+	for _, p := range placesOf(keys) {
+		i := slices.IndexFunc(out, func(q Places) bool { return q.AreaID == p.AreaID })
+		if i < 0 {
+			out = append(out, p)
+		} else {
+			out[i].Count += p.Count
+		}
+	}
+	slices.SortFunc(out, func(a, b Places) int { return strings.Compare(a.AreaID, b.AreaID) })
+	return out
 }
 
 // A cursor is the transaction id and the event id, 16 hex digits each: string order is

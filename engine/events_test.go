@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -333,4 +334,43 @@ func waitEvents(t *testing.T, e *Engine, after string, n int) ([]Event, string) 
 		got, after = append(got, events...), next
 	}
 	return got, after
+}
+
+// TestEventsOfABookingWithPlaces: an event of a booking of seats and places says its
+// seats as seat ids and its places as places per area, as the booking does — never a
+// place key among the seats.
+func TestEventsOfABookingWithPlaces(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	show := "evp-" + testsvc.RandomName("s")
+	v.areaVenue(show, 10)
+	b := v.bookPlaces(show, "ann", 3, "A1")
+	if _, err := v.e.CancelSeats(t.Context(), b.ID, nil, []Places{{AreaID: "FLOOR", Count: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var mine []Event
+	for after := ""; ; {
+		evs, next, err := v.e.Events(t.Context(), after, MaxEventsPage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.ShowID == show {
+				mine = append(mine, ev)
+			}
+		}
+		if next == after {
+			break
+		}
+		after = next
+	}
+	if len(mine) != 2 {
+		t.Fatalf("%d events of the show, want 2: %+v", len(mine), mine)
+	}
+	for i, want := range []int{3, 2} {
+		got := mine[i].Booking
+		if !slices.Equal(got.SeatIDs, []string{"A1"}) || !slices.Equal(got.Places, []Places{{AreaID: "FLOOR", Count: want}}) {
+			t.Errorf("event %d (%s): seats %v, places %v; want [A1] and %d of FLOOR", i, mine[i].Kind, got.SeatIDs, got.Places, want)
+		}
+	}
 }
