@@ -20,9 +20,10 @@ import (
 // cancellation, the rest of a partial confirmation, an expiry — the first entry (in the
 // order of joining) whose count fits is offered a hold of them, for the entry's
 // OfferTTL and counted against the holder's limits like any hold of theirs. The offer
-// is made inside the Redis script that frees them (internal/lua/common.lua: wl_flush),
+// is made inside the Redis script that frees them (internal/lua/common.lua: wl_lib),
 // atomic with it: no offer is made twice, no freed seat goes to two holders, and a seat
-// offered never shows free on a map nor goes to another buyer meanwhile. A seat freed
+// offered never shows free on a map nor goes to another buyer meanwhile (a script makes
+// at most 32 offers; the sweep makes the rest). A seat freed
 // by its hold's expiry is offered by the first script that finds it expired: a hold
 // or best-available hold that asks for it (which then finds it offered), or the
 // engine's waitlist loop (waitlistLoop), which sweeps every show with a waitlist
@@ -61,18 +62,23 @@ type WaitEntry struct {
 	Offer *Hold
 }
 
-// waitlistSweep is how often the waitlist loop sweeps a show with a waitlist; a show
-// whose waitlists are empty is swept every waitlistIdleSweep.
-const (
-	waitlistSweep     = 200 * time.Millisecond
-	waitlistIdleSweep = 5 * time.Second
-)
+// waitlistSweep is how often the waitlist loop sweeps a show with a waitlist entry
+// waiting or offered.
+const waitlistSweep = 200 * time.Millisecond
+
+// maxSweepRounds bounds the sweep calls one tick makes of a show while each stops at its
+// bound of offers (wl.lua: 32 a call).
+const maxSweepRounds = 32
 
 // JoinWaitlist puts a holder on a show's waitlist for a category, once per (show,
 // holder, category): a holder already waiting, or offered a hold, gets their entry as
 // it is; one whose offer expired joins again at the end of the line. When the category
-// has enough free now, the offer is made at once. A count past the holder's limits is
-// ErrInvalidArgument; a category with neither seats nor areas in the show, ErrNotFound.
+// has enough free now, the offer is made at once. A join is a way to seats, so it is
+// refused as a hold would be: on a show with a waiting room, a holder not admitted now
+// is ErrNotAdmitted; a count the holder's bookings leave no room for under the sale's
+// holder limit is ErrHolderLimit. A count past the holder's caps or past what the
+// category has (its seats, or the places of its largest area) is ErrInvalidArgument; a
+// category with neither seats nor areas in the show, ErrNotFound. Each changes nothing.
 func (e *Engine) JoinWaitlist(ctx context.Context, r WaitRequest) (WaitEntry, error) {
 	ctx, o := e.begin(ctx, "join_waitlist", r.ShowID, r.Count)
 	w, err := e.joinWaitlist(ctx, r)
@@ -102,7 +108,7 @@ func (e *Engine) joinWaitlist(ctx context.Context, r WaitRequest) (WaitEntry, er
 		if lim := rules.r.HolderLimit; lim > 0 && r.Count > lim {
 			return WaitEntry{}, invalid("WaitRequest.Count", "%d is past the show's holder limit of %d", r.Count, lim)
 		}
-		secs, areas, err := e.waitCategory(ctx, sh, r.Category)
+		secs, areas, err := e.waitCategory(ctx, sh, r.Category, r.Count)
 		if err != nil {
 			return WaitEntry{}, err
 		}
@@ -159,21 +165,32 @@ func validateWaiter(showID, holderID, category string) error {
 // waitCategory is the category's seats and areas as wl.lua takes them: the section
 // numbers of the best-available index (built first when the category has seats) and
 // "<area>@<marker bucket>" of its areas, each space-separated. A category the show has
-// neither of is ErrNotFound.
-func (e *Engine) waitCategory(ctx context.Context, sh *show, category string) (secs, areas string, err error) {
+// neither of is ErrNotFound; a count it could never offer (more than its seats and than
+// the places of its largest area), ErrInvalidArgument.
+func (e *Engine) waitCategory(ctx context.Context, sh *show, category string, count int) (secs, areas string, err error) {
 	var ns, as []string
 	for n, bs := range sh.sections {
 		if bs.category == category {
 			ns = append(ns, strconv.Itoa(n))
 		}
 	}
+	most := 0 // what one offer of the category can hold
+	for _, s := range sh.layout {
+		if s.Category == category {
+			most++
+		}
+	}
 	for i, a := range sh.areas {
 		if a.Category == category {
 			as = append(as, a.ID+"@"+strconv.Itoa(areaBucketBase+i))
+			most = max(most, a.Capacity)
 		}
 	}
 	if len(ns) == 0 && len(as) == 0 {
 		return "", "", e.unknownSeat(ctx, sh, notFound("seats or areas of category %q in show %q", category, sh.id))
+	}
+	if count > most {
+		return "", "", invalid("WaitRequest.Count", "%d is more than category %q of show %q could ever offer (%d)", count, category, sh.id, most)
 	}
 	if len(ns) > 0 {
 		if err := e.rebuildShow(ctx, sh, 0, e.buildIndex); err != nil {
@@ -194,6 +211,9 @@ func (e *Engine) waitCall(ctx context.Context, sh *show, holderID, category stri
 		switch status, _ := res[0].(string); status {
 		case "OK":
 			return waitEntryOf(sh.id, holderID, category, res)
+		case "NOTADMITTED", "LIMIT":
+			count, _ := args[4].(int)
+			return WaitEntry{}, e.saleRefusal(sh, res, count)
 		case "NONE":
 			return WaitEntry{}, notFound("waitlist entry of this holder for category %q in show %q", category, sh.id)
 		case "STALE", "CLOSED":
@@ -277,25 +297,64 @@ func (e *Engine) waitlistLoop(ctx context.Context) {
 }
 
 // waitlistShows is the shows with a waitlist entry waiting or offered now, by one
-// pipeline; none when Redis does not answer (the next tick asks again).
+// pipeline; none when Redis does not answer (the next tick asks again). The others
+// leave the set (idle).
 func (e *Engine) waitlistShows(ctx context.Context) []string {
 	ids, err := e.rdb.SMembers(ctx, e.waitlistsKey()).Result()
 	if err != nil || len(ids) == 0 {
 		return nil
 	}
-	pipe := e.rdb.Pipeline()
-	on := make([]*redis.IntCmd, len(ids))
-	for i, id := range ids {
-		on[i] = pipe.Exists(ctx, newKeys(e.cfg.KeyPrefix, id).base+"wl:on")
+	on := e.waitlistsOn(ctx, ids)
+	if on == nil {
+		return nil
 	}
-	_, _ = pipe.Exec(ctx)
-	var live []string
+	var live, idle []string
 	for i, id := range ids {
-		if on[i].Val() == 1 {
+		if on[i] {
 			live = append(live, id)
+		} else {
+			idle = append(idle, id)
 		}
 	}
+	e.idleWaitlists(ctx, idle)
 	return live
+}
+
+// waitlistsOn says, by one pipeline, which of the shows have a waitlist entry waiting or
+// offered; nil when Redis does not answer.
+func (e *Engine) waitlistsOn(ctx context.Context, ids []string) []bool {
+	pipe := e.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.Exists(ctx, newKeys(e.cfg.KeyPrefix, id).base+"wl:on")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil
+	}
+	on := make([]bool, len(ids))
+	for i, c := range cmds {
+		on[i] = c.Val() == 1
+	}
+	return on
+}
+
+// idleWaitlists takes shows without an entry out of the set the loops sweep, and puts
+// back any that a join gave an entry meanwhile (a join adds its show after its script:
+// a removal between the two is undone by the join, one before the script by this
+// second look).
+func (e *Engine) idleWaitlists(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	if err := e.rdb.SRem(ctx, e.waitlistsKey(), anySlice(ids)...).Err(); err != nil {
+		return
+	}
+	on := e.waitlistsOn(ctx, ids)
+	for i, id := range ids {
+		if on == nil || on[i] { // when Redis cannot say, all go back
+			e.waitlisted(ctx, id)
+		}
+	}
 }
 
 // sweepWaitlists runs wl.lua's sweep on a show. A show deleted since leaves the set.
@@ -305,12 +364,17 @@ func (e *Engine) sweepWaitlists(ctx context.Context, showID string) error {
 		if err != nil {
 			return struct{}{}, err
 		}
-		res, err := lua.Wait.Run(ctx, e.scripts, []string{sh.k.gen()}, "sweep", rules.arg, "", "").Slice()
-		if err != nil {
-			return struct{}{}, e.redisErr(err)
-		}
-		if status, _ := res[0].(string); status == "STALE" || status == "CLOSED" {
-			return struct{}{}, e.metChange(ctx, sh, status)
+		for range maxSweepRounds {
+			res, err := lua.Wait.Run(ctx, e.scripts, []string{sh.k.gen()}, "sweep", rules.arg, "", "").Slice()
+			if err != nil {
+				return struct{}{}, e.redisErr(err)
+			}
+			if status, _ := res[0].(string); status == "STALE" || status == "CLOSED" {
+				return struct{}{}, e.metChange(ctx, sh, status)
+			}
+			if more, _ := res[len(res)-1].(int64); len(res) < 3 || more == 0 {
+				break
+			}
 		}
 		return struct{}{}, nil
 	})

@@ -307,7 +307,9 @@ func (a *addrHolds) of(show, addr string) *heldSeats {
 }
 
 // reserve counts n more seats, or reports false past the cap; done settles the
-// reservation with the hold's generation and expiry (ok) or drops it.
+// reservation with the hold's generation and expiry (ok) or drops it. A generation of
+// 0 keeps the reservation as it is, until then (a waitlist entry's count: it has no
+// hold yet).
 func (a *addrHolds) reserve(show, addr string, n int) (done func(gen int64, until time.Time, ok bool), allowed bool) {
 	h := a.of(show, addr)
 	h.mu.Lock()
@@ -330,6 +332,9 @@ func (a *addrHolds) reserve(show, addr string, n int) (done func(gen int64, unti
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		delete(h.holds, key)
+		if ok && gen == 0 {
+			gen = key
+		}
 		if ok {
 			h.holds[gen] = heldHold{seats: n, until: until}
 		}

@@ -377,9 +377,7 @@ func (s *Server) postHold(w http.ResponseWriter, r *http.Request, holder string)
 	}
 	done, ok := s.addrHolds.reserve(r.PathValue("show"), clientAddrOf(r), n)
 	if !ok {
-		s.refused.WithLabelValues("address-seats").Inc()
-		writeProblem(w, http.StatusConflict, "address-limit", "Address seat limit reached",
-			"this address holds too many seats of the show already ("+strconv.Itoa(s.opts.MaxSeatsPerAddress)+" at most); confirm or release some")
+		s.addressSeatsRefused(w)
 		return
 	}
 	var h engine.Hold
@@ -599,4 +597,12 @@ func (c *readyCache) check(ctx context.Context, check func(context.Context) erro
 		return struct{}{}, err
 	})
 	return err
+}
+
+// addressSeatsRefused answers a hold or a waitlist join past the address's seats of the
+// show (Options.MaxSeatsPerAddress).
+func (s *Server) addressSeatsRefused(w http.ResponseWriter) {
+	s.refused.WithLabelValues("address-seats").Inc()
+	writeProblem(w, http.StatusConflict, "address-limit", "Address seat limit reached",
+		"this address holds too many seats of the show already ("+strconv.Itoa(s.opts.MaxSeatsPerAddress)+" at most); confirm or release some")
 }

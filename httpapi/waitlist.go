@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -54,11 +55,24 @@ func (s *Server) postWaitlist(w http.ResponseWriter, r *http.Request, holder str
 		}
 		ttl = d
 	}
+	// The count is the address's as a hold's seats are (MaxSeatsPerAddress): held by its
+	// offer when made at once, else for the offer's TTL from the join.
+	done, ok := s.addrHolds.reserve(r.PathValue("show"), clientAddrOf(r), max(*body.Count, 0))
+	if !ok {
+		s.addressSeatsRefused(w)
+		return
+	}
 	e, err := s.e.JoinWaitlist(r.Context(), engine.WaitRequest{ShowID: r.PathValue("show"), HolderID: holder,
 		Category: body.Category, Count: *body.Count, OfferTTL: ttl})
-	if err != nil {
+	switch {
+	case err != nil:
+		done(0, time.Time{}, false)
 		s.fail(w, r, err)
 		return
+	case e.Offer != nil:
+		done(e.Offer.Generation, e.Offer.ExpiresAt, true)
+	default:
+		done(0, time.Now().Add(cmp.Or(ttl, waitCounted)), true)
 	}
 	writeJSON(w, http.StatusCreated, toWaitEntryJSON(e))
 }
@@ -75,6 +89,10 @@ func (s *Server) getWaitlist(w http.ResponseWriter, r *http.Request, holder stri
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, toWaitEntryJSON(e))
 }
+
+// waitCounted is how long a waiting entry's count stays its address's without an
+// offer_ttl_ms: the engine's default hold TTL.
+const waitCounted = 5 * time.Minute
 
 // waitEventEvery is how often a waitlist entry's event stream reads the entry.
 const waitEventEvery = 500 * time.Millisecond

@@ -216,7 +216,10 @@ for _, sec in ipairs(sections) do
         local k = reap(sec, 500)
         reaped = reaped + k
         if k < 500 then break end
-        if reaped >= REAP_MAX then return {"AGAIN"} end
+        if reaped >= REAP_MAX then
+            wl_run(now) -- what it gave back of a waitlisted category goes to the waitlist first
+            return {"AGAIN"}
+        end
     end
 end
 -- What the reaping freed of a category with a waitlist goes to the waitlist first.

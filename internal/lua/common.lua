@@ -301,7 +301,8 @@ end
 -- call's view of them: on (nil until asked: does the show have a waitlist entry waiting
 -- or offered, <base>wl:on), the categories whose seats or places this call freed
 -- (dirty), the seat arguments it offered (taken) and the feed entries of its offers.
-local WL = {dirty = {}, any = false, taken = {}, feeds = {}}
+local WL = {dirty = {}, any = false, taken = {}, feeds = {}, offers = 0, more = false}
+local WL_OFFERS = 32 -- offers one call makes at most (offer_cat)
 
 -- wl_dirty: a seat of section number sec ("s" .. sec) or a place of area a ("a" .. a) has
 -- come free; its category is offered to its waitlist before the call ends.
@@ -577,6 +578,7 @@ local function place_rename(i, s, to, exp, from_z, to_z)
         redis.call("ZREM", BASE .. "ax:" .. a, s)
         redis.call("ZADD", BASE .. "ax:" .. a, ax, to)
         redis.call("HINCRBY", BASE .. "ar:" .. a, "h", k - c)
+        if k < c then wl_dirty("a" .. a) end
     end
 end
 
@@ -770,11 +772,12 @@ local function wl_lib()
     end
 
     -- next: the first entry of cat, by join number, whose count is at most free and whose
-    -- holder may hold it now (among the first 16 waiting for each count): its tag and entry.
+    -- holder may hold it now (among the first 64 waiting for each count: an entry behind
+    -- 64 whose holders may not hold that many now waits): its tag and entry.
     function L.next(cat, free, r, now)
         local best, btag, bE
         for _, k in ipairs(redis.call("ZRANGE", BASE .. "wl:qc:" .. cat, 0, free, "BYSCORE")) do
-            local heads = redis.call("ZRANGE", BASE .. "wl:q:" .. cat .. ":" .. k, 0, 15, "WITHSCORES")
+            local heads = redis.call("ZRANGE", BASE .. "wl:q:" .. cat .. ":" .. k, 0, 63, "WITHSCORES")
             for j = 1, #heads, 2 do
                 local seq = tonumber(heads[j + 1])
                 if best and seq > best then break end
@@ -885,61 +888,73 @@ local function wl_lib()
 
     -- offer_cat offers cat's free seats and places (its expired holds given back first),
     -- entry by entry, while one fits: an entry gets seats when as many are free, else
-    -- places of one area that has them.
+    -- places of one area that has them. A call makes at most WL_OFFERS offers (WL.more
+    -- says it stopped there: the sweep makes the rest), so that one script never blocks
+    -- Redis for long whatever the waitlist.
     function L.offer_cat(cat, now, r)
         local secs, areas = L.category(cat)
         L.reap(secs, areas, now)
-        for _ = 1, 1000 do
-            local seats = 0
-            for _, sec in ipairs(secs) do seats = seats + redis.call("ZCOUNT", free_key(sec), 0, string.format("(%d", HELD)) end
-            local most, frees = seats, {}
-            for i, a in ipairs(areas) do
-                frees[i] = area_free(a.a, now) or 0
-                most = math.max(most, frees[i])
-            end
+        local seats = 0
+        for _, sec in ipairs(secs) do seats = seats + redis.call("ZCOUNT", free_key(sec), 0, string.format("(%d", HELD)) end
+        local frees = {}
+        for i, a in ipairs(areas) do frees[i] = area_free(a.a, now) or 0 end
+        while true do
+            local most = seats
+            for i = 1, #areas do most = math.max(most, frees[i]) end
             if most == 0 then return end
             local tag, E = L.next(cat, most, r, now)
             if not tag then return end
+            if WL.offers >= WL_OFFERS then
+                WL.more = true
+                return
+            end
             local k, units = tonumber(E.count), nil
-            if seats >= k then units = L.seats(secs, k, now) end
+            if seats >= k then
+                units = L.seats(secs, k, now)
+                if units then seats = seats - k end
+            end
             for i, a in ipairs(areas) do
-                if not units and frees[i] >= k then units = {{arg = a.a .. "~" .. int(k) .. "~" .. E.hid, b = a.b}} end
+                if not units and frees[i] >= k then
+                    units, frees[i] = {{arg = a.a .. "~" .. int(k) .. "~" .. E.hid, b = a.b}}, frees[i] - k
+                end
             end
             if not units then return end
             L.offer(cat, tag, E, units, now, r)
+            WL.offers = WL.offers + 1
         end
     end
 
-    -- settle brings entry tag of cat up to its offer hold: while the hold lives under the
-    -- entry's token it stays offered (scored again by the hold's expiry); once the hold is
-    -- released, or lives under another token (Reclaim, Transfer), the entry ends; a hold
-    -- gone otherwise expired: the entry is kept a day as expired (a booking of the offer
-    -- ends the entry as it is marked sold: wl_sold). Returns the entry's state.
+    -- settle brings entry tag of cat up to its offer hold, and returns the entry's state
+    -- with, while offered, its hold as it is now (its seat arguments and expiry, found
+    -- under the entry's token among the offer's and the holder's: a shrink renames a
+    -- place key). While the hold lives the entry stays offered (scored again by the
+    -- hold's expiry). A hold gone before the offer's expiry was booked (in part: a
+    -- booking of it whole ends the entry as it is marked sold, wl_done) or released: the
+    -- entry ends; one released after it too. Otherwise it expired: the entry is kept a
+    -- day as expired. (A hold moved to another token, Reclaim or Transfer, ended the
+    -- entry as it moved: wl_done.)
     function L.settle(cat, tag, now)
         local E = L.entry(cat, tag)
         if not E then return nil end
         if E.state ~= "offered" then return E.state end
-        local live, moved = 0, false
-        for u in string.gmatch(E.units, "%S+") do
-            local arg = string.match(u, "^(.+)@%d+$")
+        local live, until_, seen = {}, 0, {}
+        local function look(arg)
+            if seen[arg] then return end
+            seen[arg] = true
             local v = redis.call("GET", BASE .. "hold:" .. arg)
             if v and string.sub(v, 1, 33) == E.token .. ":" then
-                live = math.max(live, now + redis.call("PTTL", BASE .. "hold:" .. arg))
-            elseif v then
-                moved = true
+                live[#live + 1] = arg
+                until_ = math.max(until_, now + redis.call("PTTL", BASE .. "hold:" .. arg))
             end
         end
-        if live == 0 then -- a shrink renames a place key: look among the holder's holds
-            for _, s in ipairs(redis.call("ZRANGE", BASE .. "holder:" .. tag, now, "+inf", "BYSCORE")) do
-                local v = redis.call("GET", BASE .. "hold:" .. s)
-                if v and string.sub(v, 1, 33) == E.token .. ":" then live = math.max(live, now + redis.call("PTTL", BASE .. "hold:" .. s)) end
-            end
+        for u in string.gmatch(E.units, "%S+") do look(string.match(u, "^(.+)@%d+$")) end
+        for _, m in ipairs(redis.call("ZRANGE", BASE .. "holder:" .. tag, now, "+inf", "BYSCORE")) do look(m) end
+        if #live > 0 then
+            redis.call("ZADD", BASE .. "wl:ox", until_, cat .. "\t" .. tag)
+            table.sort(live)
+            return "offered", live, until_
         end
-        if live > 0 then
-            redis.call("ZADD", BASE .. "wl:ox", live, cat .. "\t" .. tag)
-            return "offered"
-        end
-        if moved or redis.call("EXISTS", BASE .. "released:" .. redis.sha1hex(tag .. ":" .. E.token)) == 1 then
+        if now < tonumber(E.exp) or redis.call("EXISTS", BASE .. "released:" .. redis.sha1hex(tag .. ":" .. E.token)) == 1 then
             L.finish(cat, tag)
             return nil
         end
@@ -947,8 +962,9 @@ local function wl_lib()
         return "expired"
     end
 
-    -- sold: a hold of token was booked (mark.lua): when it is an offer, its entry ends.
-    function L.sold(token)
+    -- done: the hold of token was booked, or moved to another token: when it is an
+    -- offer, its entry ends.
+    function L.done(token)
         local e = redis.call("GET", BASE .. "wl:t:" .. redis.sha1hex(token))
         if not e then return end
         local cat, tag = string.match(e, "^(.-)\t(.*)$")
@@ -978,11 +994,12 @@ local function wl_lib()
     return L
 end
 
--- wl_sold: a hold of token was booked (mark.lua): when it is a waitlist's offer, its
--- entry ends.
-local function wl_sold(token)
+-- wl_done: the hold of token was booked (mark.lua: whole; rest.lua: in part) or given
+-- a new token (reclaim.lua, transfer.lua): when it is a waitlist's offer, its entry
+-- ends (the offer is no longer the entry's to confirm).
+local function wl_done(token)
     if WL.on == nil then WL.on = redis.call("EXISTS", BASE .. "wl:on") == 1 end
-    if WL.on and token then wl_lib().sold(token) end
+    if WL.on and token then wl_lib().done(token) end
 end
 
 -- The change feed. Every script that changes what a seat map shows appends one entry to

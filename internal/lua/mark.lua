@@ -78,7 +78,7 @@ for i = 1, n do
                 if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
                 held_gone(s)
                 place_gone(s)
-                if g and tonumber(g) == cg then wl_sold(t) end -- the hold booked (a waitlist's offer ends)
+                if g and tonumber(g) == cg then wl_done(t) end -- the hold booked (a waitlist's offer ends)
                 dropped = dropped + 1
                 gone[#gone + 1] = s
                 changed[i] = true

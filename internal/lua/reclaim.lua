@@ -82,6 +82,7 @@ for _, t in ipairs(order) do
         local value = token .. ":" .. int(gen) .. ":" .. hd.created .. ":" .. tag
         for _, s in ipairs(hd.seats) do redis.call("SET", BASE .. "hold:" .. s, value, "KEEPTTL") end
         move_log("hold_reclaimed", token, gen, hd.at, hd.seats, holder, "")
+        wl_done(t) -- a waitlist's offer reclaimed: the holder has it on the other device
         out[#out + 1] = token
         out[#out + 1] = gen
         out[#out + 1] = hd.at

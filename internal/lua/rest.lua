@@ -24,8 +24,9 @@ for i = 1, n do
     local s = seat(i, F)
     local v = redis.call("GET", hk(i))
     if v then
-        local _, g, _, _, _, cid = parse_hold(v)
+        local t, g, _, _, _, cid = parse_hold(v)
         if cid == id then
+            wl_done(t) -- a waitlist's offer booked in part: its entry ends
             redis.call("HSET", BASE .. "booked", g, cid)
             redis.call("DEL", hk(i))
             if tag ~= "" then redis.call("ZREM", KEYS[2], s) end

@@ -91,4 +91,5 @@ if redis.call("PTTL", to_key) < exp - now then redis.call("PEXPIREAT", to_key, e
 local id = ""
 if #moved > 0 then id = feed({"d", table.concat(gone, " "), "h", table.concat(moved, " "), "x", int(exp)}) end
 move_log("hold_transferred", new_token, g, exp, now_all, ARGV[10], ARGV[9])
+wl_done(token) -- a waitlist's offer transferred: it is the other holder's hold now
 return idem_keep(I, new_token, {"OK", g, exp, id, offer_move(token, new_token)}, 4)

@@ -21,8 +21,11 @@
 -- once offered), ttl, token, generation, expiry ms, offer's seats and place keys...}
 -- (state "waiting", "offered" or "expired"), {"NONE"} (get: no entry), {"NOSTATE"} (Redis
 -- lost the show), {"NOINDEX"} (join: the category has seats and the show's
--- best-available index is not built), {"STALE"} or {"CLOSED"} (see sale_rules); for sweep
--- {"OK", entries waiting or offered}.
+-- best-available index is not built), {"NOTADMITTED"} (join: the show has a waiting
+-- room and the holder is not admitted now), {"LIMIT", booked, limit} (join: the
+-- holder's bookings leave less than the count under the sale's holder limit), {"STALE"}
+-- or {"CLOSED"} (see sale_rules); for sweep {"OK", entries waiting or offered, 1 when it
+-- stopped at its bound of offers (call again) else 0}.
 
 if #KEYS ~= 1 or string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
 BASE = string.sub(KEYS[1], 1, -4)
@@ -39,10 +42,12 @@ if not rules then return closed end
 local now = now_ms()
 local W = wl_lib()
 
--- view answers join and get with the entry as it is.
+-- view answers join and get with the entry as it is: settled (common.lua: settle), and
+-- once offered with its hold as it is now (a shrink or an extension since the offer).
 local function view()
+    local state, live, exp = W.settle(cat, tag, now)
     local E = W.entry(cat, tag)
-    if not E then return {"NONE"} end
+    if not state or not E then return {"NONE"} end
     local pos = 0
     if E.state == "waiting" then
         pos = 1
@@ -50,8 +55,8 @@ local function view()
             pos = pos + redis.call("ZCOUNT", BASE .. "wl:q:" .. cat .. ":" .. k, "-inf", "(" .. E.seq)
         end
     end
-    local out = {"OK", E.state, tonumber(E.count), pos, tonumber(E.ttl), E.token, tonumber(E.gen or 0), tonumber(E.exp or 0)}
-    for u in string.gmatch(E.units or "", "%S+") do out[#out + 1] = string.match(u, "^(.+)@%d+$") end
+    local out = {"OK", state, tonumber(E.count), pos, tonumber(E.ttl), E.token, tonumber(E.gen or 0), exp or 0}
+    for _, u in ipairs(live or {}) do out[#out + 1] = u end
     return out
 end
 
@@ -65,9 +70,13 @@ local function join()
     local secs, areas = ARGV[10], ARGV[11]
     if not string.match(secs, "^[%d ]*$") or not string.match(areas, "^[%w._~@ -]*$") then return bad("category's seats") end
     if secs ~= "" and redis.call("EXISTS", BASE .. "ixs") == 0 then return {"NOINDEX"} end
-    W.settle(cat, tag, now)
-    local E = W.entry(cat, tag)
-    if E and E.state ~= "expired" then return view() end
+    local state = W.settle(cat, tag, now)
+    if state and state ~= "expired" then return view() end
+    -- A join is a way to seats: it takes the waiting room's admission, and a count the
+    -- holder's bookings leave room for under the sale's limit, as a hold does.
+    local refused = sale_admitted(rules, tag, now)
+    if refused then return refused end
+    if rules.limit > 0 and booked(tag) + tonumber(ARGV[5]) > rules.limit then return {"LIMIT", booked(tag), rules.limit} end
     local seq = redis.call("INCR", BASE .. "wl:seq")
     local ek = BASE .. "wl:e:" .. cat .. ":" .. tag
     redis.call("DEL", ek)
@@ -86,19 +95,16 @@ local function join()
 end
 
 -- sweep offers every category with a waitlist (flush gives back its expired holds
--- first, a bounded number a call).
+-- first, and makes a bounded number of offers a call).
 local function sweep()
-    if redis.call("EXISTS", BASE .. "wl:on") == 0 then return {"OK", 0} end
+    if redis.call("EXISTS", BASE .. "wl:on") == 0 then return {"OK", 0, 0} end
     WL.on, WL.any = true, true
     for _, c in ipairs(redis.call("SMEMBERS", BASE .. "wl:cats")) do WL.dirty[c] = true end
     wl_run(now)
-    return {"OK", tonumber(redis.call("GET", BASE .. "wl:on") or "0")}
+    return {"OK", tonumber(redis.call("GET", BASE .. "wl:on") or "0"), WL.more and 1 or 0}
 end
 
 if op == "join" then return join() end
-if op == "get" then
-    W.settle(cat, tag, now)
-    return view()
-end
+if op == "get" then return view() end
 if op == "sweep" then return sweep() end
 return bad("op")

@@ -1884,7 +1884,11 @@ type ClientInterface interface {
 	// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
 	// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
 	// next entry, and its hold is then 410 `offer-expired`. When the category has enough
-	// free at the join, the offer is made at once.
+	// free at the join, the offer is made at once. A join is refused as a hold would be:
+	// 403 `not-admitted` on a show with a waiting room that has not admitted the holder,
+	// 409 `holder-limit` when the holder's bookings leave no room for the count under the
+	// sale's limit, 409 `address-limit` past the address's seats (the count is held
+	// against it by the offer, or for the offer's TTL while waiting).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1898,7 +1902,11 @@ type ClientInterface interface {
 	// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
 	// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
 	// next entry, and its hold is then 410 `offer-expired`. When the category has enough
-	// free at the join, the offer is made at once.
+	// free at the join, the offer is made at once. A join is refused as a hold would be:
+	// 403 `not-admitted` on a show with a waiting room that has not admitted the holder,
+	// 409 `holder-limit` when the holder's bookings leave no room for the count under the
+	// sale's limit, 409 `address-limit` past the address's seats (the count is held
+	// against it by the offer, or for the offer's TTL while waiting).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2798,7 +2806,11 @@ func (c *Client) GetWaitEntry(ctx context.Context, show Show, params *GetWaitEnt
 // is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
 // holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
 // next entry, and its hold is then 410 `offer-expired`. When the category has enough
-// free at the join, the offer is made at once.
+// free at the join, the offer is made at once. A join is refused as a hold would be:
+// 403 `not-admitted` on a show with a waiting room that has not admitted the holder,
+// 409 `holder-limit` when the holder's bookings leave no room for the count under the
+// sale's limit, 409 `address-limit` past the address's seats (the count is held
+// against it by the offer, or for the offer's TTL while waiting).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2822,7 +2834,11 @@ func (c *Client) JoinWaitlistWithBody(ctx context.Context, show Show, params *Jo
 // is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
 // holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
 // next entry, and its hold is then 410 `offer-expired`. When the category has enough
-// free at the join, the offer is made at once.
+// free at the join, the offer is made at once. A join is refused as a hold would be:
+// 403 `not-admitted` on a show with a waiting room that has not admitted the holder,
+// 409 `holder-limit` when the holder's bookings leave no room for the count under the
+// sale's limit, 409 `address-limit` past the address's seats (the count is held
+// against it by the offer, or for the offer's TTL while waiting).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5448,7 +5464,11 @@ type ClientWithResponsesInterface interface {
 	// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
 	// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
 	// next entry, and its hold is then 410 `offer-expired`. When the category has enough
-	// free at the join, the offer is made at once.
+	// free at the join, the offer is made at once. A join is refused as a hold would be:
+	// 403 `not-admitted` on a show with a waiting room that has not admitted the holder,
+	// 409 `holder-limit` when the holder's bookings leave no room for the count under the
+	// sale's limit, 409 `address-limit` past the address's seats (the count is held
+	// against it by the offer, or for the offer's TTL while waiting).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5462,7 +5482,11 @@ type ClientWithResponsesInterface interface {
 	// is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
 	// holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
 	// next entry, and its hold is then 410 `offer-expired`. When the category has enough
-	// free at the join, the offer is made at once.
+	// free at the join, the offer is made at once. A join is refused as a hold would be:
+	// 403 `not-admitted` on a show with a waiting room that has not admitted the holder,
+	// 409 `holder-limit` when the holder's bookings leave no room for the count under the
+	// sale's limit, 409 `address-limit` past the address's seats (the count is held
+	// against it by the offer, or for the offer's TTL while waiting).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8377,8 +8401,12 @@ type JoinWaitlistResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -8402,9 +8430,19 @@ func (r JoinWaitlistResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
 }
 
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r JoinWaitlistResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r JoinWaitlistResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r JoinWaitlistResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -9276,7 +9314,11 @@ func (c *ClientWithResponses) GetWaitEntryWithResponse(ctx context.Context, show
 // is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
 // holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
 // next entry, and its hold is then 410 `offer-expired`. When the category has enough
-// free at the join, the offer is made at once.
+// free at the join, the offer is made at once. A join is refused as a hold would be:
+// 403 `not-admitted` on a show with a waiting room that has not admitted the holder,
+// 409 `holder-limit` when the holder's bookings leave no room for the count under the
+// sale's limit, 409 `address-limit` past the address's seats (the count is held
+// against it by the offer, or for the offer's TTL while waiting).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9296,7 +9338,11 @@ func (c *ClientWithResponses) JoinWaitlistWithBodyWithResponse(ctx context.Conte
 // is offered a hold of them (`offer`), for `offer_ttl_ms` and counted against the
 // holder's limits; confirm it as any hold. An offer not confirmed in time goes to the
 // next entry, and its hold is then 410 `offer-expired`. When the category has enough
-// free at the join, the offer is made at once.
+// free at the join, the offer is made at once. A join is refused as a hold would be:
+// 403 `not-admitted` on a show with a waiting room that has not admitted the holder,
+// 409 `holder-limit` when the holder's bookings leave no room for the count under the
+// sale's limit, 409 `address-limit` past the address's seats (the count is held
+// against it by the offer, or for the offer's TTL while waiting).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11709,12 +11755,26 @@ func ParseJoinWaitlistResponse(rsp *http.Response) (*JoinWaitlistResponse, error
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
