@@ -195,8 +195,6 @@ type Querier interface {
 	// ShowEpochGet reads a show's identity (migration 00009).
 	ShowEpochGet(ctx context.Context, showID string) (int64, error)
 	ShowExists(ctx context.Context, showID string) (bool, error)
-	// ShowIDsAfter lists a page of show ids after @after, in id order.
-	ShowIDsAfter(ctx context.Context, arg ShowIDsAfterParams) ([]string, error)
 	// ShowInsert creates a show; 0 rows when it exists already.
 	ShowInsert(ctx context.Context, showID string) (int64, error)
 	// ShowList reads shows newest first, after the show named by @after (none: from the

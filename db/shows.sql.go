@@ -129,36 +129,6 @@ func (q *Queries) ShowExists(ctx context.Context, showID string) (bool, error) {
 	return exists, err
 }
 
-const showIDsAfter = `-- name: ShowIDsAfter :many
-SELECT show_id FROM shows WHERE show_id > $1 ORDER BY show_id LIMIT $2::int
-`
-
-type ShowIDsAfterParams struct {
-	After   string
-	MaxRows int32
-}
-
-// ShowIDsAfter lists a page of show ids after @after, in id order.
-func (q *Queries) ShowIDsAfter(ctx context.Context, arg ShowIDsAfterParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, showIDsAfter, arg.After, arg.MaxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []string{}
-	for rows.Next() {
-		var show_id string
-		if err := rows.Scan(&show_id); err != nil {
-			return nil, err
-		}
-		items = append(items, show_id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const showInsert = `-- name: ShowInsert :execrows
 INSERT INTO shows (show_id) VALUES ($1)
 ON CONFLICT (show_id) DO NOTHING

@@ -192,14 +192,15 @@ type eventJSON struct {
 }
 
 type eventBookingJSON struct {
-	ID          uuid.UUID  `json:"id"`
-	Show        string     `json:"show"`
-	Seats       []string   `json:"seats"`
-	Generation  int64      `json:"generation"`
-	Holder      string     `json:"holder"`
-	Status      string     `json:"status"`
-	ConfirmedAt *time.Time `json:"confirmed_at"` // null for a lost booking
-	CancelledAt *time.Time `json:"cancelled_at"`
+	ID          uuid.UUID         `json:"id"`
+	Show        string            `json:"show"`
+	Seats       []string          `json:"seats"` // [] for a booking of places only
+	Places      []eventPlacesJSON `json:"places,omitempty"`
+	Generation  int64             `json:"generation"`
+	Holder      string            `json:"holder"`
+	Status      string            `json:"status"`
+	ConfirmedAt *time.Time        `json:"confirmed_at"` // null for a lost booking
+	CancelledAt *time.Time        `json:"cancelled_at"`
 }
 
 type eventHoldJSON struct {
@@ -217,22 +218,30 @@ type eventPlacesJSON struct {
 	Count int    `json:"count"`
 }
 
+// eventInventory is seats and places as an event's JSON has them: seats [] when none.
+func eventInventory(seats []string, places []Places) ([]string, []eventPlacesJSON) {
+	if seats == nil {
+		seats = []string{}
+	}
+	var ps []eventPlacesJSON
+	for _, p := range places {
+		ps = append(ps, eventPlacesJSON{Area: p.AreaID, Count: p.Count})
+	}
+	return seats, ps
+}
+
 // MarshalJSON writes ev as the HTTP API, holdfast events and the webhooks do.
 func (ev Event) MarshalJSON() ([]byte, error) {
 	j := eventJSON{ID: ev.ID, Show: ev.ShowID, Kind: ev.Kind, At: ev.At.UTC()}
 	if m := ev.Hold; m != nil {
 		j.Hold = &eventHoldJSON{Show: m.ShowID, Seats: m.SeatIDs, Generation: m.Generation, Holder: m.HolderID,
 			FromHolder: m.FromHolderID, ExpiresAt: m.ExpiresAt.UTC()}
-		if j.Hold.Seats == nil {
-			j.Hold.Seats = []string{}
-		}
-		for _, p := range m.Places {
-			j.Hold.Places = append(j.Hold.Places, eventPlacesJSON{Area: p.AreaID, Count: p.Count})
-		}
+		j.Hold.Seats, j.Hold.Places = eventInventory(m.SeatIDs, m.Places)
 		return json.Marshal(j)
 	}
 	b := ev.Booking
-	j.Booking = &eventBookingJSON{ID: b.ID, Show: b.ShowID, Seats: b.SeatIDs, Generation: b.Generation, Holder: b.HolderID, Status: string(b.Status)}
+	j.Booking = &eventBookingJSON{ID: b.ID, Show: b.ShowID, Generation: b.Generation, Holder: b.HolderID, Status: string(b.Status)}
+	j.Booking.Seats, j.Booking.Places = eventInventory(b.SeatIDs, b.Places)
 	if !b.ConfirmedAt.IsZero() {
 		at := b.ConfirmedAt.UTC()
 		j.Booking.ConfirmedAt = &at

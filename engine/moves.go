@@ -28,7 +28,9 @@ import (
 // move's event is committed, and a booking made with it comes after the move in the
 // feed. A move whose engine died before the relay, or whose relay failed, is relayed by
 // the next call that moves a hold of the show or by the sweep (sweepOnce), which every
-// engine's background loop (repayMarkers) starts every moveSweepEvery. A move Redis loses before its relay (a failover to a
+// engine's background loop (repayMarkers) starts every moveSweepEvery: it looks at the
+// shows a call may have left moves of (<prefix>:moves, which a call joins its show to
+// before its script: mayMove), not at every show ever created. A move Redis loses before its relay (a failover to a
 // replica that had not received it, a Redis that lost everything) is lost with its entry:
 // the feed never has it, as Redis never had it.
 
@@ -56,6 +58,20 @@ const (
 	moveSweepEvery = 2 * time.Second
 	moveSweepPage  = 1000
 )
+
+// movesKey is the set of shows whose streams of moves may have entries (outside any
+// show's hash tag: it names shows), which the sweep looks at.
+func (e *Engine) movesKey() string { return e.cfg.KeyPrefix + ":moves" }
+
+// mayMove lists the show in movesKey before a call's move script runs, so that a move
+// its engine does not live to relay is found by the sweep. A failed write is the call's
+// failure: nothing has moved.
+func (e *Engine) mayMove(ctx context.Context, sh *show) error {
+	if err := e.rdb.SAdd(ctx, e.movesKey(), sh.id).Err(); err != nil {
+		return e.redisErr(err)
+	}
+	return nil
+}
 
 // movedAnswer relays the show's pending moves before a call answers with a moved hold's
 // new token (Reclaim, Transfer, and Transfer's replay under its idempotency key). A
@@ -266,17 +282,23 @@ func (e *Engine) sweepMoves(ctx context.Context) {
 }
 
 // sweepOnce relays the moves calls left pending (their engine died between the script
-// and the relay, or the relay failed) of every show, moveSweepPage shows at a time: their
-// ids from PostgreSQL, the length of their streams in one Redis pipeline, and a relay
-// for each show whose stream has entries. With none pending it costs a query and a
-// pipeline a page, and no transaction. A show whose relay failed does not stop the
-// others'.
+// and the relay, or the relay failed) of every show listed in movesKey, moveSweepPage
+// shows at a time: the length of their streams in one Redis pipeline, and a relay for
+// each show whose stream has entries. A show whose stream is empty leaves the list
+// (idleMoves). With none pending it costs a pipeline a page, and no transaction. A show
+// whose stream or relay failed does not stop the others'.
 func (e *Engine) sweepOnce(ctx context.Context) error {
+	ids, err := e.rdb.SMembers(ctx, e.movesKey()).Result()
+	if err != nil {
+		return e.redisErr(err)
+	}
 	var failed error
-	for after := ""; ; {
-		ids, pending, err := e.sweepPage(ctx, after)
+	for len(ids) > 0 {
+		page := ids[:min(len(ids), moveSweepPage)]
+		ids = ids[len(page):]
+		pending, idle, err := e.pendingMoves(ctx, page)
 		if err != nil {
-			return err
+			failed = err
 		}
 		for _, id := range pending {
 			rctx, cancel := context.WithTimeout(ctx, e.relayTimeout())
@@ -285,46 +307,50 @@ func (e *Engine) sweepOnce(ctx context.Context) error {
 			}
 			cancel()
 		}
-		if len(ids) < moveSweepPage {
-			return failed
-		}
-		after = ids[len(ids)-1]
+		e.idleMoves(ctx, idle)
 	}
+	return failed
 }
 
-// sweepPage reads the ids of the shows after after (a page of them), and which of them
-// have pending moves.
-func (e *Engine) sweepPage(ctx context.Context, after string) (ids, pending []string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout+stallGrace)
-	defer cancel()
-	ids, err = e.q.ShowIDsAfter(ctx, db.ShowIDsAfterParams{After: after, MaxRows: moveSweepPage})
+// idleMoves takes shows whose streams were empty out of movesKey, then puts back any
+// whose stream has an entry now (a call lists its show before its script: one that
+// listed it before this removal and moved after the first look is seen here).
+func (e *Engine) idleMoves(ctx context.Context, ids []string) {
+	if len(ids) == 0 || e.rdb.SRem(ctx, e.movesKey(), anySlice(ids)...).Err() != nil {
+		return
+	}
+	pending, _, err := e.pendingMoves(ctx, ids)
 	if err != nil {
-		return nil, nil, e.pgErr(err)
+		pending = ids // Redis cannot say: all go back
 	}
-	pending, err = e.pendingMoves(ctx, ids)
-	return ids, pending, err
+	if len(pending) > 0 {
+		_ = e.rdb.SAdd(ctx, e.movesKey(), anySlice(pending)...).Err()
+	}
 }
 
-// pendingMoves returns the shows among ids whose streams of moves have entries.
-func (e *Engine) pendingMoves(ctx context.Context, ids []string) ([]string, error) {
+// pendingMoves returns the shows among ids whose streams of moves have entries, and
+// those whose streams are empty; a show whose stream could not be read is in neither
+// (err says why).
+func (e *Engine) pendingMoves(ctx context.Context, ids []string) (pending, idle []string, err error) {
 	if len(ids) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	lens := make([]*redis.IntCmd, len(ids))
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			lens[i] = p.XLen(ctx, newKeys(e.cfg.KeyPrefix, id).moves())
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, unavailable("redis", err)
-	}
-	var pending []string
 	for i, c := range lens {
-		if c.Val() > 0 {
+		switch {
+		case c.Err() != nil:
+			err = unavailable("redis", fmt.Errorf("show %q: %w", ids[i], c.Err()))
+		case c.Val() > 0:
 			pending = append(pending, ids[i])
+		default:
+			idle = append(idle, ids[i])
 		}
 	}
-	return pending, nil
+	return pending, idle, err
 }

@@ -54,6 +54,9 @@ func (e *Engine) reclaim(ctx context.Context, showID, holderID string) ([]Hold, 
 // is left out of the next run. Every run of one call derives its tokens from one seed.
 func (e *Engine) reclaimOn(ctx context.Context, sh *show, holderID string) ([]Hold, error) {
 	tag, seed := holderTag(holderID), newToken()
+	if err := e.mayMove(ctx, sh); err != nil {
+		return nil, err
+	}
 	var booked []string
 	run := func() ([]any, error) {
 		args := append([]any{tag, seed, holderID}, anySlice(booked)...)

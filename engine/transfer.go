@@ -58,6 +58,9 @@ func (e *Engine) transfer(ctx context.Context, h Hold, to string) (Hold, error) 
 		return Hold{}, err
 	}
 	fixed := []any{h.Token, h.Generation, holderTag(to), token, placeHoldID(token), e.cfg.MaxSeatsPerHolder, rules.arg, h.HolderID, to}
+	if err := e.mayMove(ctx, sh); err != nil {
+		return Hold{}, err
+	}
 	for attempt := 0; ; attempt++ {
 		res, err := e.runDecided(ctx, sh, h.Token, lua.Transfer, ks, tag, fixed, seats, key)
 		if err != nil {

@@ -73,10 +73,6 @@ SELECT EXISTS (SELECT 1 FROM bookings b WHERE b.show_id = sh.show_id) AS has_boo
 FROM shows sh WHERE sh.show_id = @show_id AND sh.epoch = @epoch
 FOR UPDATE;
 
--- name: ShowIDsAfter :many
--- ShowIDsAfter lists a page of show ids after @after, in id order.
-SELECT show_id FROM shows WHERE show_id > @after ORDER BY show_id LIMIT @max_rows::int;
-
 -- name: ShowDelete :execrows
 -- ShowDelete removes a show and, by cascade, its seats, fences and holder counts.
 DELETE FROM shows WHERE show_id = @show_id;

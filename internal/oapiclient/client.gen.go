@@ -387,9 +387,14 @@ type Event struct {
 		Generation  int                `json:"generation"`
 		Holder      string             `json:"holder"`
 		Id          openapi_types.UUID `json:"id"`
-		Seats       SeatIDs            `json:"seats"`
-		Show        ID                 `json:"show"`
-		Status      EventBookingStatus `json:"status"`
+
+		// Places Places of standing areas, an area at most once (left out when none).
+		Places *PlacesList `json:"places,omitempty"`
+
+		// Seats The seats of a hold or a booking; empty when it has only places.
+		Seats  HeldSeatIDs        `json:"seats"`
+		Show   ID                 `json:"show"`
+		Status EventBookingStatus `json:"status"`
 	} `json:"booking"`
 
 	// Hold The hold of a `hold_reclaimed` or `hold_transferred` event, as the move left it (its token is never in an event); left out for a booking's event.
