@@ -163,7 +163,8 @@ func validateWaiter(showID, holderID, category string) error {
 }
 
 // waitCategory is the category's seats and areas as wl.lua takes them: the section
-// numbers of the best-available index (built first when the category has seats) and
+// numbers of the best-available index (which wl.lua asks to be built when it is not:
+// NOINDEX) and
 // "<area>@<marker bucket>" of its areas, each space-separated. A category the show has
 // neither of is ErrNotFound; a count it could never offer (more than its seats and than
 // the places of its largest area), ErrInvalidArgument.
@@ -191,11 +192,6 @@ func (e *Engine) waitCategory(ctx context.Context, sh *show, category string, co
 	}
 	if count > most {
 		return "", "", invalid("WaitRequest.Count", "%d is more than category %q of show %q could ever offer (%d)", count, category, sh.id, most)
-	}
-	if len(ns) > 0 {
-		if err := e.rebuildShow(ctx, sh, 0, e.buildIndex); err != nil {
-			return "", "", err
-		}
 	}
 	return strings.Join(ns, " "), strings.Join(as, " "), nil
 }

@@ -663,7 +663,7 @@ func (s Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "refused hold attempts per booking: best-available %.2f, pick-your-seat %.2f\n",
 		s.RefusedPerBooking["best-available"], s.RefusedPerBooking["pick-your-seat"])
 	if s.Places > 0 {
-		fmt.Fprintf(w, "standing area's waitlist: %d joined, %d offered places\n", s.WaitlistJoins, s.WaitlistOffers)
+		fmt.Fprintf(w, "standing area's waitlist: %d joins, %d offers\n", s.WaitlistJoins, s.WaitlistOffers)
 	}
 	fmt.Fprintln(w, "outcomes:")
 	for _, k := range slices.Sorted(maps.Keys(s.Outcomes)) {

@@ -361,8 +361,11 @@ local function index_fix(m, now)
         take(m, nil)
         return
     end
-    local ttl = redis.call("PTTL", BASE .. "hold:" .. m.seat)
-    if ttl >= 0 then take(m, now + ttl) else give(m) end
+    -- The key's own expiry, not now + its PTTL: TIME moves during a script while its
+    -- keys expire by the script's start, so a sum can land after the key's expiry, and
+    -- an index entry later than its key hides an expired hold from a reaping.
+    local at = redis.call("PEXPIRETIME", BASE .. "hold:" .. m.seat)
+    if at >= 0 then take(m, at) else give(m) end
 end
 
 -- index_state: index_fix for seat i of the call.
@@ -507,9 +510,9 @@ local function area_trim(a, now)
     local ax = BASE .. "ax:" .. a
     local back = 0
     for _, p in ipairs(redis.call("ZRANGEBYSCORE", ax, "-inf", now)) do
-        local ttl = redis.call("PTTL", BASE .. "hold:" .. p)
-        if ttl > 0 then
-            redis.call("ZADD", ax, now + ttl, p)
+        local at = redis.call("PEXPIRETIME", BASE .. "hold:" .. p) -- never after the key's expiry (index_fix)
+        if at > now then
+            redis.call("ZADD", ax, at, p)
         else
             redis.call("ZREM", ax, p)
             back = back + units(p)
@@ -944,7 +947,7 @@ local function wl_lib()
             local v = redis.call("GET", BASE .. "hold:" .. arg)
             if v and string.sub(v, 1, 33) == E.token .. ":" then
                 live[#live + 1] = arg
-                until_ = math.max(until_, now + redis.call("PTTL", BASE .. "hold:" .. arg))
+                until_ = math.max(until_, redis.call("PEXPIRETIME", BASE .. "hold:" .. arg))
             end
         end
         for u in string.gmatch(E.units, "%S+") do look(string.match(u, "^(.+)@%d+$")) end
@@ -1064,7 +1067,12 @@ local function wl_precheck(fixed, now)
             wl_dirty("a" .. a)
         else
             local m = meta_get(s, bucket_of(i))
-            if m then wl_dirty("s" .. m.sec) end
+            if m then
+                -- A seat asked for whose key has gone is free now, whatever time its index
+                -- entry says (give: the category is marked there too).
+                if redis.call("EXISTS", hk(i)) == 0 then index_fix(m, now) end
+                wl_dirty("s" .. m.sec)
+            end
         end
     end
     wl_run(now)

@@ -137,12 +137,13 @@ func (p *Proxy) accept() {
 				p.track(server, false)
 			}()
 			done := make(chan struct{})
+			var cutting atomic.Bool // replies are read and dropped until the server closes
 			go func() {
 				defer close(done)
 				buf := make([]byte, 64<<10)
 				for {
 					n, err := server.Read(buf)
-					if n > 0 {
+					if n > 0 && !cutting.Load() {
 						p.pass(true)
 						if _, werr := client.Write(buf[:n]); werr != nil {
 							return
@@ -162,6 +163,7 @@ func (p *Proxy) accept() {
 					cut := p.Cut != nil && p.Cut(bytes.Clone(chunk))
 					if cut {
 						// Stop relaying replies first, then let the request through.
+						cutting.Store(true)
 						client.(*net.TCPConn).CloseWrite()
 					}
 					p.pass(false)
@@ -169,7 +171,16 @@ func (p *Proxy) accept() {
 						return
 					}
 					if cut {
+						// Close toward the server only after it has read the request and
+						// answered: a close with its replies unread would reset the
+						// connection, and a reset can drop the request unread (a COMMIT
+						// lost, not its reply).
 						p.Cuts.Add(1)
+						server.(*net.TCPConn).CloseWrite()
+						select {
+						case <-done:
+						case <-time.After(5 * time.Second):
+						}
 						return
 					}
 				}
