@@ -432,7 +432,9 @@ const standingCategory = "GA"
 
 // waitlisted joins holder to the standing area's waitlist for n places and follows the
 // entry until its offer comes, then confirms it — or, one time in five, lets it expire,
-// so that it goes to the next in line.
+// so that it goes to the next in line. A buyer waits for four hold TTLs at most: the
+// last places of the area may be fewer than anyone in line waits for, and a buyer who
+// asks again for fewer takes them.
 func waitlisted(ctx context.Context, c *client, o Options, rec *recorder, holder string, n int) {
 	path := "/v1/shows/" + o.ShowID + "/waitlist"
 	body := map[string]any{"category": standingCategory, "count": n, "offer_ttl_ms": o.HoldTTL.Milliseconds()}
@@ -446,7 +448,7 @@ func waitlisted(ctx context.Context, c *client, o Options, rec *recorder, holder
 		return
 	}
 	rec.waitJoins.Add(1)
-	for ctx.Err() == nil {
+	for until := time.Now().Add(4 * o.HoldTTL); ctx.Err() == nil && time.Now().Before(until); {
 		var entry struct {
 			Offer *hold `json:"offer"`
 		}
