@@ -689,3 +689,66 @@ func TestExchangeRacesCancel(t *testing.T) {
 	}
 	t.Logf("exchange first %d, cancel first %d", won, lost)
 }
+
+// TestExchangeCancelledBeforeItsMarkers: the interleaving TestExchangeRacesCancel finds
+// now and then, driven step by step. The exchange commits, the booking is cancelled,
+// and the cancellation's tombstones reach Redis before the exchange's sold markers. The
+// hold the exchange spent must not keep its seat and places until its TTL: the
+// tombstone drops it, the late sold marker changes nothing, and the hold stays spent.
+func TestExchangeCancelledBeforeItsMarkers(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MarkerRepairInterval = time.Hour })
+	v.areaVenue("xc", 10)
+	h0, err := v.holdPlaces("xc", time.Minute, "alice", 2, "A1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.e.Confirm(t.Context(), h0, ConfirmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := v.holdPlaces("xc", time.Minute, "alice", 3, "A2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first marker write after COMMIT is the exchange's: the cancellation runs
+	// first, and its own writes go through.
+	var cancelled atomic.Bool
+	var cerr error
+	v.e.hooks.afterCommit = func(ctx context.Context) bool {
+		if cancelled.CompareAndSwap(false, true) {
+			cerr = v.e.Cancel(ctx, b.ID)
+		}
+		return true
+	}
+	x, err := v.e.Exchange(t.Context(), b.ID, []string{"A1"}, []Places{{AreaID: "FLOOR", Count: 2}}, h, ConfirmOptions{})
+	v.e.hooks.afterCommit = nil
+	if err != nil || cerr != nil {
+		t.Fatalf("exchange %v, cancel %v", err, cerr)
+	}
+	if !cancelled.Load() {
+		t.Fatal("setup: the hook never ran")
+	}
+	if hv := v.holdValue("xc", "A2"); hv != "" {
+		t.Fatalf("the spent hold still holds A2: %q", hv)
+	}
+	if _, held, sold := v.areaState("xc", "FLOOR"); held != 0 || sold != 0 {
+		t.Fatalf("Redis FLOOR held %d sold %d, want 0 and 0", held, sold)
+	}
+	if m := v.soldMarkers("xc"); len(m) != 0 {
+		t.Fatalf("sold markers %v after the cancellation", m)
+	}
+	// Everything is sellable again at once, to anyone (the holder cap is 10).
+	if _, err := v.holdPlaces("xc", time.Minute, "bob", 8, "A1", "A2"); err != nil {
+		t.Fatalf("bob's hold of both seats and 8 places: %v", err)
+	}
+	if _, err := v.holdPlaces("xc", time.Minute, "carol", 2); err != nil {
+		t.Fatalf("carol's hold of the last 2 places: %v", err)
+	}
+	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); !errors.Is(err, ErrHoldLost) && !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("Confirm of the exchanged hold: %v, want it refused", err)
+	}
+	if n := v.count("SELECT count(*)::int FROM bookings WHERE show_id = 'xc'"); n != 1 {
+		t.Fatalf("%d bookings, want the one (%s)", n, x.ID)
+	}
+}

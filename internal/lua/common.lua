@@ -185,6 +185,25 @@ local function is_sold(v) return v and string.sub(v, 1, 1) ~= "-" end
 
 local function seat(i, fixed) return ARGV[fixed + i] end
 
+-- A spent hold's keys that a cancellation's tombstone dropped (mark.lua) leave
+-- <base>spent:<sha1 of "holdfast-spent:" and the token> for as long as the hold had
+-- left, so that the hold, whatever generation it presents, is still known spent.
+local function spent_key(token) return BASE .. "spent:" .. redis.sha1hex("holdfast-spent:" .. token) end
+
+-- made_booking reports whether the hold of token, presenting generation gen for the
+-- request's n seats (after fixed), made a booking: a seat carries a marker of gen,
+-- sold or cancelled (mark.lua replaced its keys by the markers, or dropped them on the
+-- tombstone), or its spent key is there.
+local function made_booking(n, fixed, token, gen)
+    if redis.call("EXISTS", spent_key(token)) == 1 then return true end
+    local cancelled = "-" .. gen
+    for i = 1, n do
+        local m = redis.call("HGET", sk(i), seat(i, fixed))
+        if m == gen or m == cancelled then return true end
+    end
+    return false
+end
+
 -- Hold moves. reclaim.lua and transfer.lua log each hold they give a new token in the
 -- show's stream <base>moves, in the script that moves it, for the engine to write to the
 -- event feed in PostgreSQL and then delete (engine/moves.go): the stream holds the

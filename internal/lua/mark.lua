@@ -14,7 +14,9 @@
 -- late, twice or out of order never undoes a later one. When a seat ends up sold, a hold
 -- on it whose generation is not above the sale's is dropped (with its holder's count):
 -- it was taken before the booking and can never confirm. A hold taken later (while the
--- marker was missing) is left to its owner, whose confirmation the claim refuses.
+-- marker was missing) is left to its owner, whose confirmation the claim refuses. When
+-- a seat's tombstone lands, the hold of the cancelled booking's generation is dropped
+-- too: it is spent, and its spent key (common.lua) says so for the life it had left.
 -- Every marker it moves and every hold it drops goes to the change feed, in one entry.
 -- The booking id of a sale (from the reserved hold it replaces) is kept in
 -- <base>booked by generation until the booking is cancelled.
@@ -63,26 +65,33 @@ for i = 1, n do
         end
         changed[i] = true
     end
-    if is_sold(cur) then
-        local v = redis.call("GET", hk(i))
-        if v then
-            local t, g, _, tag, _, cid = parse_hold(v)
-            -- The hold that made this booking, reserved by its batch: its commit id is
-            -- the booking's id, kept by generation for reconciliation to name a booking
-            -- a failover lost (<base>booked, dropped again by the cancellation).
-            if g and tonumber(g) == cg and cid ~= "" then
-                redis.call("HSET", BASE .. "booked", g, cid)
+    local v = cur and redis.call("GET", hk(i))
+    if v then
+        local t, g, _, tag, _, cid = parse_hold(v)
+        local spent = g and tonumber(g) == cg -- the hold that made this marker's booking
+        -- The hold that made this booking, reserved by its batch: its commit id is the
+        -- booking's id, kept by generation for reconciliation to name a booking a
+        -- failover lost (<base>booked, dropped again by the cancellation).
+        if spent and is_sold(cur) and cid ~= "" then
+            redis.call("HSET", BASE .. "booked", g, cid)
+        end
+        -- A sold seat drops every hold taken before its booking. A tombstone drops the
+        -- hold of the cancelled booking's own generation: it is spent, and its sold
+        -- marker may come after the tombstone (an exchange racing the cancellation) or
+        -- never, and must not leave it holding the seat.
+        if spent or (is_sold(cur) and (not g or tonumber(g) <= cg)) then
+            if spent and not is_sold(cur) then
+                local left = redis.call("PTTL", hk(i))
+                if left > 0 then redis.call("SET", spent_key(t), "1", "PX", left) end
             end
-            if not g or tonumber(g) <= cg then
-                redis.call("DEL", hk(i))
-                if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
-                held_gone(s)
-                place_gone(s)
-                if g and tonumber(g) == cg then wl_done(t) end -- the hold booked (a waitlist's offer ends)
-                dropped = dropped + 1
-                gone[#gone + 1] = s
-                changed[i] = true
-            end
+            redis.call("DEL", hk(i))
+            if tag and tag ~= "" then redis.call("ZREM", BASE .. "holder:" .. tag, s) end
+            held_gone(s)
+            place_gone(s)
+            if spent then wl_done(t) end -- the hold booked (a waitlist's offer ends)
+            dropped = dropped + 1
+            gone[#gone + 1] = s
+            changed[i] = true
         end
     end
 end

@@ -35,7 +35,7 @@
 -- Returns, like verify.lua, {the hold's current generation, its remaining life in ms},
 -- followed by the hold's offer ("" for none, see offer_of), once it is reserved for this commit id (again: a retried batch, or one whose COMMIT is
 -- pending, moves the end to life from now and lengthens the hold to that when shorter),
--- {-1, 0} when every seat is sold by a booking of this very generation, {-2, 0} when
+-- {-1, 0} when the hold made a booking (made_booking in common.lua), {-2, 0} when
 -- another batch has it reserved, {-4, 0} when it ran past ARGV[7] (nothing changed),
 -- else {0, 0}. Writes a feed entry only when it lengthened the hold.
 
@@ -53,10 +53,8 @@ if now > tonumber(ARGV[7]) then return {-4, 0} end
 
 local created, cur, commit = owned(n, token, gen, tag)
 if not created then
-    for i = 1, n do
-        if redis.call("HGET", sk(i), seat(i, F)) ~= gen then return {0, 0} end
-    end
-    return {-1, 0}
+    if made_booking(n, F, token, gen) then return {-1, 0} end
+    return {0, 0}
 end
 if commit ~= "" and commit ~= id then return {-2, 0} end
 

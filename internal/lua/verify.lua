@@ -7,9 +7,9 @@
 -- ARGV[4..]  seat ids
 --
 -- Returns {the hold's current generation, its remaining life in ms} when every seat
--- holds this token (see owned in common.lua); {-1, 0} when it does not but every seat
--- is sold by a booking of this very generation (the hold made a booking: its keys were
--- replaced by the markers); {-2, remaining life} when a batch is committing the hold
+-- holds this token (see owned in common.lua); {-1, 0} when it does not but a seat's
+-- marker is of this very generation, sold or cancelled (the hold made a booking: its
+-- keys were replaced by the markers, or dropped by the cancellation's tombstone); {-2, remaining life} when a batch is committing the hold
 -- (see reserve.lua: ask again once it has decided); else {0, 0}. A lapsed reservation
 -- is no commit (owned): the hold is current, and the batch's own check decides.
 
@@ -19,7 +19,5 @@ if not n then return err end
 local created, cur, commit = owned(n, ARGV[2], ARGV[3], ARGV[1])
 if created and commit ~= "" then return {-2, redis.call("PTTL", hk(1))} end
 if created then return {tonumber(cur), redis.call("PTTL", hk(1))} end
-for i = 1, n do
-    if redis.call("HGET", sk(i), seat(i, F)) ~= ARGV[3] then return {0, 0} end
-end
-return {-1, 0}
+if made_booking(n, F, ARGV[2], ARGV[3]) then return {-1, 0} end
+return {0, 0}
