@@ -188,6 +188,7 @@ func (k keys) index() string             { return k.base + "ixs" }
 func (k keys) booked() string            { return k.base + "booked" }
 func (k keys) rules() string             { return k.base + "rules" }
 func (k keys) moves() string             { return k.base + "moves" }
+func (k keys) horizon() string           { return k.base + "wl:at" }
 
 // released is the tombstone a release of the hold (of holder tag and token) leaves
 // (release.lua): the token itself is not in the name.

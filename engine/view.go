@@ -73,10 +73,12 @@ func parseStreamID(id string) (streamPos, bool) {
 	return streamPos(m<<22 | min(s, 1<<22-1)), true
 }
 
-// expiry is a hold's expiry (Redis ms) on one seat (layout index).
+// expiry is a hold's expiry (Redis ms) on one seat (layout index), or on a place key of
+// an area (idx len(layout)+area, see view_areas.go).
 type expiry struct {
 	at  int64
 	idx int
+	key string // the place key, for an area
 }
 
 type expiryHeap []expiry
@@ -85,6 +87,15 @@ func (h expiryHeap) Len() int           { return len(h) }
 func (h expiryHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiry)) }
+
+// next is the earliest expiry (Redis ms), 0 when none.
+func (h expiryHeap) next() int64 {
+	if len(h) == 0 {
+		return 0
+	}
+	return h[0].at
+}
+
 func (h *expiryHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
@@ -102,8 +113,9 @@ type batch struct {
 
 // entryTouch is the seats (layout indexes) one feed entry touched, at its position.
 type entryTouch struct {
-	pos   uint64
-	seats []int32
+	pos     uint64
+	seats   []int32
+	horizon int64 // the waitlist horizon after it (view.horizon)
 }
 
 // watcher is one WatchSeatMap subscription. The view hands it events (send) into
@@ -193,13 +205,19 @@ type view struct {
 	// the end of its last rebuild's reads (a hold that had expired by then it never
 	// saw).
 	knownFrom int64
-	subs      map[*watcher]struct{}
-	built     bool          // a rebuild has completed
-	ready     chan struct{} // closed once built (or the view stopped)
-	tried     chan struct{} // closed when the first build failed: reads need not wait for it
-	triedOnce sync.Once
-	adv       chan struct{} // closed and replaced at each publication
-	wake      chan struct{} // pokes the expiry loop
+	// horizon is the show's waitlist horizon (Redis ms; 0: the show has no waitlist), as
+	// of the feed entry the view stands at (the feed's "w", internal/lua/wl.lua): a hold
+	// shows expired only once the horizon has passed its expiry, so that a seat an
+	// expiry frees is offered to its waitlist before any map shows it free.
+	// fromHorizon is the horizon at entriesFrom.
+	horizon, fromHorizon int64
+	subs                 map[*watcher]struct{}
+	built                bool          // a rebuild has completed
+	ready                chan struct{} // closed once built (or the view stopped)
+	tried                chan struct{} // closed when the first build failed: reads need not wait for it
+	triedOnce            sync.Once
+	adv                  chan struct{} // closed and replaced at each publication
+	wake                 chan struct{} // pokes the expiry loop
 
 	snap atomic.Pointer[SeatMap] // the published map; nil until built or after a change
 	// lastSnap is the last map built (kept after a change) with the feed position and
@@ -270,13 +288,26 @@ func (v *view) redisNow() int64 { return time.Now().UnixMilli() + v.offset }
 // hold that expired before that entry was written shows expired at that position on
 // every engine, whatever its clock estimate, and a resume from a position need only
 // look at the expiries from that position's time on (catchUp). Caller holds mu.
-func (v *view) now() int64 { return max(v.redisNow(), int64(v.feedPos()>>22)-1) }
+//
+// While the show has a waitlist, expiries stop at its horizon (see horizon), which is
+// the same at a feed position on every engine.
+func (v *view) now() int64 {
+	now := max(v.redisNow(), int64(v.feedPos()>>22)-1)
+	if v.horizon > 0 {
+		now = min(now, v.horizon)
+	}
+	return now
+}
 
-// expireDue touches every seat whose hold has expired by now. Caller holds mu.
+// expireDue touches every seat whose hold has expired by now, and drops the place keys
+// of areas that have. Caller holds mu.
 func (v *view) expireDue(now int64) {
 	for len(v.expq) > 0 && v.expq[0].at <= now {
 		x := heap.Pop(&v.expq).(expiry)
-		if x.idx >= len(v.exp) || v.exp[x.idx] == x.at { // an area, or the seat's hold as it is
+		switch {
+		case x.idx >= len(v.exp):
+			v.expirePlaces(x)
+		case v.exp[x.idx] == x.at: // the seat's hold as it is
 			v.touch(x.idx)
 		}
 	}
@@ -483,6 +514,10 @@ func (v *view) apply(f map[string]any) (touched []int32) {
 	each("d", func(i int) { v.exp[i] = 0 })
 	each("s", func(i int) { v.sold[i] = true })
 	each("u", func(i int) { v.sold[i] = false })
+	if w, ok := f["w"]; ok {
+		v.horizon, _ = strconv.ParseInt(fieldString(w), 10, 64) // "-": 0, none
+		x = v.expq.next()                                       // the expiries it lets through
+	}
 	if len(v.expq) > 0 && v.expq[0].at == x {
 		select {
 		case v.wake <- struct{}{}:
@@ -520,7 +555,7 @@ func (v *view) publish() {
 	now := v.now()
 	v.expireDue(now)
 	var changes []SeatChange
-	areas := v.publishAreas(v.touched, now)
+	areas := v.publishAreas(v.touched)
 	for _, i := range v.touched {
 		v.mark[i] = false
 		if i >= len(v.pub) {
@@ -565,17 +600,18 @@ func (v *view) feedPos() uint64 {
 // logEntry records the seats the entry just applied touched. Caller holds mu.
 func (v *view) logEntry(touched []int32) {
 	if len(v.entries) == ringBatches {
-		v.entriesFrom = v.entries[0].pos
+		v.entriesFrom, v.fromHorizon = v.entries[0].pos, v.entries[0].horizon
 		copy(v.entries, v.entries[1:])
 		v.entries = v.entries[:len(v.entries)-1]
 	}
-	v.entries = append(v.entries, entryTouch{pos: v.feedPos(), seats: touched})
+	v.entries = append(v.entries, entryTouch{pos: v.feedPos(), seats: touched, horizon: v.horizon})
 }
 
 // catchUp is what a watcher that saw the map at feed position pos on another engine
 // needs to reach this view's map: the current state of every seat a feed entry after
 // pos touched, and of every seat whose hold this view has expired that expires at or
-// after pos's time (an earlier expiry shows in every engine's map at pos: see now).
+// after pos's time, or the waitlist horizon at pos when it was earlier (an earlier
+// expiry shows in every engine's map at pos: see now).
 // The changes are a superset (a seat may be sent in the state the watcher has
 // already); applying them gives this view's map. ok is false when the view cannot
 // tell — it has not reached pos, its entries do not reach back to it (kept too few, or
@@ -586,6 +622,9 @@ func (v *view) catchUp(pos uint64) (changes []SeatChange, ok bool) {
 	since := int64(pos >> 22)
 	if pos == 0 || !v.built || v.feedPos() < pos || v.entriesFrom > pos || v.knownFrom > since {
 		return nil, false
+	}
+	if h := v.horizonAt(pos); h > 0 {
+		since = min(since, h)
 	}
 	seen := map[int]bool{}
 	for _, en := range v.entries {
@@ -608,6 +647,20 @@ func (v *view) catchUp(pos uint64) (changes []SeatChange, ok bool) {
 		changes = append(changes, c)
 	}
 	return changes, true
+}
+
+// horizonAt is the waitlist horizon at feed position pos, which the view's entries
+// reach back to (catchUp): the horizon after the last entry at or before pos. Caller
+// holds mu.
+func (v *view) horizonAt(pos uint64) int64 {
+	h := v.fromHorizon
+	for _, en := range v.entries {
+		if en.pos > pos {
+			break
+		}
+		h = en.horizon
+	}
+	return h
 }
 
 // await waits until done (looked at under mu, after each publication) holds, ctx ends
@@ -720,14 +773,9 @@ func (v *view) rebuild(ctx context.Context) error {
 	// to there count as applied even when the feed they went to is gone (FLUSHALL, a
 	// restart without persistence), and a read does not wait for them.
 	before := streamPos(uint64(max(rt.UnixMilli()-1, 0))<<22 | (1<<22 - 1))
-	last, err := rdb.XRevRangeN(ctx, sh.k.feed(), "+", "-", 1).Result()
+	lastID, lastN, horizon, err := v.feedHead(ctx)
 	if err != nil {
-		return v.e.redisErr(err)
-	}
-	lastID, lastN := "0-0", int64(0)
-	if len(last) == 1 {
-		lastID = last[0].ID
-		lastN, _ = strconv.ParseInt(fieldString(last[0].Values["n"]), 10, 64)
+		return err
 	}
 	claims, err := v.e.q.SeatClaimListByShow(ctx, sh.id)
 	if err != nil {
@@ -775,8 +823,32 @@ func (v *view) rebuild(ctx context.Context) error {
 	// The entries from here on, as far as a resume from another engine is concerned
 	// (catchUp): what came between the last entry before and this one, it never saw.
 	v.entries, v.entriesFrom, v.knownFrom = v.entries[:0], v.feedPos(), known
+	v.horizon, v.fromHorizon = horizon, horizon
 	v.mu.Unlock()
 	return v.caughtUp(ctx, before)
+}
+
+// feedHead reads the show's feed position for a rebuild: its last entry's id and
+// number ("0-0" and 0 when it has none) and the waitlist horizon as of that entry, in
+// one transaction.
+func (v *view) feedHead(ctx context.Context) (lastID string, lastN, horizon int64, err error) {
+	var lastCmd *redis.XMessageSliceCmd
+	var horizonCmd *redis.StringCmd
+	_, err = v.e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		lastCmd = p.XRevRangeN(ctx, v.sh.k.feed(), "+", "-", 1)
+		horizonCmd = p.Get(ctx, v.sh.k.horizon())
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", 0, 0, v.e.redisErr(err)
+	}
+	lastID = "0-0"
+	if last := lastCmd.Val(); len(last) == 1 {
+		lastID = last[0].ID
+		lastN, _ = strconv.ParseInt(fieldString(last[0].Values["n"]), 10, 64)
+	}
+	horizon, _ = strconv.ParseInt(horizonCmd.Val(), 10, 64)
+	return lastID, lastN, horizon, nil
 }
 
 // caughtUp reads, after a rebuild, what was written to the feed since its position was
@@ -844,9 +916,9 @@ func (v *view) expire(ctx context.Context) {
 			v.publish()
 		}
 		wait := time.Hour
-		if len(v.expq) > 0 {
+		if len(v.expq) > 0 && (v.horizon == 0 || v.expq[0].at <= now) {
 			wait = time.Duration(v.expq[0].at-now) * time.Millisecond
-		}
+		} // else the next expiry waits for the horizon: a feed entry wakes the loop (apply)
 		v.mu.Unlock()
 		t.Reset(wait)
 		select {

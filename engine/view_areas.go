@@ -32,16 +32,18 @@ type placeHold struct {
 	exp         int64
 }
 
-// areaView is the view's record of the show's areas.
+// areaView is the view's record of the show's areas: each area's place keys, and their
+// places summed (kept with the keys, so that a publication costs nothing per hold).
 type areaView struct {
-	held []map[string]placeHold // by area: live place keys of holds
-	sold []map[string]int       // by area: place keys of bookings -> count
-	pub  []AreaState            // as published, in the show's area order
+	held         []map[string]placeHold // by area: live place keys of holds
+	sold         []map[string]int       // by area: place keys of bookings -> count
+	nHeld, nSold []int                  // by area: the places of held and sold
+	pub          []AreaState            // as published, in the show's area order
 }
 
 func newAreaView(sh *show) areaView {
 	a := areaView{held: make([]map[string]placeHold, len(sh.areas)), sold: make([]map[string]int, len(sh.areas)),
-		pub: make([]AreaState, len(sh.areas))}
+		nHeld: make([]int, len(sh.areas)), nSold: make([]int, len(sh.areas)), pub: make([]AreaState, len(sh.areas))}
 	for i, ar := range sh.areas {
 		a.held[i], a.sold[i] = map[string]placeHold{}, map[string]int{}
 		a.pub[i] = AreaState{AreaID: ar.ID, Section: ar.Section, Category: ar.Category, Capacity: ar.Capacity, Free: ar.Capacity}
@@ -59,38 +61,71 @@ func (v *view) applyPlace(field, key string, x int64) {
 	}
 	switch field {
 	case "h":
-		v.areas.held[a][key] = placeHold{area: a, count: count, exp: x}
-		heap.Push(&v.expq, expiry{at: x, idx: len(v.sh.layout) + a})
+		v.areas.hold(a, key, placeHold{area: a, count: count, exp: x})
+		heap.Push(&v.expq, expiry{at: x, idx: len(v.sh.layout) + a, key: key})
 	case "d":
-		delete(v.areas.held[a], key)
+		v.areas.drop(a, key)
 	case "s":
-		delete(v.areas.held[a], key)
-		v.areas.sold[a][key] = count
+		v.areas.drop(a, key)
+		v.areas.sell(a, key, count)
 	case "u":
-		delete(v.areas.sold[a], key)
+		v.areas.unsell(a, key)
 	}
 	v.touch(len(v.sh.layout) + a)
 }
 
-// areaState is area a's places at Redis time now. Caller holds mu.
-func (v *view) areaState(a int, now int64) AreaState {
+// hold records place key k of area a as held (again: its count or expiry may change).
+func (r *areaView) hold(a int, k string, h placeHold) {
+	r.drop(a, k)
+	r.held[a][k] = h
+	r.nHeld[a] += h.count
+}
+
+// drop forgets place key k of area a as held.
+func (r *areaView) drop(a int, k string) {
+	if h, ok := r.held[a][k]; ok {
+		r.nHeld[a] -= h.count
+		delete(r.held[a], k)
+	}
+}
+
+// sell records place key k of area a as sold, count places.
+func (r *areaView) sell(a int, k string, count int) {
+	r.unsell(a, k)
+	r.sold[a][k] = count
+	r.nSold[a] += count
+}
+
+// unsell forgets place key k of area a as sold.
+func (r *areaView) unsell(a int, k string) {
+	if n, ok := r.sold[a][k]; ok {
+		r.nSold[a] -= n
+		delete(r.sold[a], k)
+	}
+}
+
+// expirePlaces drops the place key of expiry x (slot len(layout)+area) when its hold is
+// still the one that expires then. Caller holds mu.
+func (v *view) expirePlaces(x expiry) {
+	a := x.idx - len(v.sh.layout)
+	if h, ok := v.areas.held[a][x.key]; ok && h.exp == x.at {
+		v.areas.drop(a, x.key)
+		v.touch(x.idx)
+	}
+}
+
+// areaState is area a's places: every hold it counts is live (expireDue drops the
+// others first). Caller holds mu.
+func (v *view) areaState(a int) AreaState {
 	st := v.areas.pub[a]
-	st.Held, st.Sold = 0, 0
-	for _, h := range v.areas.held[a] {
-		if h.exp > now {
-			st.Held += h.count
-		}
-	}
-	for _, n := range v.areas.sold[a] {
-		st.Sold += n
-	}
+	st.Held, st.Sold = v.areas.nHeld[a], v.areas.nSold[a]
 	st.Free = max(st.Capacity-st.Held-st.Sold, 0)
 	return st
 }
 
 // publishAreas publishes the touched areas' states (slots len(layout) and up of
 // touched) and returns those that changed. Caller holds mu.
-func (v *view) publishAreas(touched []int, now int64) []AreaState {
+func (v *view) publishAreas(touched []int) []AreaState {
 	var changed []AreaState
 	n := len(v.sh.layout)
 	for _, i := range touched {
@@ -98,13 +133,7 @@ func (v *view) publishAreas(touched []int, now int64) []AreaState {
 			continue
 		}
 		a := i - n
-		// Expired holds are dropped here, once their expiry is published.
-		for k, h := range v.areas.held[a] {
-			if h.exp <= now {
-				delete(v.areas.held[a], k)
-			}
-		}
-		if st := v.areaState(a, now); st != v.areas.pub[a] {
+		if st := v.areaState(a); st != v.areas.pub[a] {
 			v.areas.pub[a] = st
 			changed = append(changed, st)
 		}
@@ -162,11 +191,12 @@ func (v *view) setAreas(r areaReads) {
 	for a := range v.sh.areas {
 		clear(v.areas.held[a])
 		clear(v.areas.sold[a])
+		v.areas.nHeld[a], v.areas.nSold[a] = 0, 0
 		for j, k := range r.keys[a] {
 			if x := r.exps[a][j].Val().Milliseconds(); x > 0 {
 				if _, c, _, ok := parsePlaceKey(k); ok {
-					v.areas.held[a][k] = placeHold{area: a, count: c, exp: x}
-					v.expq = append(v.expq, expiry{at: x, idx: n + a})
+					v.areas.hold(a, k, placeHold{area: a, count: c, exp: x})
+					v.expq = append(v.expq, expiry{at: x, idx: n + a, key: k})
 				}
 			}
 		}
@@ -175,8 +205,8 @@ func (v *view) setAreas(r areaReads) {
 	for k, c := range r.sold {
 		if id, _, _, ok := parsePlaceKey(k); ok {
 			if a, known := v.sh.areaIndex[id]; known {
-				delete(v.areas.held[a], k)
-				v.areas.sold[a][k] = c
+				v.areas.drop(a, k)
+				v.areas.sell(a, k, c)
 			}
 		}
 	}

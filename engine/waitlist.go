@@ -317,19 +317,21 @@ func (e *Engine) waitlistShows(ctx context.Context) []string {
 }
 
 // waitlistsOn says, by one pipeline, which of the shows have a waitlist entry waiting or
-// offered; nil when Redis does not answer.
+// offered, or a waitlist horizon that a sweep has yet to end; nil when Redis does not
+// answer.
 func (e *Engine) waitlistsOn(ctx context.Context, ids []string) []bool {
 	pipe := e.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.Exists(ctx, newKeys(e.cfg.KeyPrefix, id).base+"wl:on")
+		k := newKeys(e.cfg.KeyPrefix, id)
+		cmds[i] = pipe.Exists(ctx, k.base+"wl:on", k.horizon())
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil
 	}
 	on := make([]bool, len(ids))
 	for i, c := range cmds {
-		on[i] = c.Val() == 1
+		on[i] = c.Val() > 0
 	}
 	return on
 }

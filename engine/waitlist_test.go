@@ -499,3 +499,72 @@ func TestWaitlistExpiredSeatGoesToTheWaitlistFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitlistExpiryNeverShowsFree: seats and places that an expiry frees, of a
+// category with a waitlist, are offered before any map shows them free — though no
+// script runs at an expiry, and the waitlist loop finds it up to a sweep later. Reads
+// of the seat map every millisecond, from the holds' expiry until the offers, never see
+// an A seat free nor a FLOOR place free. Once the waitlist has no entry, the map
+// applies expiries as they come again (the horizon ends).
+func TestWaitlistExpiryNeverShowsFree(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.waitVenue("wx", 6)
+	for round := range 3 {
+		ttl := 300 * time.Millisecond
+		x := v.hold("wx", ttl, "xavier", "A1", "A2", "A3", "A4")
+		if _, err := v.holdPlaces("wx", ttl, "yvonne", 6); err != nil {
+			t.Fatal(err)
+		}
+		ann, bob := fmt.Sprint("ann", round), fmt.Sprint("bob", round)
+		v.join("wx", ann, "A", 4, 500*time.Millisecond)
+		v.join("wx", bob, "GA", 6, 500*time.Millisecond)
+		if _, err := v.e.SeatMap(t.Context(), "wx"); err != nil { // the view follows the feed from here
+			t.Fatal(err)
+		}
+		var shown []string
+		offered := func(holder, cat string) bool {
+			w, err := v.e.WaitEntry(t.Context(), "wx", holder, cat)
+			return err == nil && w.Offer != nil
+		}
+		for deadline := x.ExpiresAt.Add(5 * time.Second); !offered(ann, "A") || !offered(bob, "GA"); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no offers 5 s after the holds expired", round)
+			}
+			m, err := v.e.SeatMap(t.Context(), "wx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range m.States {
+				if m.Layout[i].Category == "A" && st == SeatFree {
+					shown = append(shown, fmt.Sprintf("%s free at v%d", m.Layout[i].ID, m.Version))
+				}
+			}
+			for _, a := range m.Areas {
+				if a.Free != 0 {
+					shown = append(shown, fmt.Sprintf("%s %d free at v%d", a.AreaID, a.Free, m.Version))
+				}
+			}
+		}
+		if len(shown) > 0 {
+			t.Fatalf("round %d: an expiry's seats shown free before the waitlist's offer: %v", round, shown[:min(len(shown), 8)])
+		}
+		for _, o := range []Hold{v.offered("wx", ann, "A"), v.offered("wx", bob, "GA")} {
+			v.waitExpired(o) // the offer's entry ends with it
+		}
+	}
+	// No entry is left once the offers expired: a sweep ends the horizon, and an expiry
+	// shows as it comes.
+	k := newKeys(v.cfg.KeyPrefix, "wx")
+	waitFor(t, "the horizon's end", 10*time.Second, func() bool {
+		return v.rdb.Exists(t.Context(), k.horizon()).Val() == 0
+	})
+	h := v.hold("wx", 200*time.Millisecond, "zoe", "A1")
+	waitFor(t, "A1 free after zoe's hold expired", 5*time.Second, func() bool {
+		m, err := v.e.SeatMap(t.Context(), "wx")
+		return err == nil && m.States[0] == SeatFree
+	})
+	if late := time.Since(h.ExpiresAt); late > time.Second {
+		t.Errorf("A1 shown free %v after its hold expired, with no waitlist", late)
+	}
+}

@@ -751,6 +751,8 @@ end
 --   <base>wl:ox        zset "<cat>\t<tag>" -> expiry: the offers out
 --   <base>wl:t:<sha1 of token>  "<cat>\t<tag>": the entry an offer hold's token is of,
 --                      until a day past the offer's expiry
+--   <base>wl:at        the horizon (ms, Redis clock) while the show has a waitlist: the
+--                      time of the last sweep that went through every category (wl.lua)
 -- Whatever frees a seat or places of a category with a waitlist (give, place_gone,
 -- area_trim, place_marked: a release, a shrink, a cancellation, an expiry found) marks
 -- the category (wl_dirty), and before the call's feed entry flush (in wl_lib) offers the free
@@ -1031,6 +1033,10 @@ end
 --      rebuilds its map
 --   h  seats now held, until x (ms, Redis clock)      d  seats whose hold is gone
 --   s  seats now sold                                  u  seats no longer sold
+--   w  the waitlist horizon: "-" for none, else a time (ms) up to which every expired
+--      hold has been offered to the waitlists (wl.lua: wl_horizon); a map shows a hold
+--      expired only once the horizon has passed its expiry, so a seat an expiry frees
+--      is never shown free before its waitlist had it
 -- Seat lists are space-separated (a seat id has no spaces). The stream is trimmed to
 -- about FEED_LEN entries, so its memory is bounded per show. feed first makes the
 -- waitlist offers the call owes (flush, in wl_lib): a seat it freed and offered is left out of

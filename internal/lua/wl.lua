@@ -3,8 +3,8 @@
 --            offered is answered as it is, an expired one is replaced by a new one at
 --            the end of the line; then makes the offers owed (the seats free now may fit)
 --   "get"    brings the holder's entry up to its offer hold (settle, in wl_lib) and reads it
---   "sweep"  gives back the expired holds of every category with a waitlist and makes
---            the offers owed (the engine's waitlist loop)
+--   "sweep"  gives back the expired holds of every category with a waitlist, makes
+--            the offers owed and moves the waitlist horizon (the engine's waitlist loop)
 --
 -- KEYS[1]    <base>gen (the show's key prefix)
 -- ARGV[1]    op
@@ -25,7 +25,8 @@
 -- room and the holder is not admitted now), {"LIMIT", booked, limit} (join: the
 -- holder's bookings leave less than the count under the sale's holder limit), {"STALE"}
 -- or {"CLOSED"} (see sale_rules); for sweep {"OK", entries waiting or offered, 1 when it
--- stopped at its bound of offers (call again) else 0}.
+-- stopped at its bound of offers (call again) else 0}, or {"OK", 0, 0} once the show
+-- has no entry and no horizon left (the loop may forget it).
 
 if #KEYS ~= 1 or string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
 BASE = string.sub(KEYS[1], 1, -4)
@@ -37,9 +38,33 @@ if op ~= "sweep" then
     if cat ~= "" and (not string.match(cat, "^[%w][%w ._-]*$") or #cat > 32) then return bad("category") end
 end
 if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
-local rules, closed = sale_rules(given, ARGV[2])
-if not rules then return closed end
 local now = now_ms()
+
+-- The waitlist horizon (<base>wl:at, the feed's "w"): a seat map shows a hold expired
+-- only once the horizon has passed its expiry. A join starts it (at now: every expiry
+-- before was shown already); a sweep that went through every category moves it to now
+-- (at most every HORIZON_STEP ms, whichever engine sweeps); a sweep that finds no entry,
+-- or the sale closed (nothing is offered then), ends it, and the map applies expiries
+-- as they come again.
+local HORIZON_STEP = 100
+local function wl_horizon(at)
+    local k = BASE .. "wl:at"
+    if not at then
+        if redis.call("DEL", k) == 1 then feed_entry({"w", "-"}) end
+        return
+    end
+    local cur = tonumber(redis.call("GET", k) or "0")
+    if cur == 0 or at >= cur + HORIZON_STEP then
+        redis.call("SET", k, at)
+        feed_entry({"w", at})
+    end
+end
+
+local rules, closed = sale_rules(given, ARGV[2])
+if not rules then
+    if op == "sweep" and closed[1] == "CLOSED" then wl_horizon(nil) end
+    return closed
+end
 local W = wl_lib()
 
 -- view answers join and get with the entry as it is: settled (common.lua: settle), and
@@ -90,6 +115,7 @@ local function join()
     for sec in string.gmatch(secs, "%d+") do redis.call("HSET", BASE .. "wl:map", "s" .. sec, cat) end
     for a in string.gmatch(areas, "([^%s@]+)@%d+") do redis.call("HSET", BASE .. "wl:map", "a" .. a, cat) end
     WL.on, WL.any, WL.dirty[cat] = true, true, true
+    if redis.call("EXISTS", BASE .. "wl:at") == 0 then wl_horizon(now) end
     wl_run(now)
     return view()
 end
@@ -97,10 +123,14 @@ end
 -- sweep offers every category with a waitlist (flush gives back its expired holds
 -- first, and makes a bounded number of offers a call).
 local function sweep()
-    if redis.call("EXISTS", BASE .. "wl:on") == 0 then return {"OK", 0, 0} end
+    if redis.call("EXISTS", BASE .. "wl:on") == 0 then
+        wl_horizon(nil)
+        return {"OK", 0, 0}
+    end
     WL.on, WL.any = true, true
     for _, c in ipairs(redis.call("SMEMBERS", BASE .. "wl:cats")) do WL.dirty[c] = true end
     wl_run(now)
+    if not WL.more then wl_horizon(now) end
     return {"OK", tonumber(redis.call("GET", BASE .. "wl:on") or "0"), WL.more and 1 or 0}
 end
 
