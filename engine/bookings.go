@@ -105,9 +105,9 @@ func (e *Engine) cancel(ctx context.Context, bookingID uuid.UUID, k bookingKey) 
 		e.countsAfterCancel(ctx, sh, c.holder)
 	}
 	if c.seq != 0 {
-		err = e.afterCommit(ctx, sh, c.seats, c.gen, false, c.seq, 0)
+		err = e.afterCommit(ctx, sh, c.seats, tombstone(c.gen, bookingID), c.seq, 0)
 	} else {
-		err = e.markBooking(ctx, sh, c.seats, c.gen, false)
+		err = e.markBooking(ctx, sh, c.seats, tombstone(c.gen, bookingID))
 	}
 	if err != nil {
 		// The cancellation is committed, but its seats still look sold in Redis: new

@@ -305,7 +305,7 @@ func (e *Engine) owed(ctx context.Context, c *confirmation, id uuid.UUID, gen in
 		if len(r.counts) > 0 {
 			_ = e.writeCounts(ctx, c.sh, r.counts)
 		}
-		marked = e.afterCommit(ctx, c.sh, c.sold, gen, true, r.seq, markSoldTimeout) == nil
+		marked = e.afterCommit(ctx, c.sh, c.sold, marker(gen, true), r.seq, markSoldTimeout) == nil
 		if marked {
 			e.giveRest(ctx, c, id)
 		}
@@ -319,7 +319,7 @@ func (e *Engine) owed(ctx context.Context, c *confirmation, id uuid.UUID, gen in
 // its booking's sold markers are in; left to the repair when Redis fails.
 func (e *Engine) gaveBack(ctx context.Context, sh *show, s *swapped) {
 	if s != nil && len(s.tombs) > 0 {
-		_ = e.afterCommit(ctx, sh, s.tombs, s.tombGen, false, s.tombSeq, 0)
+		_ = e.afterCommit(ctx, sh, s.tombs, tombstone(s.tombGen, s.after.ID), s.tombSeq, 0)
 	}
 }
 
@@ -605,7 +605,7 @@ func (e *Engine) replay(ctx context.Context, c *confirmation, remark bool) (Book
 		}
 		// The first call may have lost its markers; they only move forward, so this
 		// cannot undo a cancellation that came since.
-		_ = e.markBooking(ctx, c.sh, b.SeatIDs, b.Generation, true)
+		_ = e.markBooking(ctx, c.sh, b.SeatIDs, marker(b.Generation, true))
 	}
 	return b, true, nil
 }

@@ -259,7 +259,7 @@ func TestMarkerWritesAreRepaired(t *testing.T) {
 		h := v.hold("s1", time.Minute, "bob", "A1")
 		sh, _ := v.e.show(t.Context(), "s1")
 		// The sold write of the cancelled booking arrives now (a paused process).
-		if err := v.e.markBooking(t.Context(), sh, []string{"A1"}, b.Generation, true); err != nil {
+		if err := v.e.markBooking(t.Context(), sh, []string{"A1"}, marker(b.Generation, true)); err != nil {
 			t.Fatal(err)
 		}
 		if _, sold := v.soldMarkers("s1")["A1"]; sold || !strings.HasPrefix(v.holdValue("s1", "A1"), h.Token) {

@@ -416,7 +416,7 @@ func TestExtendKeepsSoldSeatOutOfIndex(t *testing.T) {
 	v.hold("ex", time.Minute, "", "A01-001") // an earlier generation
 	h := v.hold("ex", time.Minute, "late", seat)
 	// The marker of a booking of an earlier generation arrives now.
-	if err := v.e.markBooking(t.Context(), v.showOf("ex"), []string{seat}, h.Generation-1, true); err != nil {
+	if err := v.e.markBooking(t.Context(), v.showOf("ex"), []string{seat}, marker(h.Generation-1, true)); err != nil {
 		t.Fatal(err)
 	}
 	v.indexConsistent("ex")

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/db"
@@ -39,6 +40,13 @@ func marker(gen int64, sold bool) string {
 		return strconv.FormatInt(gen, 10)
 	}
 	return "-" + strconv.FormatInt(gen, 10)
+}
+
+// tombstone is the marker of a cancellation of booking (of generation gen) as mark.lua
+// takes it from the cancellation itself: it names the booking, so that the hold that
+// made it, should its keys still be in Redis, is dropped with it.
+func tombstone(gen int64, booking uuid.UUID) string {
+	return marker(gen, false) + "@" + commitID(booking)
 }
 
 // markCall is the mark.lua call that writes the markers of one booking's seats: sold,
@@ -91,9 +99,10 @@ func markArgs(floor string, seats, marks []string) []any {
 	return args
 }
 
-// markBooking writes the markers of one booking's seats: sold, or its tombstones.
-func (e *Engine) markBooking(ctx context.Context, sh *show, seats []string, gen int64, sold bool) error {
-	_, _, err := e.writeMarkers(ctx, sh, seats, slices.Repeat([]string{marker(gen, sold)}, len(seats)), "-")
+// markBooking writes the markers of one booking's seats: mark, its sold marker or its
+// tombstone.
+func (e *Engine) markBooking(ctx context.Context, sh *show, seats []string, mark string) error {
+	_, _, err := e.writeMarkers(ctx, sh, seats, slices.Repeat([]string{mark}, len(seats)), "-")
 	return err
 }
 
@@ -101,23 +110,23 @@ func (e *Engine) markBooking(ctx context.Context, sh *show, seats []string, gen 
 // seq). With a wait, it keeps trying for that long, even past the caller's context (the
 // transaction is committed whatever happens here); with none, it tries once. Once Redis
 // has them the row is dropped; otherwise the background loop writes them later.
-func (e *Engine) afterCommit(ctx context.Context, sh *show, seats []string, gen int64, sold bool, seq int64, wait time.Duration) (err error) {
+func (e *Engine) afterCommit(ctx context.Context, sh *show, seats []string, mark string, seq int64, wait time.Duration) (err error) {
 	if e.hooks.afterCommit != nil && !e.hooks.afterCommit(ctx) {
 		return fmt.Errorf("%w: marker write skipped by a test hook", ErrUnavailable)
 	}
 	ctx, span := e.step(ctx, "holdfast.markers")
 	defer func() { endStep(span, err) }()
-	err = e.markBooking(ctx, sh, seats, gen, sold)
+	err = e.markBooking(ctx, sh, seats, mark)
 	if err != nil && wait > 0 {
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 		defer cancel()
 		for attempt := 1; err != nil && sleepJitter(mctx, attempt) == nil; attempt++ {
-			err = e.markBooking(mctx, sh, seats, gen, sold)
+			err = e.markBooking(mctx, sh, seats, mark)
 		}
 	}
 	if err != nil {
 		e.m.markerDeferred.Inc()
-		e.log.WarnContext(ctx, "sold markers left to the background repair", "show_id", sh.id, "generation", gen, "error", err)
+		e.log.WarnContext(ctx, "sold markers left to the background repair", "show_id", sh.id, "marker", mark, "error", err)
 		return err
 	}
 	e.outbox.applied(sh.id, seq)

@@ -86,10 +86,10 @@ func (e *Engine) cancelSeats(ctx context.Context, bookingID uuid.UUID, seatIDs [
 	// The places left first, then the tombstones: an area never shows free, even for a
 	// moment, places the booking still has.
 	if len(pc.sold) > 0 {
-		err = e.afterCommit(ctx, sh, pc.sold, pc.after.Generation, true, pc.soldQ, 0)
+		err = e.afterCommit(ctx, sh, pc.sold, marker(pc.after.Generation, true), pc.soldQ, 0)
 	}
 	if err == nil {
-		err = e.afterCommit(ctx, sh, pc.tombs, pc.after.Generation, false, pc.tombSeq, 0)
+		err = e.afterCommit(ctx, sh, pc.tombs, tombstone(pc.after.Generation, pc.after.ID), pc.tombSeq, 0)
 	}
 	if err != nil {
 		return Booking{}, fmt.Errorf("seats cancelled, but they still look sold in Redis: %w", err)

@@ -291,7 +291,7 @@ func (e *Engine) bookedAfterAll(ctx context.Context, u *unsettled) {
 		e.m.settled.WithLabelValues("booked").Inc()
 		e.log.WarnContext(r.ctx, "commit reply lost; settled on the server the pool reaches: the booking is there", "show_id", r.c.sh.id, "booking_id", r.id)
 		mctx, cancel := context.WithTimeout(ctx, markSoldTimeout)
-		if err := e.markBooking(mctx, r.c.sh, r.c.sold, r.gen, true); err != nil {
+		if err := e.markBooking(mctx, r.c.sh, r.c.sold, marker(r.gen, true)); err != nil {
 			e.log.WarnContext(r.ctx, "sold markers of a settled booking left to the background repair", "show_id", r.c.sh.id, "error", err)
 		} else {
 			e.giveRest(mctx, r.c, r.id)

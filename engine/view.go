@@ -793,9 +793,11 @@ func (v *view) rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	late := v.readLateHolds(ctx, pipe, horizon)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return v.e.redisErr(err)
 	}
+	late.done(sh)
 	// Redis read every expiry above by its clock reading plus the time since it was
 	// asked for, at most: a hold expiring later than that, it had.
 	known := rt.UnixMilli() + time.Since(asked).Milliseconds() + 1
@@ -806,13 +808,17 @@ func (v *view) rebuild(ctx context.Context) error {
 	for i := range v.sold {
 		v.sold[i], v.exp[i] = false, 0
 		// go-redis reads PEXPIRETIME's reply as milliseconds; -2 is no key, -1 no expiry.
-		if x := exps[i].Val().Milliseconds(); x > 0 {
+		x := exps[i].Val().Milliseconds()
+		if x <= 0 {
+			x = late.seats[i] // expired past the horizon: held until it passes
+		}
+		if x > 0 {
 			v.exp[i] = x
 			v.expq = append(v.expq, expiry{at: x, idx: i})
 		}
 		v.touch(i)
 	}
-	v.setAreas(areas)
+	v.setAreas(areas, horizon)
 	heap.Init(&v.expq)
 	for _, c := range claims {
 		if i, ok := sh.index[c.SeatID]; ok {
@@ -826,6 +832,49 @@ func (v *view) rebuild(ctx context.Context) error {
 	v.horizon, v.fromHorizon = horizon, horizon
 	v.mu.Unlock()
 	return v.caughtUp(ctx, before)
+}
+
+// lateHolds is what a rebuild reads of the holds that expired after the waitlist
+// horizon (readLateHolds): the expiries of those whose keys are gone by layout index.
+type lateHolds struct {
+	seats map[int]int64
+	reads []*redis.ZSliceCmd // by section number
+}
+
+// readLateHolds queues in pipe, while the show has a waitlist horizon, the reads of the
+// seats the best-available index still has held (fr:<section>, internal/lua/common.lua)
+// at an expiry after the horizon: their keys may be gone (Redis drops an expired key)
+// while no sweep has given them to the waitlist, and a followed map shows them held
+// until the horizon passes their expiry — the rebuilt map must too. Call done on the
+// result once pipe has run.
+func (v *view) readLateHolds(ctx context.Context, pipe redis.Pipeliner, horizon int64) *lateHolds {
+	l := &lateHolds{seats: map[int]int64{}}
+	if horizon <= 0 {
+		return l
+	}
+	for i := range v.sh.sections {
+		l.reads = append(l.reads, pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: v.sh.k.base + "fr:" + strconv.Itoa(i),
+			Start: "(" + strconv.FormatInt(indexHeld+horizon, 10), Stop: "+inf", ByScore: true}))
+	}
+	return l
+}
+
+// indexHeld is the best-available index's score of a held seat, less its expiry
+// (HELD in internal/lua/common.lua).
+const indexHeld = 1 << 52
+
+// done reads the late holds from their replies.
+func (l *lateHolds) done(sh *show) *lateHolds {
+	for _, cmd := range l.reads {
+		for _, z := range cmd.Val() {
+			m, _ := z.Member.(string)
+			seat, _, _ := strings.Cut(m, "@")
+			if i, ok := sh.index[seat]; ok {
+				l.seats[i] = int64(z.Score) - indexHeld
+			}
+		}
+	}
+	return l
 }
 
 // feedHead reads the show's feed position for a rebuild: its last entry's id and

@@ -144,9 +144,10 @@ func (v *view) publishAreas(touched []int) []AreaState {
 // areaReads is what a rebuild reads of the show's areas: the place keys of the holds
 // in each area's expiry set (ax) with their hold keys' expiries, and the places sold.
 type areaReads struct {
-	keys [][]string             // by area
-	exps [][]*redis.DurationCmd // by area, as keys
-	sold map[string]int         // claimed place key -> count
+	keys   [][]string             // by area
+	scores [][]int64              // by area, as keys: their expiry as ax has it
+	exps   [][]*redis.DurationCmd // by area, as keys
+	sold   map[string]int         // claimed place key -> count
 }
 
 // readAreas reads the show's areas for a rebuild: the place keys first (one round trip),
@@ -154,21 +155,24 @@ type areaReads struct {
 // from PostgreSQL.
 func (v *view) readAreas(ctx context.Context, pipe redis.Pipeliner) (areaReads, error) {
 	sh := v.sh
-	r := areaReads{keys: make([][]string, len(sh.areas)), exps: make([][]*redis.DurationCmd, len(sh.areas)), sold: map[string]int{}}
+	r := areaReads{keys: make([][]string, len(sh.areas)), exps: make([][]*redis.DurationCmd, len(sh.areas)),
+		scores: make([][]int64, len(sh.areas)), sold: map[string]int{}}
 	if len(sh.areas) == 0 {
 		return r, nil
 	}
-	members := make([]*redis.StringSliceCmd, len(sh.areas))
+	members := make([]*redis.ZSliceCmd, len(sh.areas))
 	kp := v.e.rdb.Pipeline()
 	for a, ar := range sh.areas {
-		members[a] = kp.ZRange(ctx, sh.k.base+"ax:"+ar.ID, 0, -1)
+		members[a] = kp.ZRangeWithScores(ctx, sh.k.base+"ax:"+ar.ID, 0, -1)
 	}
 	if _, err := kp.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return r, v.e.redisErr(err)
 	}
 	for a := range sh.areas {
-		r.keys[a] = members[a].Val()
-		for _, k := range r.keys[a] {
+		for _, z := range members[a].Val() {
+			k, _ := z.Member.(string)
+			r.keys[a] = append(r.keys[a], k)
+			r.scores[a] = append(r.scores[a], int64(z.Score))
 			r.exps[a] = append(r.exps[a], pipe.PExpireTime(ctx, sh.k.hold(k)))
 		}
 	}
@@ -185,15 +189,21 @@ func (v *view) readAreas(ctx context.Context, pipe redis.Pipeliner) (areaReads, 
 }
 
 // setAreas makes r the view's areas (a rebuild, under mu): every hold key still alive,
-// and the places sold; every area touched.
-func (v *view) setAreas(r areaReads) {
+// and those gone that expired after the waitlist horizon (0: none; ax keeps them until
+// a sweep gives their places back: see readLateHolds), and the places sold; every area
+// touched.
+func (v *view) setAreas(r areaReads, horizon int64) {
 	n := len(v.sh.layout)
 	for a := range v.sh.areas {
 		clear(v.areas.held[a])
 		clear(v.areas.sold[a])
 		v.areas.nHeld[a], v.areas.nSold[a] = 0, 0
 		for j, k := range r.keys[a] {
-			if x := r.exps[a][j].Val().Milliseconds(); x > 0 {
+			x := r.exps[a][j].Val().Milliseconds()
+			if x <= 0 && horizon > 0 && r.scores[a][j] > horizon {
+				x = r.scores[a][j]
+			}
+			if x > 0 {
 				if _, c, _, ok := parsePlaceKey(k); ok {
 					v.areas.hold(a, k, placeHold{area: a, count: c, exp: x})
 					v.expq = append(v.expq, expiry{at: x, idx: n + a, key: k})

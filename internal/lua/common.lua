@@ -901,7 +901,9 @@ local function wl_lib()
     -- of the areas: the seats and places that are free now, all counted.
     function L.reap(secs, areas, now)
         for _, sec in ipairs(secs) do
-            for _, mem in ipairs(redis.call("ZRANGE", free_key(sec), int(HELD), int(HELD + now - 1), "BYSCORE", "LIMIT", 0, 500)) do
+            local ended = redis.call("ZRANGE", free_key(sec), int(HELD), int(HELD + now - 1), "BYSCORE", "LIMIT", 0, 500)
+            if #ended == 500 then WL.more = true end -- more may have ended: the sweep comes back
+            for _, mem in ipairs(ended) do
                 local s, b = ref(mem)
                 local m = meta_get(s, b)
                 if m then index_fix(m, now) end
@@ -913,8 +915,9 @@ local function wl_lib()
     -- offer_cat offers cat's free seats and places (its expired holds given back first),
     -- entry by entry, while one fits: an entry gets seats when as many are free, else
     -- places of one area that has them. A call makes at most WL_OFFERS offers (WL.more
-    -- says it stopped there: the sweep makes the rest), so that one script never blocks
-    -- Redis for long whatever the waitlist.
+    -- says it stopped there, or at the bound of expired holds it gives back: the sweep
+    -- makes the rest), so that one script never blocks Redis for long whatever the
+    -- waitlist.
     function L.offer_cat(cat, now, r)
         local secs, areas = L.category(cat)
         L.reap(secs, areas, now)
@@ -1007,7 +1010,9 @@ local function wl_lib()
         WL.dirty = {}
         local r = L.rules()
         if not r then return end
-        for _, m in ipairs(redis.call("ZRANGE", BASE .. "wl:ox", "-inf", now, "BYSCORE", "LIMIT", 0, 100)) do
+        local ended = redis.call("ZRANGE", BASE .. "wl:ox", "-inf", now, "BYSCORE", "LIMIT", 0, 100)
+        if #ended == 100 then WL.more = true end
+        for _, m in ipairs(ended) do
             local cat, tag = string.match(m, "^(.-)\t(.*)$")
             L.settle(cat, tag, now)
         end

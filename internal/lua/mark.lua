@@ -8,15 +8,20 @@
 --            the counter alone
 -- ARGV[3..2+n]      seat ids
 -- ARGV[3+n..2+2n]   each seat's marker: "g" (sold by the booking of generation g) or
---                   "-g" (that booking was cancelled)
+--                   "-g" (that booking was cancelled), "-g@<booking id, 32 hex>" for
+--                   the tombstone of a cancellation that knows its booking
 --
 -- A marker only moves forward (see mark_order in common.lua), so a write that arrives
 -- late, twice or out of order never undoes a later one. When a seat ends up sold, a hold
 -- on it whose generation is not above the sale's is dropped (with its holder's count):
 -- it was taken before the booking and can never confirm. A hold taken later (while the
 -- marker was missing) is left to its owner, whose confirmation the claim refuses. When
--- a seat's tombstone lands, the hold of the cancelled booking's generation is dropped
--- too: it is spent, and its spent key (common.lua) says so for the life it had left.
+-- a seat's tombstone that names its booking lands, the hold that made that booking —
+-- of its generation, reserved by its batch under the booking's id — is dropped too: it
+-- is spent, and its spent key (common.lua) says so for the life it had left. A hold of
+-- the same generation that is not the booking's (Redis lost data and issued the
+-- generation again) is left alone, as is every hold under a tombstone that names no
+-- booking (the repairs and Resync write those).
 -- Every marker it moves and every hold it drops goes to the change feed, in one entry.
 -- The booking id of a sale (from the reserved hold it replaces) is kept in
 -- <base>booked by generation until the booking is cancelled.
@@ -27,8 +32,14 @@ local n, err = layout(F, 2, 0)
 if not n then return err end
 local floor = ARGV[2]
 if floor ~= "-" and not is_uint(floor, 0, 9007199254740991) then return bad("floor") end
+local by = {} -- by seat: the booking a tombstone names
 for i = 1, n do
     local m = ARGV[F + n + i]
+    local t, b = string.match(m, "^(%-[1-9]%d*)@(%x+)$")
+    if t and is_hex(b, 32) then
+        m, by[i] = t, b
+        ARGV[F + n + i] = t
+    end
     if not string.match(m, "^%-?[1-9]%d*$") or #m > 17 then return bad("marker " .. i) end
 end
 
@@ -75,10 +86,11 @@ for i = 1, n do
         if spent and is_sold(cur) and cid ~= "" then
             redis.call("HSET", BASE .. "booked", g, cid)
         end
-        -- A sold seat drops every hold taken before its booking. A tombstone drops the
-        -- hold of the cancelled booking's own generation: it is spent, and its sold
-        -- marker may come after the tombstone (an exchange racing the cancellation) or
-        -- never, and must not leave it holding the seat.
+        -- A sold seat drops every hold taken before its booking. A tombstone that names
+        -- its booking drops the hold that made it: its sold marker may come after the
+        -- tombstone (an exchange racing the cancellation) or never, and must not leave
+        -- the spent hold holding the seat.
+        if not is_sold(cur) then spent = spent and by[i] ~= nil and cid == by[i] end
         if spent or (is_sold(cur) and (not g or tonumber(g) <= cg)) then
             if spent and not is_sold(cur) then
                 local left = redis.call("PTTL", hk(i))

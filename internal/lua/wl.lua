@@ -41,11 +41,13 @@ if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
 local now = now_ms()
 
 -- The waitlist horizon (<base>wl:at, the feed's "w"): a seat map shows a hold expired
--- only once the horizon has passed its expiry. A join starts it (at now: every expiry
--- before was shown already); a sweep that went through every category moves it to now
+-- only once the horizon has reached its expiry. A join starts it (every expiry before
+-- was shown already); a sweep that went through every category moves it to its time
 -- (at most every HORIZON_STEP ms, whichever engine sweeps); a sweep that finds no entry,
 -- or the sale closed (nothing is offered then), ends it, and the map applies expiries
--- as they come again.
+-- as they come again. The horizon is the call's time less 1 ms: a key whose expiry is
+-- the call's time has not expired yet (Redis expires a key once its clock is past the
+-- expiry), so the sweep found only the holds that expired before it.
 local HORIZON_STEP = 100
 local function wl_horizon(at)
     local k = BASE .. "wl:at"
@@ -115,7 +117,7 @@ local function join()
     for sec in string.gmatch(secs, "%d+") do redis.call("HSET", BASE .. "wl:map", "s" .. sec, cat) end
     for a in string.gmatch(areas, "([^%s@]+)@%d+") do redis.call("HSET", BASE .. "wl:map", "a" .. a, cat) end
     WL.on, WL.any, WL.dirty[cat] = true, true, true
-    if redis.call("EXISTS", BASE .. "wl:at") == 0 then wl_horizon(now) end
+    if redis.call("EXISTS", BASE .. "wl:at") == 0 then wl_horizon(now - 1) end
     wl_run(now)
     return view()
 end
@@ -130,7 +132,7 @@ local function sweep()
     WL.on, WL.any = true, true
     for _, c in ipairs(redis.call("SMEMBERS", BASE .. "wl:cats")) do WL.dirty[c] = true end
     wl_run(now)
-    if not WL.more then wl_horizon(now) end
+    if not WL.more then wl_horizon(now - 1) end
     return {"OK", tonumber(redis.call("GET", BASE .. "wl:on") or "0"), WL.more and 1 or 0}
 end
 
