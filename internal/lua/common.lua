@@ -1,5 +1,14 @@
 -- common.lua: the argument checks and the ownership test that every holdfast script
--- shares. lua.go puts it after each script's shebang line and before its body.
+-- shares: the top level of the Redis Functions library that lua.go makes of the scripts.
+-- Redis runs it once, when the library is loaded (FUNCTION LOAD); each script's body
+-- becomes a function of the library (lua.go: register_function) whose first act is
+-- begin (at the end of this file). A function library may not create globals, and has no
+-- KEYS and ARGV: the call's keys and arguments are the two locals below, set by begin.
+--
+-- State a call keeps at the top level (KEYS, ARGV, N, BASE, WL) lives from one call
+-- to the next: begin sets every name of it anew, and a name added to it must be added
+-- there (lua_test.go checks that begin sets every top-level local that a function of the
+-- library assigns, but WLF: see wl_lib).
 --
 -- Every script has the same key layout, for n seats:
 --   KEYS[1]            <base>gen             the show's generation counter
@@ -14,6 +23,8 @@
 -- moves <base>moves, see move_log)
 -- and ARGV[1] is always the holder tag ("" or 32 lowercase hex digits), then the
 -- script's own fixed arguments, then the seat ids (and, for mark, one marker each).
+
+local KEYS, ARGV = {}, {}
 
 local function bad(what) return redis.error_reply("HOLDFAST_BADARG " .. what) end
 
@@ -320,7 +331,8 @@ end
 -- call's view of them: on (nil until asked: does the show have a waitlist entry waiting
 -- or offered, <base>wl:on), the categories whose seats or places this call freed
 -- (dirty), the seat arguments it offered (taken) and the feed entries of its offers.
-local WL = {dirty = {}, any = false, taken = {}, feeds = {}, offers = 0, more = false}
+local function wl_new() return {dirty = {}, any = false, taken = {}, feeds = {}, offers = 0, more = false} end
+local WL = wl_new()
 local WL_OFFERS = 32 -- offers one call makes at most (offer_cat)
 
 -- wl_dirty: a seat of section number sec ("s" .. sec) or a place of area a ("a" .. a) has
@@ -763,8 +775,9 @@ end
 -- that finds it expired (wl_precheck, best.lua's reaping, wl.lua's sweep).
 --
 -- wl_lib makes the functions that make the offers at the first call that needs them (a
--- show with an entry waiting or offered): Redis runs a script's top level at every
--- call, and a closure made there costs every call of every show.
+-- show with an entry waiting or offered) and keeps them (WLF) for every later call: they
+-- are functions only, which read the call's state through BASE and WL, never a value
+-- of the call that made them.
 
 local WLF
 local function wl_lib()
@@ -1101,4 +1114,14 @@ local function wl_precheck(fixed, now)
         end
     end
     wl_run(now)
+end
+
+-- begin starts a call of one of the library's functions: KEYS and ARGV are its keys and
+-- arguments (fresh tables: a script may take items off them, idem_open), and the rest of
+-- the state a call keeps at the top level starts anew, so that no call sees anything a
+-- call before it left, of its show or another (not even a call that failed half-way).
+local function begin(keys, args)
+    KEYS, ARGV = keys, args
+    N, BASE = 0, ""
+    WL = wl_new()
 end
