@@ -430,29 +430,31 @@ local function rules_parse(s)
         queue = tonumber(opens) >= 0}
 end
 
--- rules_epoch reads the rules key's value s: the epoch it is of (0 for none) and whether
--- it says that show is closed.
+-- rules_epoch reads the rules key's value s: the epoch it is of (0 for none), whether
+-- it says that show is closed, and its rules (rules_parse; nil when closed or none).
 local function rules_epoch(s)
     if type(s) ~= "string" then return 0, false end
     local closed = string.match(s, "^(%d+) closed$")
     if closed then return tonumber(closed), true end
     local r = rules_parse(s)
-    if r then return r.e, false end
+    if r then return r.e, false, r end
     return 0, false
 end
 
 -- sale_rules returns the show's rules: the given ones (ARGV, already checked by
 -- rules_parse) or Redis's when those are of the same show and at least as new. When
 -- Redis knows a later show of the id it returns nil and {"STALE"}; when the given show is
--- closed, nil and {"CLOSED"}. Either way Redis's copy is left as it is.
+-- closed, nil and {"CLOSED"}. Either way Redis's copy is left as it is. A copy that is
+-- the given string itself, the usual case, is not parsed again: a parse costs several
+-- times a Redis command called from Lua.
 local function sale_rules(given, raw)
     local key = BASE .. "rules"
     local cur = redis.call("GET", key)
-    local e, closed = rules_epoch(cur)
+    if cur == raw then return given end
+    local e, closed, have = rules_epoch(cur)
     if e > given.e then return nil, {"STALE"} end
     if e == given.e then
         if closed then return nil, {"CLOSED"} end
-        local have = rules_parse(cur)
         if have and have.v >= given.v then return have end
     end
     redis.call("SET", key, raw)
