@@ -8,11 +8,12 @@
 //
 // The library's name, and each function's, carry a hash of its code
 // (holdfast_<12 hex digits>, holdfast_<12 hex digits>_hold), so that the libraries of
-// two versions of holdfast live side by side in one Redis during a rolling deploy. A
-// function is loaded where it runs: the engine loads the library on every master at
-// its first Redis call (with the eviction-policy check), and [Function.Run] loads it
-// and calls again once when Redis answers that the function is not there (a restart
-// without persistence, FUNCTION FLUSH, a failover to a replica that lacked it).
+// two versions of holdfast live side by side in one Redis during a rolling deploy. The
+// library must be on the server a call goes to: the engine loads it on every master
+// with its eviction-policy check (its first Redis call, then once a minute), and
+// [Function.Run] (the engine's pipelines likewise) loads it, on every master of a
+// Cluster, and calls again once when Redis answers that the function is not there (a
+// restart without persistence, FUNCTION FLUSH, a failover to a replica that lacked it).
 // holdfast bench drives the hold function raw, without the engine, to measure the
 // engine's overhead. The key and argument layout of every script is in common.lua and
 // at the top of each script.
