@@ -98,7 +98,7 @@ test-cluster: ## The engine, HTTP and command tests again, against a local three
 	$(go-test) ./engine ./httpapi ./cmd/...
 
 CHAOS_SCALE ?= 5
-CHAOS_TESTS := TestChaos|TestFailover|TestRedisSentinelFailover|TestReconcile|TestRedisCluster|TestTokenMutations|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestScriptFlush|TestBackendsDown
+CHAOS_TESTS := TestChaos|TestFailover|TestRedisSentinelFailover|TestReconcile|TestRedisCluster|TestTokenMutations|TestLinearizable|TestPausedOwner|TestHoldLostBeforeCommit|TestRowLockTimeout|TestRedisLosesEverything|TestCounterWentBackwards|TestRedisOutOfMemory|TestFunctionFlush|TestBackendsDown
 
 chaos: ## The fault suite and the linearizability check, CHAOS_SCALE times longer than in make test
 	@$(with-services) \

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/internal/lua"
 )
 
 // txOptions begins every transaction with bounds on lock waits and statements, so that a
@@ -137,25 +139,34 @@ func scriptArgs(tag string, fixed []any, seats []string) []any {
 
 // scriptCall is one script call of a pipeline.
 type scriptCall struct {
-	script *redis.Script
+	script *lua.Function
 	keys   []string
 	args   []any
 }
 
 // runScripts sends calls in one pipeline (on a Cluster, go-redis splits it by node) and
-// returns their replies in order. A call Redis refused with NOSCRIPT — its script cache
-// was flushed — is run again on its own, which loads the script.
+// returns their replies in order. When Redis answered a call that its function is not
+// there (it lost the library: FUNCTION FLUSH, a restart, a failover), the library is
+// loaded on every master and each such call is made again, on its own.
 func (e *Engine) runScripts(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := e.rdb.Pipeline()
 	for i, c := range calls {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		cmds[i] = c.script.Call(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx)
+	loaded := false
 	for i, c := range calls {
-		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmds[i] = c.script.Run(ctx, e.rdb, c.keys, c.args...)
+		if !lua.Missing(cmds[i].Err()) {
+			continue
 		}
+		if !loaded {
+			if err := lua.Load(ctx, e.rdb); err != nil {
+				return cmds
+			}
+			loaded = true
+		}
+		cmds[i] = c.script.Call(ctx, e.rdb, c.keys, c.args...)
 	}
 	return cmds
 }

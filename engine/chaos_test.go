@@ -618,9 +618,9 @@ func TestChaos(t *testing.T) {
 			sleepOr(stop, d/3)
 			v.rdb.ConfigSet(context.Background(), "maxmemory", "0")
 		}},
-		{name: "script flush between calls", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
+		{name: "function flush between calls", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
 			for !sleepOr(stop, 10*time.Millisecond) {
-				v.rdb.ScriptFlush(context.Background())
+				v.rdb.FunctionFlush(context.Background())
 			}
 		}},
 		{name: "redis maxclients far below the concurrency", fault: func(t *testing.T, v *env, srv *testsvc.RedisServer, stop <-chan struct{}) {
@@ -694,9 +694,9 @@ func sleepOr(stop <-chan struct{}, d time.Duration) bool {
 func TestChaosHoldReplyLost(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	proxy := testsvc.StartProxy(t, srv.Addr())
-	sha := []byte(lua.Hold.Hash())
+	fn := []byte(lua.Hold.Name())
 	var n atomic.Int64
-	proxy.Cut = func(chunk []byte) bool { return bytes.Contains(chunk, sha) && n.Add(1)%4 == 0 }
+	proxy.Cut = func(chunk []byte) bool { return bytes.Contains(chunk, fn) && n.Add(1)%4 == 0 }
 	opt := testsvc.RedisOptions(t, "redis://"+proxy.Addr()+"/0")
 	opt.MaxRetries = 5
 	rdb := redis.NewClient(opt)

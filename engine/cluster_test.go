@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
@@ -75,6 +77,8 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 
+	functionFlushOnOneMaster(t, v, cc, masters)
+
 	// Restart one master without its data: its shows lose holds, markers and counters.
 	var victim *testsvc.RedisServer
 	var lost []string
@@ -118,6 +122,58 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 
+}
+
+// functionFlushOnOneMaster: one master of the cluster loses the scripts' function
+// library (FUNCTION FLUSH), the others keep it: calls on that master's shows (hold,
+// extend, release) load it again and run. Then every master loses it: a confirmation,
+// whose first call is pipelined (runScripts), loads it again too. Every master has it
+// afterwards.
+func functionFlushOnOneMaster(t *testing.T, v *env, cc *redis.ClusterClient, masters map[string][]string) {
+	t.Helper()
+	ctx := t.Context()
+	var addr string
+	for a := range masters {
+		addr = a
+		break
+	}
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		if c.Options().Addr != addr {
+			return nil
+		}
+		return c.FunctionFlush(ctx).Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range masters[addr] {
+		h := v.hold(s, time.Minute, "dan", "S003")
+		if _, err := v.e.Extend(ctx, h, time.Minute); err != nil {
+			t.Fatalf("%s: extend after FUNCTION FLUSH on its master: %v", s, err)
+		}
+		if err := v.e.Release(ctx, h); err != nil {
+			t.Fatalf("%s: release after FUNCTION FLUSH on its master: %v", s, err)
+		}
+	}
+	// A confirmation's first call is its batch's pipelined check (reserve.lua).
+	s := masters[addr][0]
+	h := v.hold(s, time.Minute, "dan", "S005")
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.FunctionFlush(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{}); err != nil {
+		t.Fatalf("%s: confirm after FUNCTION FLUSH on every master: %v", s, err)
+	}
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: lua.LibraryName()}).Result()
+		if err == nil && len(libs) != 1 {
+			err = fmt.Errorf("%s has %d libraries named %s", c.Options().Addr, len(libs), lua.LibraryName())
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestRedisClusterFailoverToStaleReplica: a show's master dies and its replica, which

@@ -5,8 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/holdfast/holdfast/internal/lua"
 )
 
 // Config tunes an [Engine]. Every field is optional: the zero value means the default.
@@ -111,7 +112,7 @@ type Config struct {
 	// scriptsVia, a test seam, wraps the engine's way to run scripts below the bound of
 	// each call (boundedScripter): what it sees ends when the call has ended in Redis,
 	// not when its caller stopped waiting. nil in production.
-	scriptsVia func(redis.Scripter) redis.Scripter
+	scriptsVia func(lua.Caller) lua.Caller
 
 	// ConfirmConns is how many batches run at once, each on its own PostgreSQL
 	// connection of the pool: about the database server's cores. More batches in flight

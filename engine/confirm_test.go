@@ -320,7 +320,8 @@ func TestManyBuyersEndToEnd(t *testing.T) {
 	}
 }
 
-// scriptCounter is a go-redis hook that counts the calls of each script by its SHA.
+// scriptCounter is a go-redis hook that counts the calls of each script by its
+// function's name.
 type scriptCounter struct {
 	mu    sync.Mutex
 	calls map[string]int
@@ -328,10 +329,10 @@ type scriptCounter struct {
 
 func (s *scriptCounter) count(cmd redis.Cmder) {
 	args := cmd.Args()
-	if name, _ := args[0].(string); len(args) > 1 && strings.HasPrefix(strings.ToLower(name), "evalsha") {
-		sha, _ := args[1].(string)
+	if name, _ := args[0].(string); len(args) > 1 && strings.HasPrefix(strings.ToLower(name), "fcall") {
+		fn, _ := args[1].(string)
 		s.mu.Lock()
-		s.calls[sha]++
+		s.calls[fn]++
 		s.mu.Unlock()
 	}
 }
@@ -358,7 +359,7 @@ func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func (s *scriptCounter) since() (verify, reserve int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	verify, reserve = s.calls[lua.Verify.Hash()], s.calls[lua.Reserve.Hash()]
+	verify, reserve = s.calls[lua.Verify.Name()], s.calls[lua.Reserve.Name()]
 	s.calls = map[string]int{}
 	return verify, reserve
 }
@@ -385,7 +386,7 @@ func TestConfirmChecksTheHoldOnceUnlessAsked(t *testing.T) {
 		_, err := v.e.Confirm(t.Context(), h, ConfirmOptions{})
 		return err
 	}
-	// Every script loaded once: NOSCRIPT retries count no call below.
+	// The library loaded (the first calls load it): no call below is made twice.
 	if err := confirm(v.hold("s1", time.Minute, "alice", "A1")); err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +437,7 @@ func TestConfirmChecksTheHoldOnceUnlessAsked(t *testing.T) {
 	go func() { late <- confirm(h4) }()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		counter.mu.Lock()
-		asked := counter.calls[lua.Verify.Hash()]
+		asked := counter.calls[lua.Verify.Name()]
 		counter.mu.Unlock()
 		if asked > 0 {
 			break

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/holdfast/holdfast/db"
+	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/migrations"
 )
 
@@ -24,9 +25,9 @@ type Engine struct {
 	pool *pgxpool.Pool
 	q    *db.Queries
 	rdb  redis.UniversalClient
-	// scripts runs the scripts of holds and confirmations: rdb's autopipeliner, or rdb
-	// itself with Config.NoAutoPipeline.
-	scripts redis.Scripter
+	// scripts runs the scripts (functions of internal/lua's library) of holds and
+	// confirmations: rdb's autopipeliner, or rdb itself with Config.NoAutoPipeline.
+	scripts lua.Caller
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
@@ -66,7 +67,7 @@ type Engine struct {
 	queueFailedAt atomic.Int64
 	// queueScripts runs the waiting room's scripts: rdb's second (deferred)
 	// autopipeliner, a stream of pipelines of its own, or rdb itself.
-	queueScripts redis.Scripter
+	queueScripts lua.Caller
 
 	hooks hooks
 }
@@ -158,8 +159,8 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if c.scriptsVia != nil {
 		e.scripts = c.scriptsVia(e.scripts)
 	}
-	e.scripts = boundedScripter{e.scripts, redisCallTimeout}
-	e.queueScripts = boundedScripter{e.queueScripts, redisCallTimeout}
+	e.scripts = boundedScripter{e.scripts, rdb, redisCallTimeout}
+	e.queueScripts = boundedScripter{e.queueScripts, rdb, redisCallTimeout}
 	if c.TracerProvider != nil {
 		e.tracer = c.TracerProvider.Tracer(tracerName)
 	}
@@ -175,7 +176,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 // asyncPipeliner is rdb's deferred autopipeliner (closed with the client), whose
 // commands travel in pipelines apart from the blocking autopipeliner's: a result read
 // waits for its command. nil for a client without one.
-func asyncPipeliner(rdb redis.UniversalClient) redis.Scripter {
+func asyncPipeliner(rdb redis.UniversalClient) lua.Caller {
 	var ap *redis.AutoPipeliner
 	var err error
 	switch c := rdb.(type) {
@@ -196,7 +197,7 @@ func asyncPipeliner(rdb redis.UniversalClient) redis.Scripter {
 // rdb's shared autopipeliner (closed with the client) when more are: calls made at the
 // same moment then share round trips, and a lone call pays nothing for it. nil for a
 // client without an autopipeliner.
-func autoPipeliner(rdb redis.UniversalClient) redis.Scripter {
+func autoPipeliner(rdb redis.UniversalClient) lua.Caller {
 	var ap *redis.AutoPipeliner
 	var err error
 	switch c := rdb.(type) {
@@ -217,14 +218,14 @@ func autoPipeliner(rdb redis.UniversalClient) redis.Scripter {
 // autopipeliner.
 const pipelineFrom = 3
 
-// adaptiveScripter is the redis.Scripter of autoPipeliner.
+// adaptiveScripter is the lua.Caller of autoPipeliner.
 type adaptiveScripter struct {
-	direct, piped redis.Scripter
+	direct, piped lua.Caller
 	inflight      atomic.Int64
 }
 
 // pick counts a call in flight (the caller ends it with done) and chooses its way.
-func (a *adaptiveScripter) pick() redis.Scripter {
+func (a *adaptiveScripter) pick() lua.Caller {
 	if a.inflight.Add(1) > pipelineFrom {
 		return a.piped
 	}
@@ -233,32 +234,9 @@ func (a *adaptiveScripter) pick() redis.Scripter {
 
 func (a *adaptiveScripter) done() { a.inflight.Add(-1) }
 
-func (a *adaptiveScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+func (a *adaptiveScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
 	defer a.done()
-	return a.pick().Eval(ctx, script, keys, args...)
-}
-
-func (a *adaptiveScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	defer a.done()
-	return a.pick().EvalSha(ctx, sha1, keys, args...)
-}
-
-func (a *adaptiveScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	defer a.done()
-	return a.pick().EvalRO(ctx, script, keys, args...)
-}
-
-func (a *adaptiveScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	defer a.done()
-	return a.pick().EvalShaRO(ctx, sha1, keys, args...)
-}
-
-func (a *adaptiveScripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	return a.direct.ScriptExists(ctx, hashes...)
-}
-
-func (a *adaptiveScripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return a.direct.ScriptLoad(ctx, script)
+	return a.pick().FCall(ctx, function, keys, args...)
 }
 
 // boundedScripter answers every script call within d. A Redis that refuses connections
@@ -267,9 +245,11 @@ func (a *adaptiveScripter) ScriptLoad(ctx context.Context, script string) *redis
 // still run in Redis: no more than a reply lost to a read timeout could do already (a
 // hold no one heard of expires by its TTL; a release, an extension or a waiting-room call
 // is safe to have happened after all; a check only reads).
+// It loads the library (lua.Load) where rdb's calls go, within d too.
 type boundedScripter struct {
-	redis.Scripter
-	d time.Duration
+	lua.Caller
+	rdb redis.UniversalClient
+	d   time.Duration
 }
 
 // errScriptTimeout is a script call that did not answer within its bound.
@@ -300,20 +280,15 @@ func (b boundedScripter) bound(ctx context.Context, call func() *redis.Cmd) *red
 	return failed
 }
 
-func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.Eval(ctx, script, keys, args...) })
+func (b boundedScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.Caller.FCall(ctx, function, keys, args...) })
 }
 
-func (b boundedScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalSha(ctx, sha1, keys, args...) })
-}
-
-func (b boundedScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalRO(ctx, script, keys, args...) })
-}
-
-func (b boundedScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.bound(ctx, func() *redis.Cmd { return b.Scripter.EvalShaRO(ctx, sha1, keys, args...) })
+// LoadLibrary loads the library on every master of rdb (lua.Loader).
+func (b boundedScripter) LoadLibrary(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, b.d)
+	defer cancel()
+	return lua.Load(ctx, b.rdb)
 }
 
 // redisCallTimeout bounds one script call on a caller's path (boundedScripter).
@@ -439,6 +414,10 @@ func (e *Engine) policyFresh() bool {
 var errEvictingPolicy = errors.New("redis may evict holds")
 
 // readPolicy reads every master's maxmemory-policy: an error unless each is noeviction.
+// It loads the scripts' function library on each master too (internal/lua), so that an
+// engine's first calls find it: a load that fails (a Redis out of memory refuses
+// FUNCTION LOAD even of a library it has) is left to the calls, which load it when they
+// find it missing (lua.Function.Run, runScripts).
 func (e *Engine) readPolicy(ctx context.Context) error {
 	check := func(ctx context.Context, c redis.UniversalClient) error {
 		v, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
@@ -447,6 +426,9 @@ func (e *Engine) readPolicy(ctx context.Context) error {
 		}
 		if p := v["maxmemory-policy"]; p != "noeviction" {
 			return fmt.Errorf("%w: %w: redis maxmemory-policy is %q; set it to noeviction", ErrUnavailable, errEvictingPolicy, p)
+		}
+		if err := lua.Load(ctx, c); err != nil && ctx.Err() == nil {
+			e.log.WarnContext(ctx, "load the scripts' function library", "error", err)
 		}
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
@@ -492,20 +493,44 @@ func TestRedisOutOfMemory(t *testing.T) {
 	v.rdb.ConfigSet(t.Context(), "maxmemory", "0")
 }
 
-func TestScriptFlushBetweenCalls(t *testing.T) {
+// TestFunctionFlushBetweenCalls: Redis loses the scripts' function library (FUNCTION
+// FLUSH; a restart without persistence or a failover to a replica that lacked it
+// answer alike) between calls of every kind: a call alone (hold, release, the waiting
+// room's, the waitlist's) and a pipelined batch (a confirmation's reserve and mark)
+// each loads it again and runs.
+func TestFunctionFlushBetweenCalls(t *testing.T) {
 	t.Parallel()
 	v, _ := privateEnv(t)
-	v.show("s1", "A1", "A2")
-	h := v.hold("s1", time.Minute, "", "A1")
-	v.rdb.ScriptFlush(t.Context())
-	h2 := v.hold("s1", time.Minute, "", "A2")
-	v.rdb.ScriptFlush(t.Context())
-	if _, err := v.e.Confirm(t.Context(), h, ConfirmOptions{}); err != nil {
-		t.Fatalf("confirm after SCRIPT FLUSH: %v", err)
+	ctx := t.Context()
+	v.show("s1", "A1", "A2", "A3")
+	flush := func() {
+		t.Helper()
+		if err := v.rdb.FunctionFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	v.rdb.ScriptFlush(t.Context())
-	if err := v.e.Release(t.Context(), h2); err != nil {
-		t.Fatalf("release after SCRIPT FLUSH: %v", err)
+	flush()
+	h := v.hold("s1", time.Minute, "", "A1")
+	flush()
+	h2 := v.hold("s1", time.Minute, "", "A2")
+	flush()
+	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{}); err != nil {
+		t.Fatalf("confirm after FUNCTION FLUSH: %v", err)
+	}
+	flush()
+	if err := v.e.Release(ctx, h2); err != nil {
+		t.Fatalf("release after FUNCTION FLUSH: %v", err)
+	}
+	v.waitVenue("w1", 10)
+	flush()
+	v.join("w1", "ann", "A", 1, time.Minute)
+	flush()
+	if _, err := v.e.Extend(ctx, v.hold("s1", time.Minute, "", "A3"), time.Minute); err != nil {
+		t.Fatalf("extend after FUNCTION FLUSH: %v", err)
+	}
+	libs, err := v.rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: lua.LibraryName()}).Result()
+	if err != nil || len(libs) != 1 {
+		t.Fatalf("the library after the calls: %v, %v", libs, err)
 	}
 }
 

@@ -444,7 +444,7 @@ func TestResyncLargeShowInSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range log {
-			if len(e.Args) > 0 && strings.HasPrefix(strings.ToUpper(e.Args[0]), "EVAL") {
+			if len(e.Args) > 0 && strings.HasPrefix(strings.ToUpper(e.Args[0]), "FCALL") {
 				calls++
 				most, longest = max(most, slowlogArgc(e)), max(longest, e.Duration)
 			}

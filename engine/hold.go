@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/holdfast/holdfast/internal/lua"
 )
 
@@ -259,7 +257,7 @@ func (e *Engine) ownedHold(ctx context.Context, h Hold) (*show, []string, []stri
 // that batch has decided (awaitDecided). A hold whose booking committed answers as a
 // hold that is gone: {"LOST", "BOOKED"}. One whose reservation lapsed (LAPSED: its batch ended
 // without giving it back) is given back once the database says it made no booking.
-func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script *redis.Script, ks []string, tag string, fixed []any, seats []string, key idem) ([]any, error) {
+func (e *Engine) runDecided(ctx context.Context, sh *show, token string, script *lua.Function, ks []string, tag string, fixed []any, seats []string, key idem) ([]any, error) {
 	var res []any
 	keyed, args := key.apply(e, ks, scriptArgs(tag, fixed, seats))
 	err := e.awaitDecided(ctx, sh, token, func() (bool, error) {

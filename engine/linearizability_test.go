@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
@@ -387,8 +388,9 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 }
 
 // redisFaults injects the checks' faults into srv until the function it returns is
-// called: every gap, a script-cache loss, and every third time instead a 120 ms freeze
-// (calls time out: outcomes unknown). Once stopped, srv runs.
+// called: every gap, a loss of the scripts' function library (FUNCTION FLUSH), and
+// every third time instead a 120 ms freeze (calls time out: outcomes unknown). Once
+// stopped, srv runs.
 func redisFaults(v *env, srv *testsvc.RedisServer, gap time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var faults sync.WaitGroup
@@ -404,7 +406,7 @@ func redisFaults(v *env, srv *testsvc.RedisServer, gap time.Duration) (stop func
 				time.Sleep(120 * time.Millisecond)
 				srv.Resume()
 			} else {
-				v.rdb.ScriptFlush(context.Background())
+				v.rdb.FunctionFlush(context.Background())
 			}
 		}
 	})
@@ -483,7 +485,7 @@ func afterScripts(calls *scriptCalls, barrier func(ctx context.Context) error) {
 // its bound: which calls have started and not yet ended. Calls are numbered in the
 // order they start.
 type scriptCalls struct {
-	redis.Scripter
+	lua.Caller
 	mu      sync.Mutex
 	ended   sync.Cond // signalled whenever a call ends
 	next    int64
@@ -496,8 +498,8 @@ func newScriptCalls() *scriptCalls {
 	return c
 }
 
-func (c *scriptCalls) wrap(s redis.Scripter) redis.Scripter {
-	c.Scripter = s
+func (c *scriptCalls) wrap(s lua.Caller) lua.Caller {
+	c.Caller = s
 	return c
 }
 
@@ -541,20 +543,8 @@ func (c *scriptCalls) waitEnded() {
 	}
 }
 
-func (c *scriptCalls) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return c.track()(c.Scripter.Eval(ctx, script, keys, args...))
-}
-
-func (c *scriptCalls) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return c.track()(c.Scripter.EvalSha(ctx, sha1, keys, args...))
-}
-
-func (c *scriptCalls) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return c.track()(c.Scripter.EvalRO(ctx, script, keys, args...))
-}
-
-func (c *scriptCalls) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return c.track()(c.Scripter.EvalShaRO(ctx, sha1, keys, args...))
+func (c *scriptCalls) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
+	return c.track()(c.Caller.FCall(ctx, function, keys, args...))
 }
 
 // widest is the largest number of operations of the history open at one moment: the

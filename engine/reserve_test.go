@@ -176,8 +176,8 @@ func TestLostReservationReplyIsGivenBack(t *testing.T) {
 	h := v.hold("lr", 10*time.Minute, "", "A1")
 	before := v.holdValue("lr", "A1")
 	var cut atomic.Bool
-	sha := []byte(lua.Reserve.Hash())
-	proxy.Cut = func(chunk []byte) bool { return cut.Load() && bytes.Contains(chunk, sha) }
+	fn := []byte(lua.Reserve.Name())
+	proxy.Cut = func(chunk []byte) bool { return cut.Load() && bytes.Contains(chunk, fn) }
 	cut.Store(true)
 	ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
 	_, err := v.e.Confirm(ctx, h, ConfirmOptions{})

@@ -568,3 +568,51 @@ func TestWaitlistExpiryNeverShowsFree(t *testing.T) {
 		t.Errorf("A1 shown free %v after its hold expired, with no waitlist", late)
 	}
 }
+
+// TestCallStateStaysInItsCall: the scripts' function library keeps its top level from
+// one call to the next (common.lua: begin starts each call anew). A release on a show
+// with a waitlist offers what it frees (its call's state: the seats it offered, left
+// out of its feed entry's gone holds); the calls on a show without one that follow,
+// with seats of the same ids, see none of it: their releases are in their feed. Rounds
+// alternate between the shows.
+func TestCallStateStaysInItsCall(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := t.Context()
+	v.waitVenue("cw", 10)
+	v.show("cp", "A1", "A2", "A3", "A4")
+	plain, err := v.e.show(ctx, "cp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round, holder := range []string{"ann", "bob"} {
+		seats := []string{"A1", "A2", "A3", "A4"}
+		all := v.hold("cw", time.Minute, "xavier", seats...)
+		v.join("cw", holder, "A", 1, time.Minute)
+		if err := v.e.Release(ctx, all); err != nil {
+			t.Fatal(err)
+		}
+		offer := v.offered("cw", holder, "A")
+		if !slices.Equal(offer.SeatIDs, seats[:1]) {
+			t.Fatalf("round %d: %s offered %v, want %v", round, holder, offer.SeatIDs, seats[:1])
+		}
+		h := v.hold("cp", time.Minute, "", offer.SeatIDs...)
+		if err := v.e.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := v.rdb.XRevRangeN(ctx, plain.k.feed(), "+", "-", 1).Result()
+		if err != nil || len(entries) != 1 {
+			t.Fatalf("round %d: the plain show's feed: %v, %v", round, entries, err)
+		}
+		if d, _ := entries[0].Values["d"].(string); d != offer.SeatIDs[0] {
+			t.Fatalf("round %d: the plain show's release wrote %v, want d=%s (the other show's offer left out of it)", round, entries[0].Values, offer.SeatIDs[0])
+		}
+		// And the waitlist show's offer stands, its seat not anyone else's.
+		if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "cw", SeatIDs: offer.SeatIDs, HolderID: "dan"}); !errors.Is(err, ErrSeatsUnavailable) {
+			t.Fatalf("round %d: dan holds %v, offered to %s: %v", round, offer.SeatIDs, holder, err)
+		}
+		if err := v.e.Release(ctx, offer); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

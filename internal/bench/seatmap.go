@@ -140,12 +140,15 @@ func (e *env) infoFields(ctx context.Context, section string, fn func(name, valu
 	return nil
 }
 
-// scriptTime is the time Redis has spent running scripts (EVALSHA and EVAL, from INFO
-// commandstats): their own work, without the network I/O that redisCPU also counts.
+// scriptTime is the time Redis has spent running scripts (FCALL and FCALL_RO, and
+// EVALSHA and EVAL, from INFO commandstats): their own work, without the network I/O
+// that redisCPU also counts.
 func (e *env) scriptTime(ctx context.Context) (time.Duration, error) {
 	var usec int64
 	err := e.infoFields(ctx, "commandstats", func(name, value string) {
-		if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+		switch name {
+		case "cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_eval":
+		default:
 			return
 		}
 		for _, f := range strings.Split(value, ",") {

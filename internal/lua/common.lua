@@ -1,5 +1,14 @@
 -- common.lua: the argument checks and the ownership test that every holdfast script
--- shares. lua.go puts it after each script's shebang line and before its body.
+-- shares: the top level of the Redis Functions library that lua.go makes of the scripts.
+-- Redis runs it once, when the library is loaded (FUNCTION LOAD); each script's body
+-- becomes a function of the library (lua.go: register_function) whose first act is
+-- begin (at the end of this file). A function library may not create globals, and has no
+-- KEYS and ARGV: the call's keys and arguments are the two locals below, set by begin.
+--
+-- State a call keeps at the top level (KEYS, ARGV, N, BASE, WL) lives from one call
+-- to the next: begin sets every name of it anew, and a name added to it must be added
+-- there (lua_test.go checks that begin sets every top-level local that a function of the
+-- library assigns, but WLF: see wl_lib).
 --
 -- Every script has the same key layout, for n seats:
 --   KEYS[1]            <base>gen             the show's generation counter
@@ -14,6 +23,8 @@
 -- moves <base>moves, see move_log)
 -- and ARGV[1] is always the holder tag ("" or 32 lowercase hex digits), then the
 -- script's own fixed arguments, then the seat ids (and, for mark, one marker each).
+
+local KEYS, ARGV = {}, {}
 
 local function bad(what) return redis.error_reply("HOLDFAST_BADARG " .. what) end
 
@@ -320,7 +331,8 @@ end
 -- call's view of them: on (nil until asked: does the show have a waitlist entry waiting
 -- or offered, <base>wl:on), the categories whose seats or places this call freed
 -- (dirty), the seat arguments it offered (taken) and the feed entries of its offers.
-local WL = {dirty = {}, any = false, taken = {}, feeds = {}, offers = 0, more = false}
+local function wl_new() return {dirty = {}, any = false, taken = {}, feeds = {}, offers = 0, more = false} end
+local WL = wl_new()
 local WL_OFFERS = 32 -- offers one call makes at most (offer_cat)
 
 -- wl_dirty: a seat of section number sec ("s" .. sec) or a place of area a ("a" .. a) has
@@ -418,29 +430,31 @@ local function rules_parse(s)
         queue = tonumber(opens) >= 0}
 end
 
--- rules_epoch reads the rules key's value s: the epoch it is of (0 for none) and whether
--- it says that show is closed.
+-- rules_epoch reads the rules key's value s: the epoch it is of (0 for none), whether
+-- it says that show is closed, and its rules (rules_parse; nil when closed or none).
 local function rules_epoch(s)
     if type(s) ~= "string" then return 0, false end
     local closed = string.match(s, "^(%d+) closed$")
     if closed then return tonumber(closed), true end
     local r = rules_parse(s)
-    if r then return r.e, false end
+    if r then return r.e, false, r end
     return 0, false
 end
 
 -- sale_rules returns the show's rules: the given ones (ARGV, already checked by
 -- rules_parse) or Redis's when those are of the same show and at least as new. When
 -- Redis knows a later show of the id it returns nil and {"STALE"}; when the given show is
--- closed, nil and {"CLOSED"}. Either way Redis's copy is left as it is.
+-- closed, nil and {"CLOSED"}. Either way Redis's copy is left as it is. A copy that is
+-- the given string itself, the usual case, is not parsed again: a parse costs several
+-- times a Redis command called from Lua.
 local function sale_rules(given, raw)
     local key = BASE .. "rules"
     local cur = redis.call("GET", key)
-    local e, closed = rules_epoch(cur)
+    if cur == raw then return given end
+    local e, closed, have = rules_epoch(cur)
     if e > given.e then return nil, {"STALE"} end
     if e == given.e then
         if closed then return nil, {"CLOSED"} end
-        local have = rules_parse(cur)
         if have and have.v >= given.v then return have end
     end
     redis.call("SET", key, raw)
@@ -763,8 +777,9 @@ end
 -- that finds it expired (wl_precheck, best.lua's reaping, wl.lua's sweep).
 --
 -- wl_lib makes the functions that make the offers at the first call that needs them (a
--- show with an entry waiting or offered): Redis runs a script's top level at every
--- call, and a closure made there costs every call of every show.
+-- show with an entry waiting or offered) and keeps them (WLF) for every later call: they
+-- are functions only, which read the call's state through BASE and WL, never a value
+-- of the call that made them.
 
 local WLF
 local function wl_lib()
@@ -1106,4 +1121,14 @@ local function wl_precheck(fixed, now)
         end
     end
     wl_run(now)
+end
+
+-- begin starts a call of one of the library's functions: KEYS and ARGV are its keys and
+-- arguments (fresh tables: a script may take items off them, idem_open), and the rest of
+-- the state a call keeps at the top level starts anew, so that no call sees anything a
+-- call before it left, of its show or another (not even a call that failed half-way).
+local function begin(keys, args)
+    KEYS, ARGV = keys, args
+    N, BASE = 0, ""
+    WL = wl_new()
 end

@@ -1,21 +1,38 @@
-// Package lua holds holdfast's Redis scripts: each is its shebang line, then
-// common.lua (the shared argument checks and the in-Redis ownership test), then its own
-// body. The engine runs them; holdfast bench drives the hold script raw, without the
-// engine, to measure the engine's overhead. The key and argument layout of every script
-// is in common.lua and at the top of each script.
+// Package lua holds holdfast's Redis scripts as one Redis Functions library: common.lua
+// (the shared argument checks and the in-Redis ownership test) is its top level, and
+// each script's body is one of its functions (hold, extend, ...), registered with the
+// script's flags. Redis runs the top level once, when the library is loaded (FUNCTION
+// LOAD), not at every call as it runs an EVAL script's: each call (FCALL) runs its
+// script's body alone, after begin (common.lua) has set its keys, its arguments and the
+// per-call state anew.
+//
+// The library's name, and each function's, carry a hash of its code
+// (holdfast_<12 hex digits>, holdfast_<12 hex digits>_hold), so that the libraries of
+// two versions of holdfast live side by side in one Redis during a rolling deploy. The
+// library must be on the server a call goes to: the engine loads it on every master
+// with its eviction-policy check (its first Redis call, then once a minute), and
+// [Function.Run] (the engine's pipelines likewise) loads it, on every master of a
+// Cluster, and calls again once when Redis answers that the function is not there (a
+// restart without persistence, FUNCTION FLUSH, a failover to a replica that lacked it).
+// holdfast bench drives the hold function raw, without the engine, to measure the
+// engine's overhead. The key and argument layout of every script is in common.lua and
+// at the top of each script.
 package lua
 
 import (
+	"context"
+	"crypto/sha1"
 	_ "embed"
-	"regexp"
+	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The scripts. Script.Run sends EVALSHA and falls back to EVAL when Redis lost its
-// script cache (SCRIPT FLUSH, restart).
+// The scripts, each a function of the library.
 var (
 	//go:embed common.lua
 	commonLua string
@@ -62,124 +79,182 @@ var (
 	//go:embed wl.lua
 	wlLua string
 
-	Hold    = newScript("", holdLua)
-	Extend  = newScript("", extendLua)
-	Release = newScript(" flags=allow-oom", releaseLua) // deletes, and leaves one small tombstone: works when Redis is full
-	Verify  = newScript(" flags=no-writes", verifyLua)
+	Hold    = newFunction("hold", "", holdLua)
+	Extend  = newFunction("extend", "", extendLua)
+	Release = newFunction("release", "allow-oom", releaseLua) // deletes, and leaves one small tombstone: works when Redis is full
+	Verify  = newFunction("verify", "no-writes", verifyLua)
 	// Reserve is a batch's check of a hold, which keeps the hold for the batch until it
 	// decides; Unreserve gives it back when the batch did not commit it. Both only
 	// rewrite hold keys in place: they run when Redis is full too.
-	Reserve   = newScript(" flags=allow-oom", reserveLua)
-	Unreserve = newScript(" flags=allow-oom", unreserveLua)
-	Regen     = newScript("", regenLua)
+	Reserve   = newFunction("reserve", "allow-oom", reserveLua)
+	Unreserve = newFunction("unreserve", "allow-oom", unreserveLua)
+	Regen     = newFunction("regen", "", regenLua)
 	// Mark writes sold markers and tombstones. It runs when Redis is full too: a marker
 	// is a few bytes and replaces a hold key, and a sold seat must look sold.
-	Mark = newScript(" flags=allow-oom", markLua)
+	Mark = newFunction("mark", "allow-oom", markLua)
 	// Lower sets sold markers back to what the database says where a failover lost
 	// their bookings (compare and set). Like Mark, it runs when Redis is full.
-	Lower = newScript(" flags=allow-oom", lowerLua)
+	Lower = newFunction("lower", "allow-oom", lowerLua)
 	// Index builds a page of a show's best-available index; Best holds the best seats.
-	Index = newScript("", indexLua)
-	Best  = newScript("", bestLua)
+	Index = newFunction("index", "", indexLua)
+	Best  = newFunction("best", "", bestLua)
 	// Queue is a show's waiting room: the draw, admissions, joins and tickets. Counts
 	// moves the seats booked per holder that the holder limit counts forward to the
 	// database's; Recount sets them to it, for reconciliation (compare and set).
-	Queue   = newScript("", queueLua)
-	Counts  = newScript("", countsLua)
-	Recount = newScript("", recountLua)
+	Queue   = newFunction("queue", "", queueLua)
+	Counts  = newFunction("counts", "", countsLua)
+	Recount = newFunction("recount", "", recountLua)
 	// Close closes a show in Redis for DeleteShow, seals it once deleted, or opens it
 	// again when the delete was refused.
-	Close = newScript("", closeLua)
+	Close = newFunction("close", "", closeLua)
 	// Areas gives Redis a show's areas (capacities) for a rebuild or a new show.
-	Areas = newScript("", areasLua)
+	Areas = newFunction("areas", "", areasLua)
 	// Shrink gives back part of a hold and keeps the rest. It only deletes and renames
 	// hold keys, so it runs when Redis is full too, as Release does.
-	Shrink = newScript(" flags=allow-oom", shrinkLua)
+	Shrink = newFunction("shrink", "allow-oom", shrinkLua)
 	// Reclaim gives a holder's live holds of a show fresh tokens and generations.
-	Reclaim = newScript("", reclaimLua)
+	Reclaim = newFunction("reclaim", "", reclaimLua)
 	// Rest gives back what a partial confirmation did not book, after its commit. Like
 	// Release it only deletes hold keys, so it runs when Redis is full too.
-	Rest = newScript(" flags=allow-oom", restLua)
+	Rest = newFunction("rest", "allow-oom", restLua)
 	// Transfer moves a hold to another holder under a new token and generation.
-	Transfer = newScript("", transferLua)
+	Transfer = newFunction("transfer", "", transferLua)
 	// Wait is a show's waitlists: a join, an entry's read, the engine's sweep.
-	Wait = newScript("", wlLua)
+	Wait = newFunction("wl", "", wlLua)
 )
 
-// newScript builds a Redis 7 script. With a shebang and no no-writes flag, Redis refuses
-// the whole script up front when it is out of memory, instead of failing it half-way.
-func newScript(flags, body string) *redis.Script {
-	return redis.NewScript("#!lua" + flags + "\n" + prelude(commonLua, body) + "\n" + body)
+// Function is one function of the library: a script.
+type Function struct {
+	script string // its file's name without .lua, the end of the function's name
+	flags  string // its Redis flags: "", "allow-oom" or "no-writes"
+	body   string
 }
 
-// prelude is the part of common that body uses: the top-level statements of common that
-// body names, and those they name, in common's order, each with the comment above it.
-// Redis runs a script's top level at every call, so each function defined there costs a
-// closure per call whether the script calls it or not (common.lua whole: about 9 µs a
-// call on the machines of docs/BENCHMARKS.md, as much as a small script's own work).
-//
-// A top-level statement of common starts at a line that begins with "local" and runs to
-// the next line that begins with "local" or "--" (its body is indented, its closing "end"
-// is not); it defines the names that declared finds in its first line.
-func prelude(common, body string) string {
-	type stmt struct {
-		text  string
-		names []string
-	}
-	var stmts []stmt
-	var comment []string
-	for _, line := range strings.Split(common, "\n") {
-		switch {
-		case declared(line) != nil:
-			stmts = append(stmts, stmt{text: strings.Join(append(comment, line), "\n"), names: declared(line)})
-			comment = nil
-		case strings.HasPrefix(line, "--") || len(stmts) == 0 || (line == "" && len(comment) > 0):
-			comment = append(comment, line)
-		default:
-			last := &stmts[len(stmts)-1]
-			last.text += "\n" + line
-		}
-	}
-	// What body names, then what the statements it keeps name, until nothing is added.
-	named := map[string]bool{}
-	for _, w := range luaWord.FindAllString(body, -1) {
-		named[w] = true
-	}
-	keep := make([]bool, len(stmts))
-	for added := true; added; {
-		added = false
-		for i, st := range stmts {
-			if keep[i] || !slices.ContainsFunc(st.names, func(n string) bool { return named[n] }) {
-				continue
-			}
-			keep[i], added = true, true
-			for _, w := range luaWord.FindAllString(st.text, -1) {
-				named[w] = true
-			}
-		}
-	}
-	var out []string
-	for i, st := range stmts {
-		if keep[i] {
-			out = append(out, st.text)
-		}
-	}
-	return strings.Join(out, "\n")
+func newFunction(script, flags, body string) *Function {
+	return &Function{script: script, flags: flags, body: body}
 }
 
-// declared is the names that a top-level line of common.lua defines ("local a, b = …",
-// "local function f(…)"), or nil for another line.
-func declared(line string) []string {
-	if !strings.HasPrefix(line, "local ") {
+// functions is every function of the library, in the order it registers them.
+func functions() []*Function {
+	return []*Function{Hold, Extend, Release, Verify, Reserve, Unreserve, Regen, Mark, Lower, Index, Best,
+		Queue, Counts, Recount, Close, Areas, Shrink, Reclaim, Rest, Transfer, Wait}
+}
+
+// Name is the function's name in Redis: the library's, "_", the script's.
+func (f *Function) Name() string { return library().name + "_" + f.script }
+
+// Caller runs functions: a go-redis client (plain, failover or cluster), a pipeline, an
+// autopipeliner, or a wrapper of one.
+type Caller interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+}
+
+// Loader is a Caller that loads the library itself, where its calls go (Load): a
+// wrapper of a client, which knows the client.
+type Loader interface {
+	LoadLibrary(ctx context.Context) error
+}
+
+// Call sends FCALL of the function to c, and nothing else: in a pipeline, a reply that
+// the function is not there (Missing) is the caller's to act on.
+func (f *Function) Call(ctx context.Context, c Caller, keys []string, args ...any) *redis.Cmd {
+	return c.FCall(ctx, f.Name(), keys, args...)
+}
+
+// Run calls the function on c; when Redis answers that it is not there (Missing), it
+// loads the library where c calls (Load) and calls once more. c must not be a pipeline
+// (its replies come at Exec: use Call).
+func (f *Function) Run(ctx context.Context, c Caller, keys []string, args ...any) *redis.Cmd {
+	cmd := f.Call(ctx, c, keys, args...)
+	if Missing(cmd.Err()) && Load(ctx, c) == nil {
+		cmd = f.Call(ctx, c, keys, args...)
+	}
+	return cmd
+}
+
+// Missing reports whether err is Redis's answer to a call of a function it does not
+// have ("ERR Function not found"): the call did not run, and may be made again once the
+// library is loaded.
+func Missing(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "ERR ") && strings.Contains(strings.ToLower(msg), "function not found")
+}
+
+// Load loads the library where c's calls go: on every master of a Redis Cluster
+// (ForEachMaster) and every shard of a Ring, on the server of a plain or failover
+// client, through a Loader's own LoadLibrary. A library of this name already there is
+// this very code (its name is the code's hash): Load leaves it and succeeds. A pipeline
+// or an autopipeliner of a Cluster would load it on one node only: give Load the client.
+func Load(ctx context.Context, c any) error {
+	each := func(ctx context.Context, n *redis.Client) error { return LoadOn(ctx, n) }
+	switch x := c.(type) {
+	case Loader:
+		return x.LoadLibrary(ctx)
+	case *redis.ClusterClient:
+		return x.ForEachMaster(ctx, each)
+	case *redis.Ring:
+		return x.ForEachShard(ctx, each)
+	case functionLoader:
+		return LoadOn(ctx, x)
+	}
+	return fmt.Errorf("lua: cannot load the function library through a %T", c)
+}
+
+// functionLoader sends FUNCTION LOAD and FUNCTION LIST.
+type functionLoader interface {
+	FunctionLoad(ctx context.Context, code string) *redis.StringCmd
+	FunctionList(ctx context.Context, q redis.FunctionListQuery) *redis.FunctionListCmd
+}
+
+// LoadOn loads the library on the one server c talks to, unless it is there. A Redis
+// out of memory refuses FUNCTION LOAD even of a library it has: one it has is there all
+// the same.
+func LoadOn(ctx context.Context, c functionLoader) error {
+	name := library().name
+	err := c.FunctionLoad(ctx, library().code).Err()
+	if err == nil || strings.HasPrefix(err.Error(), "ERR Library ") && strings.Contains(err.Error(), "already exists") {
 		return nil
 	}
-	decl := strings.TrimPrefix(strings.TrimPrefix(line, "local "), "function ")
-	var names []string
-	for _, n := range strings.Split(decl[:strings.IndexAny(decl+"=", "=(")], ",") {
-		names = append(names, strings.TrimSpace(n))
+	if libs, lerr := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: name}).Result(); lerr == nil &&
+		slices.ContainsFunc(libs, func(l redis.Library) bool { return l.Name == name }) {
+		return nil
 	}
-	return names
+	return fmt.Errorf("load the function library %s: %w", name, err)
 }
 
-// luaWord is a Lua name.
-var luaWord = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+// LibraryName is the library's name in Redis (FUNCTION LIST, FUNCTION DELETE).
+func LibraryName() string { return library().name }
+
+// LibraryCode is the library as FUNCTION LOAD is given it.
+func LibraryCode() string { return library().code }
+
+// lib is the library: its name and code.
+type lib struct{ name, code string }
+
+var library = sync.OnceValue(build)
+
+// fnPrefix stands for the library's name and "_" in the functions' names until the
+// library is hashed.
+const fnPrefix = "@holdfast_fn@"
+
+// build makes the library: common.lua, then each script's body as the callback of its
+// function, which begins the call (common.lua: begin) first. The name is the hash of the
+// code with the names left out.
+func build() lib {
+	var b strings.Builder
+	b.WriteString(commonLua)
+	for _, f := range functions() {
+		flags := ""
+		if f.flags != "" {
+			flags = fmt.Sprintf("%q", f.flags)
+		}
+		fmt.Fprintf(&b, "\n-- %s.lua\nredis.register_function{function_name = %q, flags = {%s}, callback = function(keys, args)\nbegin(keys, args)\n%s\nend}\n",
+			f.script, fnPrefix+f.script, flags, f.body)
+	}
+	sum := sha1.Sum([]byte(b.String()))
+	name := "holdfast_" + hex.EncodeToString(sum[:6])
+	return lib{name: name, code: "#!lua name=" + name + "\n" + strings.ReplaceAll(b.String(), fnPrefix, name+"_")}
+}
