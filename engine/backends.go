@@ -155,16 +155,18 @@ func (e *Engine) runScripts(ctx context.Context, calls []scriptCall) []*redis.Cm
 		cmds[i] = c.script.Call(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx)
-	loaded := false
+	var loaded error
+	tried := false
 	for i, c := range calls {
 		if !lua.Missing(cmds[i].Err()) {
 			continue
 		}
-		if !loaded {
-			if err := lua.Load(ctx, e.rdb); err != nil {
-				return cmds
-			}
-			loaded = true
+		if !tried {
+			loaded, tried = lua.Load(ctx, e.rdb), true
+		}
+		if loaded != nil { // refused (out of memory, say): the script itself (lua.Function.Run)
+			cmds[i] = c.script.Eval(ctx, e.rdb, c.keys, c.args...)
+			continue
 		}
 		cmds[i] = c.script.Call(ctx, e.rdb, c.keys, c.args...)
 	}

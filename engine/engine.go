@@ -284,6 +284,11 @@ func (b boundedScripter) FCall(ctx context.Context, function string, keys []stri
 	return b.bound(ctx, func() *redis.Cmd { return b.Caller.FCall(ctx, function, keys, args...) })
 }
 
+// Eval sends EVAL through rdb, within d (lua.Evaler: where the library cannot be loaded).
+func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.bound(ctx, func() *redis.Cmd { return b.rdb.Eval(ctx, script, keys, args...) })
+}
+
 // LoadLibrary loads the library on every master of rdb (lua.Loader).
 func (b boundedScripter) LoadLibrary(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, b.d)

@@ -162,14 +162,43 @@ func (f *Function) Call(ctx context.Context, c Caller, keys []string, args ...an
 }
 
 // Run calls the function on c; when Redis answers that it is not there (Missing), it
-// loads the library where c calls (Load) and calls once more. c must not be a pipeline
-// (its replies come at Exec: use Call).
+// loads the library where c calls (Load) and calls once more, or, when Redis refuses
+// the load (FUNCTION LOAD is refused while Redis is out of memory, where an allow-oom
+// script must still run), sends the script itself by EVAL (Eval). c must not be a
+// pipeline (its replies come at Exec: use Call).
 func (f *Function) Run(ctx context.Context, c Caller, keys []string, args ...any) *redis.Cmd {
 	cmd := f.Call(ctx, c, keys, args...)
-	if Missing(cmd.Err()) && Load(ctx, c) == nil {
-		cmd = f.Call(ctx, c, keys, args...)
+	if Missing(cmd.Err()) {
+		if Load(ctx, c) == nil {
+			return f.Call(ctx, c, keys, args...)
+		}
+		if e, ok := c.(Evaler); ok {
+			return f.Eval(ctx, e, keys, args...)
+		}
 	}
 	return cmd
+}
+
+// Evaler sends EVAL: a go-redis client, or a wrapper of one.
+type Evaler interface {
+	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+}
+
+// Eval sends the function's script by EVAL, as a script of its own (Script): the way
+// to run it where the library cannot be loaded. It costs common.lua's top level at every
+// call, and Redis keeps it in its script cache.
+func (f *Function) Eval(ctx context.Context, c Evaler, keys []string, args ...any) *redis.Cmd {
+	return c.Eval(ctx, f.Script(), keys, args...)
+}
+
+// Script is the function as an EVAL script: its flags in the shebang, then common.lua
+// and its body, begun with the script's KEYS and ARGV.
+func (f *Function) Script() string {
+	shebang := "#!lua"
+	if f.flags != "" {
+		shebang += " flags=" + f.flags
+	}
+	return shebang + "\nlocal CALL_KEYS, CALL_ARGV = KEYS, ARGV\n" + commonLua + "\nbegin(CALL_KEYS, CALL_ARGV)\n" + f.body
 }
 
 // Missing reports whether err is Redis's answer to a call of a function it does not
