@@ -94,7 +94,7 @@ test-busy: ## make test with two CPU-bound processes beside it (stress-ng --cpu 
 
 test-cluster: ## The engine, HTTP and command tests again, against a local three-master Redis Cluster
 	@$(with-services) eval "$$($(SERVICES) cluster)"; \
-	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_CLUSTER_URL="$$REDIS_CLUSTER_URL"; \
+	export TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$DATABASE_URL}" TEST_REDIS_URL="$${TEST_REDIS_URL:-$$REDIS_URL}" TEST_REDIS_CLUSTER_URL="$$REDIS_CLUSTER_URL"; \
 	$(go-test) ./engine ./httpapi ./cmd/...
 
 CHAOS_SCALE ?= 5
