@@ -84,14 +84,15 @@ type Config struct {
 	// ConfirmBatch is the most confirmations one PostgreSQL transaction commits together
 	// (group commit: one COMMIT, one fsync, one Redis check for all of them). A
 	// confirmation never waits for a batch to fill: a committer takes what is queued
-	// when it is free, so alone a confirmation is a batch of one. 1 turns group commit
+	// when it is free (see ConfirmBatchWait), so alone a confirmation is a batch of one. 1 turns group commit
 	// off. Defaults to 32, at most 256.
 	ConfirmBatch int
 
 	// ConfirmBatchWait is how long a committer waits for more confirmations after the
-	// first of a batch. Defaults to 0: the batch size follows the load by itself
-	// (confirmations arriving while the committers are busy make the next batches).
-	// At most 100 ms.
+	// first of a batch. Defaults to 0: the batch size follows the load by itself —
+	// confirmations arriving while the committers are busy make the next batches, and a
+	// batch gathered while another is in flight waits for it to end (at most 5 ms) —
+	// while a lone confirmation on an idle engine waits for nothing. At most 100 ms.
 	ConfirmBatchWait time.Duration
 
 	// ConfirmSavepoints isolates each confirmation of a batch with a savepoint instead
@@ -108,6 +109,10 @@ type Config struct {
 	// through go-redis's autopipeliner (per node on a Cluster): calls made at the same
 	// moment travel in one pipeline, and a lone call goes at once.
 	NoAutoPipeline bool
+
+	// siblingWait, a test seam, replaces the bound of a batch's wait for the batch in
+	// flight (batchWait). 0: siblingWait.
+	siblingWait time.Duration
 
 	// scriptsVia, a test seam, wraps the engine's way to run scripts below the bound of
 	// each call (boundedScripter): what it sees ends when the call has ended in Redis,

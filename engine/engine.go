@@ -139,7 +139,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if autoQueue {
 		c.MaxConfirmQueue = max(defaultMaxConfirmQueue, queueRounds*c.ConfirmConns*c.ConfirmBatch)
 	}
-	gc := &committer{queue: make(chan *confirmReq, c.MaxConfirmQueue)}
+	gc := &committer{queue: make(chan *confirmReq, c.MaxConfirmQueue), ended: make(chan struct{}, 1)}
 	m, err := newMetrics(c.Registerer, func() float64 { return float64(len(gc.queue)) })
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)

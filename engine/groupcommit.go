@@ -12,11 +12,12 @@ import (
 
 // Group commit. Confirmations do not each run a transaction: they join a queue, and a
 // few committers (Config.ConfirmConns) each take what waits there — up to
-// Config.ConfirmBatch confirmations, without waiting for more unless
-// Config.ConfirmBatchWait says so — and confirm it in one PostgreSQL transaction on one
-// connection. Alone, a confirmation is a batch of one and waits for nothing; under
-// load, confirmations arriving while the committers are busy make the next batches,
-// so the batch size follows the load and one COMMIT (and its fsync) serves many.
+// Config.ConfirmBatch confirmations, waiting for more only while another batch is in
+// flight (batchWait) or as Config.ConfirmBatchWait says — and confirm it in one
+// PostgreSQL transaction on one connection. Alone, a confirmation is a batch of one
+// and waits for nothing; under load, confirmations arriving while the committers are
+// busy make the next batches, so the batch size follows the load and one COMMIT (and
+// its fsync) serves many.
 //
 // A batch's transaction, each step one round trip:
 //  1. lock the fences of every seat of the batch, in (show, seat) order, skipping those

@@ -26,6 +26,11 @@ type committer struct {
 	queue  chan *confirmReq
 	onConn atomic.Int64 // moving average of a batch's time on its connection, ns
 
+	// Batches in flight (from gather's end to their answers), and a signal at each
+	// one's end: a batch gathered while another is in flight waits for it (siblingWait).
+	inFlight atomic.Int32
+	ended    chan struct{}
+
 	mu      sync.Mutex
 	running int  // committers running
 	closed  bool // the engine is closed: start no more
@@ -77,7 +82,9 @@ func (e *Engine) commitLoop() {
 		select {
 		case first := <-g.queue:
 			if batch := e.gather(first); len(batch) > 0 {
+				landed := g.flying()
 				e.commitBatch(batch)
+				landed()
 			}
 			continue
 		default:
@@ -185,8 +192,9 @@ func (e *Engine) tooLate(r *confirmReq) error {
 }
 
 // gather takes first and what else waits in the queue, up to Config.ConfirmBatch,
-// waiting up to Config.ConfirmBatchWait for more. Confirmations their callers left, or
-// taken too late for their holds, are answered here and left out.
+// waiting up to Config.ConfirmBatchWait for more — or, without it, while another batch
+// is in flight (siblingWait). Confirmations their callers left, or taken too late for
+// their holds, are answered here and left out.
 func (e *Engine) gather(first *confirmReq) []*confirmReq {
 	var batch []*confirmReq
 	take := func(r *confirmReq) {
@@ -203,10 +211,14 @@ func (e *Engine) gather(first *confirmReq) []*confirmReq {
 	}
 	take(first)
 	var wait <-chan time.Time
-	if e.cfg.ConfirmBatchWait > 0 {
-		t := time.NewTimer(e.cfg.ConfirmBatchWait)
+	var ended <-chan struct{}
+	if d := e.batchWait(); d > 0 {
+		t := time.NewTimer(d)
 		defer t.Stop()
 		wait = t.C
+		if e.cfg.ConfirmBatchWait == 0 {
+			ended = e.gc.ended
+		}
 	}
 	for len(batch) < e.cfg.ConfirmBatch {
 		select {
@@ -223,9 +235,53 @@ func (e *Engine) gather(first *confirmReq) []*confirmReq {
 			take(r)
 		case <-wait:
 			return batch
+		case <-ended:
+			return batch
 		}
 	}
 	return batch
+}
+
+// batchWait is how long gather may wait for more confirmations: Config.ConfirmBatchWait
+// when set; else, while another batch is in flight, until it ends or for at most
+// siblingWait — PostgreSQL's commit_delay and commit_siblings idea: a busy database
+// gets fewer, larger batches, and a lone confirmation on an idle one waits for nothing.
+// The batch in flight would hold this one's commit up anyway: a confirmation that
+// joins the wait commits with it instead of in a batch of its own after it.
+func (e *Engine) batchWait() time.Duration {
+	if e.cfg.ConfirmBatchWait > 0 {
+		return e.cfg.ConfirmBatchWait
+	}
+	if e.gc.inFlight.Load() == 0 {
+		return 0
+	}
+	select {
+	case <-e.gc.ended: // an end signalled before this wait began
+	default:
+	}
+	if e.gc.inFlight.Load() == 0 {
+		return 0
+	}
+	if e.cfg.siblingWait > 0 {
+		return e.cfg.siblingWait
+	}
+	return min(siblingWait, e.gc.needs())
+}
+
+// siblingWait bounds how long a batch waits for one in flight (batchWait): about one
+// batch's time on its connection, so that a confirmation pays at most one batch more.
+const siblingWait = 5 * time.Millisecond
+
+// flying counts a batch in flight until the returned func is called.
+func (g *committer) flying() (landed func()) {
+	g.inFlight.Add(1)
+	return func() {
+		g.inFlight.Add(-1)
+		select {
+		case g.ended <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // errFenceBusy: a seat's fence is locked by another transaction; the confirmation goes

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -221,5 +222,67 @@ func testGroupCommitUnderContention(t *testing.T, savepoints bool) {
 	}
 	if v.bookings("c") != holds || v.doubleBookings() != 0 {
 		t.Fatalf("%d bookings, %d double, want %d, 0", v.bookings("c"), v.doubleBookings(), holds)
+	}
+}
+
+// TestBatchWaitsForTheBatchInFlight: with no batch in flight a confirmation commits at
+// once, whatever the sibling wait; a batch gathered while another is in flight takes
+// the confirmations that arrive until that one ends, and commits them together
+// (PostgreSQL's commit_delay and commit_siblings idea), not one batch each.
+func TestBatchWaitsForTheBatchInFlight(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.ConfirmConns, c.siblingWait = 2, time.Minute })
+	v.show("sw", seatNames(5)...)
+	ctx := t.Context()
+	var holds []Hold
+	for i := range 5 {
+		holds = append(holds, v.hold("sw", time.Minute, fmt.Sprint("h", i), fmt.Sprintf("S%03d", i)))
+	}
+	// Alone: nothing in flight, so no wait (a minute's would outlast this deadline).
+	lone, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := v.e.Confirm(lone, holds[0], ConfirmOptions{}); err != nil {
+		t.Fatalf("a lone confirmation on an idle engine: %v", err)
+	}
+
+	var mu sync.Mutex
+	var sizes []int
+	release := make(chan struct{})
+	var first atomic.Bool
+	v.e.hooks.beforeCommit = func(context.Context) {
+		if first.CompareAndSwap(false, true) {
+			<-release // the first batch stays in flight until every other is queued
+		}
+	}
+	v.e.hooks.atCommit = func(_ context.Context, n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	}
+	errs := make(chan error, 4)
+	confirm := func(h Hold) {
+		go func() { _, err := v.e.Confirm(ctx, h, ConfirmOptions{}); errs <- err }()
+	}
+	confirm(holds[1])
+	for !first.Load() { // the batch in flight
+		time.Sleep(time.Millisecond)
+	}
+	for _, h := range holds[2:] {
+		n := sampleCount(t, v.e.m.confirmQueueWait)
+		confirm(h)
+		for sampleCount(t, v.e.m.confirmQueueWait) == n { // gathered, one by one, by the second committer
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int{1, 3}) {
+		t.Fatalf("batch sizes at COMMIT %v, want [1 3]: the batch in flight, then the three that came meanwhile together", sizes)
 	}
 }
