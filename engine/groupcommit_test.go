@@ -248,6 +248,8 @@ func TestBatchWaitsForTheBatchInFlight(t *testing.T) {
 	var mu sync.Mutex
 	var sizes []int
 	release := make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(letGo) // before the engine closes: a failed test leaves no batch blocked
 	var first atomic.Bool
 	v.e.hooks.beforeCommit = func(context.Context) {
 		if first.CompareAndSwap(false, true) {
@@ -264,17 +266,15 @@ func TestBatchWaitsForTheBatchInFlight(t *testing.T) {
 		go func() { _, err := v.e.Confirm(ctx, h, ConfirmOptions{}); errs <- err }()
 	}
 	confirm(holds[1])
-	for !first.Load() { // the batch in flight
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the first batch in flight", 10*time.Second, first.Load)
 	for _, h := range holds[2:] {
 		n := sampleCount(t, v.e.m.confirmQueueWait)
 		confirm(h)
-		for sampleCount(t, v.e.m.confirmQueueWait) == n { // gathered, one by one, by the second committer
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, "the second committer gathering "+h.SeatIDs[0], 10*time.Second, func() bool {
+			return sampleCount(t, v.e.m.confirmQueueWait) > n
+		})
 	}
-	close(release)
+	letGo()
 	for range 4 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
