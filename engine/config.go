@@ -84,8 +84,8 @@ type Config struct {
 	// ConfirmBatch is the most confirmations one PostgreSQL transaction commits together
 	// (group commit: one COMMIT, one fsync, one Redis check for all of them). A
 	// confirmation never waits for a batch to fill: a committer takes what is queued
-	// when it is free (see ConfirmBatchWait), so alone a confirmation is a batch of one. 1 turns group commit
-	// off. Defaults to 32, at most 256.
+	// when it is free (see ConfirmBatchWait), so alone a confirmation is a batch of one.
+	// 1 turns group commit off. Defaults to 32, at most 256.
 	ConfirmBatch int
 
 	// ConfirmBatchWait is how long a committer waits for more confirmations after the

@@ -211,14 +211,11 @@ func (e *Engine) gather(first *confirmReq) []*confirmReq {
 	}
 	take(first)
 	var wait <-chan time.Time
-	var ended <-chan struct{}
-	if d := e.batchWait(); d > 0 {
+	d, ended := e.batchWait()
+	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		wait = t.C
-		if e.cfg.ConfirmBatchWait == 0 {
-			ended = e.gc.ended
-		}
 	}
 	for len(batch) < e.cfg.ConfirmBatch {
 		select {
@@ -242,30 +239,31 @@ func (e *Engine) gather(first *confirmReq) []*confirmReq {
 	return batch
 }
 
-// batchWait is how long gather may wait for more confirmations: Config.ConfirmBatchWait
-// when set; else, while another batch is in flight, until it ends or for at most
-// siblingWait — PostgreSQL's commit_delay and commit_siblings idea: a busy database
-// gets fewer, larger batches, and a lone confirmation on an idle one waits for nothing.
-// The batch in flight would hold this one's commit up anyway: a confirmation that
-// joins the wait commits with it instead of in a batch of its own after it.
-func (e *Engine) batchWait() time.Duration {
+// batchWait is how long gather may wait for more confirmations, and what ends the wait
+// sooner (nil: nothing): Config.ConfirmBatchWait when set; else, while another batch is
+// in flight, until it ends or for at most siblingWait — PostgreSQL's commit_delay and
+// commit_siblings idea: a busy database gets fewer, larger batches, and a lone
+// confirmation on an idle one waits for nothing. The batch in flight would hold this
+// one's commit up anyway: a confirmation that joins the wait commits with it instead of
+// in a batch of its own after it.
+func (e *Engine) batchWait() (time.Duration, <-chan struct{}) {
 	if e.cfg.ConfirmBatchWait > 0 {
-		return e.cfg.ConfirmBatchWait
+		return e.cfg.ConfirmBatchWait, nil
 	}
 	if e.gc.inFlight.Load() == 0 {
-		return 0
+		return 0, nil
 	}
 	select {
 	case <-e.gc.ended: // an end signalled before this wait began
 	default:
 	}
 	if e.gc.inFlight.Load() == 0 {
-		return 0
+		return 0, nil
 	}
 	if e.cfg.siblingWait > 0 {
-		return e.cfg.siblingWait
+		return e.cfg.siblingWait, e.gc.ended
 	}
-	return min(siblingWait, e.gc.needs())
+	return min(siblingWait, e.gc.needs()), e.gc.ended
 }
 
 // siblingWait bounds how long a batch waits for one in flight (batchWait): about one
