@@ -257,11 +257,9 @@ func TestRelayWhoseCommitReplyIsLost(t *testing.T) {
 	}
 	// The client saw its connection close as the COMMIT went on to the server, which
 	// may not have run it yet (a busy machine): wait for it to commit.
-	for deadline := time.Now().Add(10 * time.Second); v.holdEventRows("s1") != 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay's COMMIT, whose reply was lost, did not commit its event (%d rows)", v.holdEventRows("s1"))
-		}
-	}
+	waitFor(t, "the relay's event committed by its COMMIT whose reply was lost", 10*time.Second, func() bool {
+		return v.holdEventRows("s1") == 1
+	})
 	moved, err := v.e.Transfer(ctx, h, "bob")
 	if err != nil {
 		t.Fatal(err)

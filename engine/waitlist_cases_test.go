@@ -325,11 +325,9 @@ func TestWaitlistJoinTakesTheWaitingRoom(t *testing.T) {
 	// and stamps each round (q:st's at): wait for the first, and leave the stamps out,
 	// so that what the snapshots compare is the join's.
 	k := newKeys(v.cfg.KeyPrefix, "rw")
-	for deadline := time.Now().Add(10 * time.Second); v.rdb.Exists(t.Context(), k.base+"q:st", k.base+"nsold").Val() != 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiting room's ticker wrote no state in 10 s")
-		}
-	}
+	waitFor(t, "the waiting room's ticker's first state", 10*time.Second, func() bool {
+		return v.rdb.Exists(t.Context(), k.base+"q:st", k.base+"nsold").Val() == 2
+	})
 	stamp := regexp.MustCompile(`(q:st=map\[at):\d+`)
 	snapshot := func() string { return stamp.ReplaceAllString(v.redisSnapshot(), "$1:_") }
 	before := snapshot()

@@ -73,15 +73,10 @@ func (v *env) offerMade(show, holder, category string) bool {
 // past 10 s.
 func (v *env) offerGone(show, holder, category string) {
 	v.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	waitFor(v.t, fmt.Sprintf("%s's offer for %q expired", holder, category), 10*time.Second, func() bool {
 		_, err := v.e.WaitEntry(v.t.Context(), show, holder, category)
-		if errors.Is(err, ErrOfferExpired) {
-			return
-		}
-		if time.Now().After(deadline) {
-			v.t.Fatalf("%s's offer for %q has not expired after 10 s: %v", holder, category, err)
-		}
-	}
+		return errors.Is(err, ErrOfferExpired)
+	})
 }
 
 // TestWaitlistOffersWhatARelease frees: a sold-out category's waitlist is offered the
