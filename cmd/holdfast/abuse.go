@@ -68,8 +68,8 @@ func runAbuse(ctx context.Context, args []string, getenv func(string) string, st
 	common := []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--trusted-proxy", "127.0.0.1",
 		"--demo-show", show, "--demo-seats", fmt.Sprint(*seats), "--operator-token", opToken, "--database-url", backends.databaseURL, "--redis-url", backends.redisURL}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	sv := &servers{exe: exe, common: common, keyPrefix: getenv("HOLDFAST_KEY_PREFIX")}
+	defer sv.stop(cancel)
 	public, admin, err := sv.start(ctx)
 	if err != nil {
 		return err
@@ -135,7 +135,28 @@ type servers struct {
 	common    []string
 	keyPrefix string
 	logLines  atomic.Int64
+	started   []*exec.Cmd
+	exited    []chan struct{} // closed once the server of the same index has exited
 }
+
+// stop ends every server started — an interrupt, as ctx ends (cancel), then a kill
+// past serverStopWait — and returns once each has exited: abuse leaves none running
+// behind it (a process that returned at once could exit before the interrupts were
+// sent).
+func (sv *servers) stop(cancel context.CancelFunc) {
+	cancel()
+	for i, exited := range sv.exited {
+		select {
+		case <-exited:
+		case <-time.After(serverStopWait):
+			_ = sv.started[i].Process.Kill()
+			<-exited
+		}
+	}
+}
+
+// serverStopWait bounds a server's graceful stop at the end of abuse.
+const serverStopWait = 15 * time.Second
 
 // start starts one serve with extra flags and returns its public and admin addresses
 // once it listens; it ends with ctx.
@@ -149,15 +170,18 @@ func (sv *servers) start(ctx context.Context, extra ...string) (public, admin st
 		return "", "", err
 	}
 	var last string // the last line serve wrote to stderr: its error, if it ended
-	logged := make(chan struct{})
+	var waitErr error
+	exited := make(chan struct{})
+	sv.started, sv.exited = append(sv.started, cmd), append(sv.exited, exited)
 	go func() {
-		defer close(logged)
+		defer close(exited)
 		sc := bufio.NewScanner(logs)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
 			sv.logLines.Add(1)
 			last = sc.Text()
 		}
+		waitErr = cmd.Wait() // stderr ended: the process has exited
 	}()
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
@@ -171,9 +195,8 @@ func (sv *servers) start(ctx context.Context, extra ...string) (public, admin st
 			return public, admin, nil
 		}
 	}
-	<-logged
-	err = cmd.Wait()
-	return "", "", fmt.Errorf("serve %v did not start (%v): %s", extra, err, last)
+	<-exited
+	return "", "", fmt.Errorf("serve %v did not start (%v): %s", extra, waitErr, last)
 }
 
 // createShows creates the small shows pool-0 … pool-(n-1) over the admin listener.

@@ -126,7 +126,7 @@ func (r *runner) quietNeverReading(ctx context.Context) string {
 		}
 	}
 	time.Sleep(2 * time.Second)
-	held := r.gauge(ctx, "holdfast_http_event_streams")
+	held := r.streamsOpen(ctx)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var honest counts
