@@ -155,8 +155,9 @@ func (sv *servers) stop(cancel context.CancelFunc) {
 	}
 }
 
-// serverStopWait bounds a server's graceful stop at the end of abuse.
-const serverStopWait = 15 * time.Second
+// serverStopWait bounds a server's graceful stop at the end of abuse: past serve's own
+// drain deadline (--shutdown-timeout, 15 s by default).
+const serverStopWait = 20 * time.Second
 
 // start starts one serve with extra flags and returns its public and admin addresses
 // once it listens; it ends with ctx.

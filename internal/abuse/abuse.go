@@ -271,16 +271,23 @@ func startHonest(ctx context.Context, r *runner) *honest {
 	go func() { wg.Wait(); close(h.done) }()
 	select {
 	case <-watched:
-	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	case <-time.After(viewerWait):
+		fmt.Fprintf(r.o.Out, "abuse: the honest viewer got no seat map in %v: the first attack that reads the map builds the server's view of the show\n", viewerWait)
 	}
 	return h
 }
 
+// viewerWait bounds the wait for the honest viewer's first event (the server builds the
+// show's view for it: 0.3 s for 100,000 seats).
+const viewerWait = 30 * time.Second
+
 // watch is the honest viewer: it keeps the show's seat map open as an event stream
 // from the honest buyers' side, as on any on-sale (buyers look at the map), and opens
 // it again when it ends. The server's view of the show is then live before the first
-// attack, and its one-time build (0.3 s for 100,000 seats) is no attack's cost. watched
-// is closed once the first event has come.
+// attack and stays live (a view nobody reads for a minute is dropped), and building it
+// (0.3 s for 100,000 seats) is no attack's cost. watched is closed once the first event
+// has come.
 func (h *honest) watch(ctx context.Context, r *runner, watched chan struct{}) {
 	var once sync.Once
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -466,7 +473,11 @@ func (r *runner) watchedShows(ctx context.Context) string {
 
 // streamsOpen is the event streams the server has open, the honest viewer's left out.
 func (r *runner) streamsOpen(ctx context.Context) float64 {
-	return r.gauge(ctx, "holdfast_http_event_streams") - float64(r.honest.watching.Load())
+	n := r.gauge(ctx, "holdfast_http_event_streams")
+	if n < 0 {
+		return n // not read
+	}
+	return n - float64(r.honest.watching.Load())
 }
 
 // gauge reads one metric from the admin listener.
