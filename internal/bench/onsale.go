@@ -344,10 +344,16 @@ func (e *env) checkpoint(ctx context.Context) {
 // resources are what a design's sale cost the machine.
 type resources struct {
 	xacts, walBytes, pgCPU, redisCalls float64
+	redisCPU, selfCPU                  float64 // CPU seconds of the Redis server, of this process
 }
 
+// machineCPU is the CPU seconds of every process a sale uses: this one (the buyers and
+// the design: the engine, or the database-only design's code), Redis and PostgreSQL.
+func (r resources) machineCPU() float64 { return r.selfCPU + r.redisCPU + r.pgCPU }
+
 // measure reads the counters: PostgreSQL's transactions (pgXacts), its WAL bytes, the CPU
-// seconds of the server's processes (serverCPU), and Redis's commands.
+// seconds of the server's processes (serverCPU), Redis's commands and CPU, and this
+// process's CPU.
 func (e *env) measure(ctx context.Context) (resources, error) {
 	var r resources
 	var err error
@@ -360,6 +366,12 @@ func (e *env) measure(ctx context.Context) (resources, error) {
 	}
 	e.xactProbes++ // that query's own transaction too
 	r.pgCPU = serverCPU(backend)
+	if _, ticks, ok := procStat(os.Getpid()); ok {
+		r.selfCPU = ticks / 100 // USER_HZ
+	}
+	if r.redisCPU, err = e.redisCPU(ctx); err != nil {
+		return r, err
+	}
 	r.redisCalls, err = e.redisCalls(ctx)
 	return r, err
 }
@@ -448,6 +460,10 @@ func (e *env) onsaleWorkload(ctx context.Context, r *Report) error {
 			return err
 		}
 		soldOutGoal(r, d.name, i > 0, hf, other)
+		if d.name == dbRival {
+			ratio := hf.machine / other.machine
+			r.goal("on-sale CPU of every process per sold seat, holdfast / "+d.name, "<= 0.33", ratio, ratio <= 1.0/3)
+		}
 	}
 	if e.o.Quick {
 		return nil
@@ -486,6 +502,7 @@ func (e *env) onsaleSetUp(ctx context.Context, r *Report, p onsaleParams, venue 
 type saleCost struct {
 	soldOut    time.Duration
 	xacts, cpu float64 // per sold seat: PostgreSQL transactions, its CPU in ms
+	machine    float64 // per sold seat: the CPU of every process (machineCPU) in ms
 }
 
 // sale runs the on-sale on d, stopping at timeout, adds its rows and returns its cost
@@ -517,9 +534,13 @@ func (e *env) sale(ctx context.Context, r *Report, p onsaleParams, d namedDesign
 		return saleCost{}, err
 	}
 	seats := max(1, float64(sold))
-	c := saleCost{soldOut: res.soldOutAfter, xacts: (after.xacts - before.xacts) / seats, cpu: 1000 * (after.pgCPU - before.pgCPU) / seats}
+	c := saleCost{soldOut: res.soldOutAfter, xacts: (after.xacts - before.xacts) / seats, cpu: 1000 * (after.pgCPU - before.pgCPU) / seats,
+		machine: 1000 * (after.machineCPU() - before.machineCPU()) / seats}
 	note := saleNote(p, res, sold) + fmt.Sprintf("; per sold seat: %.2f PG transactions, %.0f WAL bytes, %.2f ms PG CPU, %.1f Redis commands",
-		c.xacts, (after.walBytes-before.walBytes)/seats, c.cpu, (after.redisCalls-before.redisCalls)/seats)
+		c.xacts, (after.walBytes-before.walBytes)/seats, c.cpu, (after.redisCalls-before.redisCalls)/seats) +
+		fmt.Sprintf("; CPU of every process %.2f ms per sold seat (this process, the buyers and the design, %.2f; Redis %.2f; PG %.2f), %.3f ms per hold attempt",
+			c.machine, 1000*(after.selfCPU-before.selfCPU)/seats, 1000*(after.redisCPU-before.redisCPU)/seats, c.cpu,
+			1000*(after.machineCPU()-before.machineCPU())/max(1, float64(res.holdAttempts)))
 	e.saleRows(r, "on-sale", d.name, d.name, res, note)
 	return c, nil
 }
