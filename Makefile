@@ -29,7 +29,8 @@ with-operator-token = export HOLDFAST_OPERATOR_TOKEN="$${HOLDFAST_OPERATOR_TOKEN
 .PHONY: static deb image check-deploy screenshots readme reset help services services-down stop generate verify test test-short test-busy test-cluster fuzz build run run-ha ha-down demo bench bench-quick abuse chaos
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST) | \
+		sed -e 's/$$(SQLC_VERSION)/$(SQLC_VERSION)/' -e 's/$$(OAPI_CODEGEN_VERSION)/$(OAPI_CODEGEN_VERSION)/' -e 's/$$(REDOCLY_VERSION)/$(REDOCLY_VERSION)/'
 
 services: ## Start PostgreSQL and Redis on loopback for this checkout (unless DATABASE_URL / REDIS_URL are set)
 	@$(SERVICES) start

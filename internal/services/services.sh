@@ -32,12 +32,21 @@ DIR="${HOLDFAST_SERVICES_DIR:-$ROOT/.local}"
 source "$ROOT/internal/services/lib.sh"
 
 
-# pg_running: our cluster's postmaster is alive and answers on our port (a stale
-# postmaster.pid whose pid was reused by another process does not count).
+# pg_alive: our cluster's postmaster is alive, on whatever port (a stale postmaster.pid
+# whose pid was reused by another process does not count).
+pg_alive() {
+	local bin="$1"
+	[ -f "$DIR/pg/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$DIR/pg" status >/dev/null 2>&1
+}
+
+# pg_port: the port our cluster's postmaster listens on (line 4 of postmaster.pid).
+pg_port() { sed -n 4p "$DIR/pg/postmaster.pid" 2>/dev/null; }
+
+# pg_running: our cluster's postmaster is alive, listens on our port and answers there
+# (not another server that answers on that port while ours runs on another).
 pg_running() {
 	local bin="$1"
-	[ -f "$DIR/pg/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$DIR/pg" status >/dev/null 2>&1 &&
-		"$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
+	pg_alive "$bin" && [ "$(pg_port)" = "$PG_PORT" ] && "$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
 }
 
 start_pg() {
@@ -46,6 +55,10 @@ start_pg() {
 	if pg_running "$bin"; then
 		log "postgresql already running on 127.0.0.1:$PG_PORT"
 	else
+		if pg_alive "$bin"; then
+			die "this checkout's PostgreSQL ($DIR/pg) runs on port $(pg_port), not $PG_PORT;" \
+				"use that port (HOLDFAST_PG_PORT=$(pg_port) make ...) or stop it first (HOLDFAST_PG_PORT=$(pg_port) make stop)"
+		fi
 		if "$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; then
 			die "port $PG_PORT answers as a PostgreSQL that is not this checkout's ($DIR/pg);" \
 				"pick another port (HOLDFAST_PG_PORT=25433 make ...) or use that server (DATABASE_URL=postgres://...)"
@@ -177,7 +190,7 @@ stop_all() {
 			rm -f "$DIR/cluster-$p.pid"
 		fi
 	done
-	if bin="$(pg_bindir)" && [ -f "$DIR/pg/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$DIR/pg" status >/dev/null 2>&1; then
+	if bin="$(pg_bindir)" && pg_alive "$bin"; then
 		log "stopping postgresql"
 		as_pg "$bin/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null
 	fi
@@ -247,7 +260,15 @@ reset)
 	;;
 status)
 	pick_dir
-	if bin="$(pg_bindir)" && pg_running "$bin"; then echo "postgresql: running on 127.0.0.1:$PG_PORT"; else echo "postgresql: stopped"; fi
+	if bin="$(pg_bindir)" && pg_running "$bin"; then
+		echo "postgresql: running on 127.0.0.1:$PG_PORT"
+	elif [ -n "${bin:-}" ] && pg_alive "$bin"; then
+		echo "postgresql: this checkout's runs on 127.0.0.1:$(pg_port), not $PG_PORT"
+	elif [ -n "${bin:-}" ] && "$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; then
+		echo "postgresql: port $PG_PORT is taken by a PostgreSQL that is not this checkout's"
+	else
+		echo "postgresql: stopped"
+	fi
 	if command -v redis-cli >/dev/null && redis_running; then
 		echo "redis: running on 127.0.0.1:$REDIS_PORT"
 	elif command -v redis-cli >/dev/null && answers "$REDIS_PORT"; then
