@@ -667,23 +667,14 @@ type haSetup struct {
 // test ends.
 func startHA(t *testing.T) *haSetup {
 	t.Helper()
-	dir, err := os.MkdirTemp("/var/tmp", "holdfast-ha-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testsvc.ReachableDir(t, "/var/tmp", "holdfast-ha-")
 	script, err := filepath.Abs("../internal/services/ha.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ha := &haSetup{env: map[string]string{}, script: script,
 		vars: []string{"HOLDFAST_SERVICES_DIR=" + dir, "HOLDFAST_HA_PORT=" + strconv.Itoa(haBase(t))}}
-	t.Cleanup(func() {
-		_ = ha.cmd("stop").Run()
-		os.RemoveAll(dir)
-	})
+	t.Cleanup(func() { _ = ha.cmd("stop").Run() }) // before ReachableDir removes dir
 	out := ha.run(t, "start")
 	for _, line := range strings.Split(out, "\n") {
 		if k, v, ok := strings.Cut(line, "="); ok {

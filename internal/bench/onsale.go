@@ -367,7 +367,7 @@ func (e *env) measure(ctx context.Context) (resources, error) {
 	e.xactProbes++ // that query's own transaction too
 	r.pgCPU = serverCPU(backend)
 	if _, ticks, ok := procStat(os.Getpid()); ok {
-		r.selfCPU = ticks / 100 // USER_HZ
+		r.selfCPU = ticks / userHZ
 	}
 	if r.redisCPU, err = e.redisCPU(ctx); err != nil {
 		return r, err
@@ -420,8 +420,11 @@ func serverCPU(backend int) float64 {
 			ticks += t
 		}
 	}
-	return ticks / 100 // USER_HZ
+	return ticks / userHZ
 }
+
+// userHZ is the clock ticks a second of /proc/PID/stat's CPU times.
+const userHZ = 100
 
 // onsaleWorkload runs the open-loop on-sale on both designs (and, but in the quick run,
 // on holdfast with batches that wait for more confirmations), then finds each design's
@@ -534,13 +537,14 @@ func (e *env) sale(ctx context.Context, r *Report, p onsaleParams, d namedDesign
 		return saleCost{}, err
 	}
 	seats := max(1, float64(sold))
+	machineMs := 1000 * (after.machineCPU() - before.machineCPU())
 	c := saleCost{soldOut: res.soldOutAfter, xacts: (after.xacts - before.xacts) / seats, cpu: 1000 * (after.pgCPU - before.pgCPU) / seats,
-		machine: 1000 * (after.machineCPU() - before.machineCPU()) / seats}
+		machine: machineMs / seats}
 	note := saleNote(p, res, sold) + fmt.Sprintf("; per sold seat: %.2f PG transactions, %.0f WAL bytes, %.2f ms PG CPU, %.1f Redis commands",
 		c.xacts, (after.walBytes-before.walBytes)/seats, c.cpu, (after.redisCalls-before.redisCalls)/seats) +
 		fmt.Sprintf("; CPU of every process %.2f ms per sold seat (this process, the buyers and the design, %.2f; Redis %.2f; PG %.2f), %.3f ms per hold attempt",
 			c.machine, 1000*(after.selfCPU-before.selfCPU)/seats, 1000*(after.redisCPU-before.redisCPU)/seats, c.cpu,
-			1000*(after.machineCPU()-before.machineCPU())/max(1, float64(res.holdAttempts)))
+			machineMs/max(1, float64(res.holdAttempts)))
 	e.saleRows(r, "on-sale", d.name, d.name, res, note)
 	return c, nil
 }

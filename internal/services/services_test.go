@@ -17,7 +17,7 @@ import (
 // none of its own runs.
 func TestServicesNeverAdoptAnotherPostgres(t *testing.T) {
 	foreign := testsvc.StartPostgres(t)
-	dir, empty := servicesDir(t), servicesDir(t)
+	dir, empty := testsvc.ReachableDir(t, "", "holdfast-services-"), testsvc.ReachableDir(t, "", "holdfast-services-")
 	ours, redisPort := testsvc.FreePort(t), testsvc.FreePort(t)
 	run := func(dir string, pgPort int, action string) (string, error) {
 		cmd := exec.Command("./services.sh", action)
@@ -55,19 +55,4 @@ func TestServicesNeverAdoptAnotherPostgres(t *testing.T) {
 	if want := fmt.Sprintf("postgresql: port %d is taken by a PostgreSQL that is not this checkout's", foreign.Port); !strings.Contains(out, want) {
 		t.Errorf("status with none of its own running does not say %q:\n%s", want, out)
 	}
-}
-
-// servicesDir is a directory for services.sh's data that the postgres user can reach
-// (a test's temporary directory is private to root), removed when the test ends.
-func servicesDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "holdfast-services-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }

@@ -59,6 +59,23 @@ func StartPostgres(t testing.TB) *PostgresServer {
 	return p
 }
 
+// ReachableDir makes a directory of the test's own under parent ("": the system's
+// temporary directory) that the postgres user can enter (a test's own temporary
+// directory is private to its user), for scripts that run PostgreSQL there as that
+// user; it is removed when the test ends, after the cleanups registered later.
+func ReachableDir(t testing.TB, parent, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(parent, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // newPostgres makes the directory of a cluster (owned by the postgres user as root)
 // and picks its port; the cluster is stopped and removed when the test ends.
 func newPostgres(t testing.TB, opts string) *PostgresServer {
