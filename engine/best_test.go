@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -298,6 +299,60 @@ func (v *env) heldInRedis(show string) int {
 	return n
 }
 
+// TestHoldBestListsRunsGivenBack: a seat given back leaves its segment's runs to the
+// next adjacent search (it marks the segment), which lists them before it searches, over
+// more than one call when more segments are marked than one call lists. Here every
+// row's listing is first replaced by its fragments (a search for 4 together meets each
+// row with its second seat held), then the holds are released: a row of 4 free seats
+// is listed nowhere until the search lists it.
+func TestHoldBestListsRunsGivenBack(t *testing.T) {
+	t.Parallel()
+	const rows = 300 // segments of one section, more than one call lists (RELIST_MAX)
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 100 })
+	ctx := t.Context()
+	if err := v.e.CreateShowLayout(ctx, "relist", venueLayout(1, rows, 4)); err != nil {
+		t.Fatal(err)
+	}
+	sh := v.showOf("relist")
+	four := BestRequest{ShowID: "relist", Count: 4, Adjacent: true, TTL: time.Minute}
+	var holds []Hold
+	for from := 0; from < rows; from += 100 {
+		var seats []string
+		for r := from; r < from+100; r++ {
+			seats = append(seats, fmt.Sprintf("A%02d-002", r+1))
+		}
+		h, err := v.e.Hold(ctx, HoldRequest{ShowID: "relist", SeatIDs: seats, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, h)
+	}
+	if h, err := v.e.HoldBest(ctx, four); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("4 together with every row's second seat held: %v %v", h.SeatIDs, err)
+	}
+	for _, h := range holds {
+		if err := v.e.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marked := sh.k.base + "rd:0"
+	if n := v.rdb.SCard(ctx, marked).Val(); n != rows {
+		t.Fatalf("%d segments marked after the releases, want %d", n, rows)
+	}
+	want, _ := bestOffline(sh, map[string]bool{}, four)
+	h, err := v.e.HoldBest(ctx, four)
+	if err != nil {
+		t.Fatalf("4 together after the releases: %v", err)
+	}
+	if got := sumOf(sh, h.SeatIDs); got != want || !adjacentSeats(sh, h.SeatIDs) {
+		t.Fatalf("4 together chose %v (score %d), the best scores %d", h.SeatIDs, got, want)
+	}
+	if n := v.rdb.SCard(ctx, marked).Val(); n != 0 {
+		t.Fatalf("%d segments still marked after an adjacent search", n)
+	}
+	v.indexConsistent("relist")
+}
+
 // TestHoldBestSeatsComeBack: seats of expired and released best holds, and of
 // cancelled bookings, are offered again; sold seats never.
 func TestHoldBestSeatsComeBack(t *testing.T) {
@@ -467,6 +522,18 @@ func (v *env) indexConsistent(show string) {
 			}
 		}
 	}
+	// A segment that gave a seat back since its runs were listed is marked instead:
+	// an adjacent search lists its runs first.
+	owed := map[int]bool{}
+	for sec := range sh.sections {
+		for _, seg := range v.rdb.SMembers(ctx, fmt.Sprintf("%srd:%d", sh.k.base, sec)).Val() {
+			n, err := strconv.Atoi(seg)
+			if err != nil || n < 0 || n >= len(sh.layout) || sh.place[n] != 1 || sectionNumber(sh, n) != sec {
+				v.t.Fatalf("segment %q marked in section %d: not a segment of it", seg, sec)
+			}
+			owed[n] = true
+		}
+	}
 	for i := 0; i < len(sh.layout); i++ {
 		if !free[i] {
 			continue
@@ -475,8 +542,8 @@ func (v *env) indexConsistent(show string) {
 		for free[j+1] && sh.joinedRight(j) {
 			j++
 		}
-		if !slices.ContainsFunc(listed, func(s span) bool { return s.from <= i && j <= s.to }) {
-			v.t.Fatalf("the free seats %s..%s lie within no listed run", sh.layout[i].ID, sh.layout[j].ID)
+		if !owed[i-sh.place[i]+1] && !slices.ContainsFunc(listed, func(s span) bool { return s.from <= i && j <= s.to }) {
+			v.t.Fatalf("the free seats %s..%s lie within no listed run, and their segment is not marked", sh.layout[i].ID, sh.layout[j].ID)
 		}
 		i = j
 	}

@@ -25,8 +25,8 @@
 -- has a waiting room and the holder is not admitted now), {"LOST"} (a retry
 -- whose hold is gone), {"NOSTATE"} or {"NOINDEX"} (the index is not built), {"STALE"} or
 -- {"CLOSED"} (as hold.lua's), or {"AGAIN"}:
--- it gave back REAP_MAX expired holds and has more to give back before it may choose
--- (call again; what it gave back stays given back).
+-- it gave back REAP_MAX expired holds, or listed the runs of RELIST_MAX segments, and
+-- has more to do before it may choose (call again; what it did stays done).
 
 local F = 8
 local I, ierr = idem_open()
@@ -224,6 +224,39 @@ for _, sec in ipairs(sections) do
 end
 -- What the reaping freed of a category with a waitlist goes to the waitlist first.
 wl_run(now)
+
+-- relist lists the runs of free seats of the segments of section sec that gave a seat
+-- back since their runs were last listed (common.lua: give), RELIST_MAX segments at
+-- most; it returns false when segments are left. A segment stays marked until its runs
+-- are listed.
+local RELIST_MAX = 256
+local function relist(sec)
+    local key = dirty_key(sec)
+    local segs = redis.call("SRANDMEMBER", key, RELIST_MAX)
+    if #segs == 0 then return true end
+    for _, seg in ipairs(segs) do
+        local S = segment(seg, sec)
+        local p = 1
+        while S and p <= S.n do
+            if S.free[p] then
+                local a, b = free_run(S, p)
+                redis.call("ZADD", run_key(sec, b - a + 1), int(run_score(S, a, b)), run_name(seg, a, b))
+                p = b + 1
+            else
+                p = p + 1
+            end
+        end
+    end
+    redis.call("SREM", key, unpack(segs))
+    return #segs < RELIST_MAX or redis.call("SCARD", key) == 0
+end
+-- An adjacent search reads the listed runs: every segment that gave a seat back is
+-- listed again first.
+if adjacent then
+    for _, sec in ipairs(sections) do
+        if not relist(sec) then return {"AGAIN"} end
+    end
+end
 local chosen
 for _ = 1, 5 do
     chosen = search()

@@ -248,13 +248,17 @@ end
 --                      expired holds are found by score and given back lazily
 --   <base>rn:<section>:<c>  zset "<segment>:<first place>:<len>": runs of adjacent seats
 --                      of length c (10 for 10 and more), at the run's best score
+--   <base>rd:<section> set of the segments of the section where a seat came free since
+--                      their runs were last listed
 --   <base>ixs          exists once every seat is indexed
 -- A seat without meta is not indexed yet: scripts leave it alone.
 --
--- The runs are kept lazily: a seat that stops being free changes only its entry in
--- fr, and the runs it was in stay listed until best.lua meets them, checks them
--- against fr and puts the runs of free seats they now hold in their place. A seat that
--- becomes free lists the run of free seats it now belongs to. So every run of free
+-- The runs are kept lazily, and only adjacent searches pay for them. A seat that stops
+-- being free changes only its entry in fr, and the runs it was in stay listed until
+-- best.lua meets them, checks them against fr and puts the runs of free seats they now
+-- hold in their place. A seat that becomes free changes its entry in fr and marks its
+-- segment in rd; an adjacent search first lists the runs of free seats of every marked
+-- segment of its sections (best.lua: relist). So, once that is done, every run of free
 -- seats (maximal: no free seat on either side in its segment) lies within a listed run,
 -- whose score (its best seat's) is never above its own and whose length is never below
 -- it — best.lua meets that one first and finds the run there.
@@ -354,23 +358,16 @@ local function take(m, exp)
     end
 end
 
--- give: a seat that is not free becomes free, and the run of free seats it is now in
--- is listed. The runs of free seats on either side, which it joins, are unlisted if
--- they were listed as such (a release after a release, an expiry after an expiry),
--- so that a segment's gives do not pile up listings; a listing of a range that is no
--- longer a run of free seats waits for best.lua. A segment has at most 528 ranges.
+-- dirty_key: the segments of section sec whose runs are owed a listing (see above).
+local function dirty_key(sec) return BASE .. "rd:" .. sec end
+
+-- give: a seat that is not free becomes free; its segment's runs are owed a listing.
 local function give(m)
     local s = redis.call("ZSCORE", free_key(m.sec), member(m))
     if s and tonumber(s) < HELD then return end
     redis.call("ZADD", free_key(m.sec), int(m.score), member(m))
     wl_dirty("s" .. m.sec)
-    local S = segment(m.seg, m.sec)
-    if not S or m.pos > S.n then return end
-    local p = m.pos
-    local lo, hi = free_run(S, p)
-    if lo < p then redis.call("ZREM", run_key(m.sec, p - lo), run_name(m.seg, lo, p - 1)) end
-    if p < hi then redis.call("ZREM", run_key(m.sec, hi - p), run_name(m.seg, p + 1, hi)) end
-    redis.call("ZADD", run_key(m.sec, hi - lo + 1), int(run_score(S, lo, hi)), run_name(m.seg, lo, hi))
+    redis.call("SADD", dirty_key(m.sec), m.seg)
 end
 
 -- index_held: seat i of the call is now held until exp (a hold, an extension, a commit's
