@@ -226,6 +226,7 @@ func (e *env) venueReads(ctx context.Context, r *Report, eng *engine.Engine, c *
 		Row{Workload: "", Variant: "SSE: a new stream's snapshot event", Clients: 1, OpsPerS: snapshot.rate(), P50ms: snapshot.pct(.5), P99ms: snapshot.pct(.99),
 			Note: fmt.Sprintf("%s bytes, 50 streams opened one after another", thousands(snapBytes))},
 	)
+	r.goal("venue: a "+thousands(venueSeats)+"-seat show created (s)", "< 5", t.created.Seconds(), t.created < 5*time.Second)
 	e.progress("  created %v, indexed %v, view %v; map %d B gzip, p99 %.1f ms; snapshot %d B, p50 %.1f ms",
 		t.created.Round(time.Millisecond), t.indexed.Round(time.Millisecond), t.viewBuilt.Round(time.Millisecond), mapZipped, compact.pct(.99), snapBytes, snapshot.pct(.5))
 	return nil
