@@ -106,10 +106,12 @@ func (e *Engine) holdBestOn(ctx context.Context, sh *show, req BestRequest, ttl 
 		case "LOST":
 			return Hold{}, fmt.Errorf("%w: the hold this call made is gone, or lives under other tokens (Reclaim)", ErrHoldLost)
 		case "AGAIN":
-			// The script gave back a bounded share of the expired holds and has more
-			// to give back before it may choose: every expired hold could beat its pick.
+			// The script gave back a bounded share of the expired holds, or listed the
+			// runs of a bounded share of the segments that gave seats back, and has
+			// more to do before it may choose: every expired hold could beat its pick,
+			// and a run listed nowhere would not be searched.
 			if rounds++; rounds > maxReapRounds {
-				return Hold{}, fmt.Errorf("%w: show %s has more expired holds to give back than %d calls could", ErrUnavailable, sh.id, maxReapRounds)
+				return Hold{}, fmt.Errorf("%w: show %s has more expired holds to give back or runs to list than %d calls could", ErrUnavailable, sh.id, maxReapRounds)
 			}
 		case "NOSTATE":
 			if err := e.rebuildShow(ctx, sh, attempt, e.resync); err != nil {
@@ -202,7 +204,9 @@ func (sh *show) labels(label func(bestSection) string) string {
 }
 
 // maxReapRounds bounds the calls of one HoldBest that each give back best.lua's share
-// (2,000) of a show's expired holds: 100 rounds cover MaxSeatsPerShow's default.
+// (2,000) of a show's expired holds, or list the runs of its share (segments of 2,048
+// seats) of those that gave seats back: 100 rounds cover MaxSeatsPerShow's default
+// either way.
 const maxReapRounds = 100
 
 // buildIndex indexes every seat of the show for best-available holds, a page of whole

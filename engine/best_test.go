@@ -301,13 +301,13 @@ func (v *env) heldInRedis(show string) int {
 
 // TestHoldBestListsRunsGivenBack: a seat given back leaves its segment's runs to the
 // next adjacent search (it marks the segment), which lists them before it searches, over
-// more than one call when more segments are marked than one call lists. Here every
+// more than one call when the marked segments have more seats than one call reads. Here every
 // row's listing is first replaced by its fragments (a search for 4 together meets each
 // row with its second seat held), then the holds are released: a row of 4 free seats
 // is listed nowhere until the search lists it.
 func TestHoldBestListsRunsGivenBack(t *testing.T) {
 	t.Parallel()
-	const rows = 300 // segments of one section, more than one call lists (RELIST_MAX)
+	const rows = 600 // segments of one section: more seats than one call reads (RELIST_SEATS)
 	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 100 })
 	ctx := t.Context()
 	if err := v.e.CreateShowLayout(ctx, "relist", venueLayout(1, rows, 4)); err != nil {

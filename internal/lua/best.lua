@@ -25,7 +25,7 @@
 -- has a waiting room and the holder is not admitted now), {"LOST"} (a retry
 -- whose hold is gone), {"NOSTATE"} or {"NOINDEX"} (the index is not built), {"STALE"} or
 -- {"CLOSED"} (as hold.lua's), or {"AGAIN"}:
--- it gave back REAP_MAX expired holds, or listed the runs of RELIST_MAX segments, and
+-- it gave back REAP_MAX expired holds, or read RELIST_SEATS seats listing runs, and
 -- has more to do before it may choose (call again; what it did stays done).
 
 local F = 8
@@ -226,15 +226,17 @@ end
 wl_run(now)
 
 -- relist lists the runs of free seats of the segments of section sec that gave a seat
--- back since their runs were last listed (common.lua: give), RELIST_MAX segments at
--- most; it returns false when segments are left. A segment stays marked until its runs
--- are listed.
-local RELIST_MAX = 256
+-- back since their runs were last listed (common.lua: give), until it has read
+-- RELIST_SEATS seats of them; it returns false when segments are left. A segment stays
+-- marked until its runs are listed.
+local RELIST_SEATS = 2048
 local function relist(sec)
     local key = dirty_key(sec)
-    local segs = redis.call("SRANDMEMBER", key, RELIST_MAX)
+    local segs = redis.call("SRANDMEMBER", key, RELIST_SEATS)
     if #segs == 0 then return true end
+    local done, read = {}, 0
     for _, seg in ipairs(segs) do
+        if read >= RELIST_SEATS then break end
         local S = segment(seg, sec)
         local p = 1
         while S and p <= S.n do
@@ -246,9 +248,11 @@ local function relist(sec)
                 p = p + 1
             end
         end
+        read = read + (S and S.n or 1)
+        done[#done + 1] = seg
     end
-    redis.call("SREM", key, unpack(segs))
-    return #segs < RELIST_MAX or redis.call("SCARD", key) == 0
+    redis.call("SREM", key, unpack(done))
+    return #done == #segs and (#segs < RELIST_SEATS or redis.call("SCARD", key) == 0)
 end
 -- An adjacent search reads the listed runs: every segment that gave a seat back is
 -- listed again first.
