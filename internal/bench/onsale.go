@@ -670,6 +670,9 @@ func (e *env) onsaleKnee(ctx context.Context, r *Report, venue []engine.Seat) er
 		}
 		ratio := knees[0] / max(knees[i+1], 12.5) // below the first step: at most half of it
 		r.goal(name, ">= 5.00", ratio, ratio >= 5)
+		if i == 0 { // the knee that goes with the whole machine's CPU per sold seat
+			r.goal(name+", beside the whole machine's CPU", ">= 2.00", ratio, ratio >= 2)
+		}
 	}
 	return nil
 }
