@@ -113,13 +113,18 @@ func TestCancelRacingABookingTransfer(t *testing.T) {
 		ids[i] = b.body["id"].(string)
 	}
 	cancelled, transferred := make([]int, n), make([]int, n)
+	answers := make([][2]string, n) // the bodies, for a combination the test refuses
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wait := time.Duration(rand.IntN(1500)) * time.Microsecond // spread the two over each other's steps
-		wg.Go(func() { cancelled[i] = a.do("DELETE", "/v1/bookings/"+id, "alice", "", nil).status })
+		wg.Go(func() {
+			r := a.do("DELETE", "/v1/bookings/"+id, "alice", "", nil)
+			cancelled[i], answers[i][0] = r.status, r.raw
+		})
 		wg.Go(func() {
 			time.Sleep(wait)
-			transferred[i] = a.do("POST", "/v1/bookings/"+id+"/transfer", "", "", map[string]any{"to": "bob"}).status
+			r := a.do("POST", "/v1/bookings/"+id+"/transfer", "", "", map[string]any{"to": "bob"})
+			transferred[i], answers[i][1] = r.status, r.raw
 		})
 	}
 	wg.Wait()
@@ -132,7 +137,7 @@ func TestCancelRacingABookingTransfer(t *testing.T) {
 		case transferred[i] == 200 && (after.status != 200 || after.body["status"] != "confirmed"):
 			t.Errorf("booking %s transferred to bob, then: %d %s", id, after.status, after.raw)
 		case !(cancelled[i] == 200 && transferred[i] == 400) && !(cancelled[i] == 404 && transferred[i] == 200):
-			t.Errorf("booking %s: cancel %d, transfer %d", id, cancelled[i], transferred[i])
+			t.Errorf("booking %s: cancel %d %s, transfer %d %s", id, cancelled[i], answers[i][0], transferred[i], answers[i][1])
 		}
 	}
 	t.Logf("combos: %v", combos(cancelled, transferred))
