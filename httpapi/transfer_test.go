@@ -102,7 +102,10 @@ func TestBookingTransferOverHTTP(t *testing.T) {
 func TestCancelRacingABookingTransfer(t *testing.T) {
 	t.Parallel()
 	const n = 80
-	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
+	// The race's two outcomes are the test's subject, not a lock wait past LockTimeout
+	// (503): on a starved machine (CI beside other jobs) the winner's transaction can hold
+	// the booking's row longer than the default 2 s.
+	a := newAPI(t, testsvc.Redis(t), engine.Config{LockTimeout: 15 * time.Second}, Options{})
 	a.want(a.do("PUT", "/v1/shows/s1", "", "", map[string]any{"seats": seats(n)}), 201, "")
 	ids := make([]string, n)
 	for i, seat := range seats(n) {
