@@ -300,45 +300,16 @@ func (v *env) heldInRedis(show string) int {
 }
 
 // TestHoldBestListsRunsGivenBack: a seat given back leaves its segment's runs to the
-// next adjacent search (it marks the segment), which lists them before it searches, over
-// more than one call when the marked segments have more seats than one call reads. Here every
-// row's listing is first replaced by its fragments (a search for 4 together meets each
-// row with its second seat held), then the holds are released: a row of 4 free seats
-// is listed nowhere until the search lists it.
+// next adjacent search (it marks the seat), which lists them before it searches, over
+// more than one call when the marked segments have more seats than one call reads, and
+// unlists the runs the seat joined.
 func TestHoldBestListsRunsGivenBack(t *testing.T) {
 	t.Parallel()
 	const rows = 600 // segments of one section: more seats than one call reads (RELIST_SEATS)
 	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 100 })
 	ctx := t.Context()
-	if err := v.e.CreateShowLayout(ctx, "relist", venueLayout(1, rows, 4)); err != nil {
-		t.Fatal(err)
-	}
-	sh := v.showOf("relist")
+	sh := fragmentsGivenBack(t, v, "relist", venueLayout(1, rows, 4))
 	four := BestRequest{ShowID: "relist", Count: 4, Adjacent: true, TTL: time.Minute}
-	var holds []Hold
-	for from := 0; from < rows; from += 100 {
-		var seats []string
-		for r := from; r < from+100; r++ {
-			seats = append(seats, fmt.Sprintf("A%02d-002", r+1))
-		}
-		h, err := v.e.Hold(ctx, HoldRequest{ShowID: "relist", SeatIDs: seats, TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		holds = append(holds, h)
-	}
-	if h, err := v.e.HoldBest(ctx, four); !errors.Is(err, ErrSeatsUnavailable) {
-		t.Fatalf("4 together with every row's second seat held: %v %v", h.SeatIDs, err)
-	}
-	for _, h := range holds {
-		if err := v.e.Release(ctx, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	marked := sh.k.base + "rd:0"
-	if n := v.rdb.SCard(ctx, marked).Val(); n != rows {
-		t.Fatalf("%d segments marked after the releases, want %d", n, rows)
-	}
 	want, _ := bestOffline(sh, map[string]bool{}, four)
 	h, err := v.e.HoldBest(ctx, four)
 	if err != nil {
@@ -347,10 +318,81 @@ func TestHoldBestListsRunsGivenBack(t *testing.T) {
 	if got := sumOf(sh, h.SeatIDs); got != want || !adjacentSeats(sh, h.SeatIDs) {
 		t.Fatalf("4 together chose %v (score %d), the best scores %d", h.SeatIDs, got, want)
 	}
-	if n := v.rdb.SCard(ctx, marked).Val(); n != 0 {
-		t.Fatalf("%d segments still marked after an adjacent search", n)
+	if n := v.rdb.SCard(ctx, sh.k.base+"rd:0").Val(); n != 0 {
+		t.Fatalf("%d seats still marked after an adjacent search", n)
+	}
+	// The runs each released seat joined (the first search listed them: A..-001 and
+	// A..-003..004) are unlisted, so that gives do not pile up listings.
+	for _, c := range []int{1, 2} {
+		if runs := v.rdb.ZRange(ctx, fmt.Sprintf("%srn:0:%d", sh.k.base, c), 0, -1).Val(); len(runs) != 0 {
+			t.Fatalf("%d runs of %d seats still listed after the releases and a search, e.g. %q", len(runs), c, runs[0])
+		}
 	}
 	v.indexConsistent("relist")
+}
+
+// TestHoldBestListingBoundedPerCall: the seats one adjacent search reads to list
+// runs are bounded per call over all its sections, not per section: four sections of
+// 600 marked seats each (2,400 seats of segments) take two calls.
+func TestHoldBestListingBoundedPerCall(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 100 })
+	sh := fragmentsGivenBack(t, v, "share", venueLayout(4, 150, 4))
+	tag := holderTag("")
+	ks := []string{sh.k.gen(), sh.k.holder(tag)}
+	args := []any{tag, newToken(), 60000, 0, 4, "1", "0 1 2 3", unreadRules(sh).arg}
+	first, err := lua.Best.Run(t.Context(), v.rdb, ks, args...).Slice()
+	if err != nil || first[0] != "AGAIN" {
+		t.Fatalf("the first call over 2,400 seats of marked segments answered %v %v, want AGAIN", first, err)
+	}
+	second, err := lua.Best.Run(t.Context(), v.rdb, ks, args...).Slice()
+	if err != nil || second[0] != "OK" {
+		t.Fatalf("the second call answered %v %v, want OK", second, err)
+	}
+	v.indexConsistent("share")
+}
+
+// fragmentsGivenBack creates show with layout (rows of 4 seats), holds every row's
+// second seat, has an adjacent search for 4 together replace every row's listing by
+// its fragments (it finds none), then releases the holds: every row is free again
+// and listed nowhere, its second seat marked.
+func fragmentsGivenBack(t *testing.T, v *env, show string, layout []Seat) *show {
+	t.Helper()
+	ctx := t.Context()
+	if err := v.e.CreateShowLayout(ctx, show, layout); err != nil {
+		t.Fatal(err)
+	}
+	var second []string
+	for _, s := range layout {
+		if s.Position == 2 {
+			second = append(second, s.ID)
+		}
+	}
+	var holds []Hold
+	for from := 0; from < len(second); from += 100 {
+		h, err := v.e.Hold(ctx, HoldRequest{ShowID: show, SeatIDs: second[from:min(from+100, len(second))], TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, h)
+	}
+	if h, err := v.e.HoldBest(ctx, BestRequest{ShowID: show, Count: 4, Adjacent: true, TTL: time.Minute}); !errors.Is(err, ErrSeatsUnavailable) {
+		t.Fatalf("4 together with every row's second seat held: %v %v", h.SeatIDs, err)
+	}
+	for _, h := range holds {
+		if err := v.e.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := v.showOf(show)
+	var marked int64
+	for sec := range sh.sections {
+		marked += v.rdb.SCard(ctx, fmt.Sprintf("%srd:%d", sh.k.base, sec)).Val()
+	}
+	if marked != int64(len(second)) {
+		t.Fatalf("%d seats marked after the releases, want %d", marked, len(second))
+	}
+	return sh
 }
 
 // TestHoldBestSeatsComeBack: seats of expired and released best holds, and of
@@ -522,14 +564,16 @@ func (v *env) indexConsistent(show string) {
 			}
 		}
 	}
-	// A segment that gave a seat back since its runs were listed is marked instead:
-	// an adjacent search lists its runs first.
+	// A seat given back since its segment's runs were listed is marked instead
+	// ("<segment>:<place>"): an adjacent search lists the segment's runs first.
 	owed := map[int]bool{}
 	for sec := range sh.sections {
-		for _, seg := range v.rdb.SMembers(ctx, fmt.Sprintf("%srd:%d", sh.k.base, sec)).Val() {
+		for _, mark := range v.rdb.SMembers(ctx, fmt.Sprintf("%srd:%d", sh.k.base, sec)).Val() {
+			seg, place, _ := strings.Cut(mark, ":")
 			n, err := strconv.Atoi(seg)
-			if err != nil || n < 0 || n >= len(sh.layout) || sh.place[n] != 1 || sectionNumber(sh, n) != sec {
-				v.t.Fatalf("segment %q marked in section %d: not a segment of it", seg, sec)
+			p, perr := strconv.Atoi(place)
+			if err != nil || perr != nil || n < 0 || n+p-1 >= len(sh.layout) || sh.place[n] != 1 || sh.place[n+p-1] != p || sectionNumber(sh, n) != sec {
+				v.t.Fatalf("seat %q marked in section %d: not a seat of it", mark, sec)
 			}
 			owed[n] = true
 		}

@@ -225,18 +225,30 @@ end
 -- What the reaping freed of a category with a waitlist goes to the waitlist first.
 wl_run(now)
 
--- relist lists the runs of free seats of the segments of section sec that gave a seat
--- back since their runs were last listed (common.lua: give), until it has read
--- RELIST_SEATS seats of them; it returns false when segments are left. A segment stays
--- marked until its runs are listed.
+-- relist lists the runs of free seats of the segments of section sec where a seat came
+-- free since their runs were last listed (common.lua: give), and unlists the runs each
+-- such seat joined (the free seats on either side of it, as they were listed before it
+-- came free); it reads segments until budget seats, and returns what is left of the
+-- budget, and false when marked seats are left. A seat stays marked until its
+-- segment's runs are listed.
 local RELIST_SEATS = 2048
-local function relist(sec)
+local function relist(sec, budget)
     local key = dirty_key(sec)
-    local segs = redis.call("SRANDMEMBER", key, RELIST_SEATS)
-    if #segs == 0 then return true end
-    local done, read = {}, 0
-    for _, seg in ipairs(segs) do
-        if read >= RELIST_SEATS then break end
+    local marks = redis.call("SRANDMEMBER", key, RELIST_SEATS)
+    if #marks == 0 then return budget, true end
+    local by, order = {}, {} -- segment -> its marked places
+    local done = {}
+    for _, mk in ipairs(marks) do
+        local seg, pos = string.match(mk, "^(%d+):?(%d*)$")
+        if seg then
+            if not by[seg] then by[seg], order[#order + 1] = {}, seg end
+            table.insert(by[seg], {mk, tonumber(pos)})
+        else
+            done[#done + 1] = mk -- not a mark: dropped
+        end
+    end
+    for _, seg in ipairs(order) do
+        if budget <= 0 then break end
         local S = segment(seg, sec)
         local p = 1
         while S and p <= S.n do
@@ -248,17 +260,27 @@ local function relist(sec)
                 p = p + 1
             end
         end
-        read = read + (S and S.n or 1)
-        done[#done + 1] = seg
+        for _, m in ipairs(by[seg]) do
+            local q = m[2]
+            if S and q and q <= S.n and S.free[q] then
+                local a, b = free_run(S, q)
+                if a < q then redis.call("ZREM", run_key(sec, q - a), run_name(seg, a, q - 1)) end
+                if q < b then redis.call("ZREM", run_key(sec, b - q), run_name(seg, q + 1, b)) end
+            end
+            done[#done + 1] = m[1]
+        end
+        budget = budget - (S and S.n or 1)
     end
-    redis.call("SREM", key, unpack(done))
-    return #done == #segs and (#segs < RELIST_SEATS or redis.call("SCARD", key) == 0)
+    if #done > 0 then redis.call("SREM", key, unpack(done)) end
+    return budget, #done == #marks and (#marks < RELIST_SEATS or redis.call("SCARD", key) == 0)
 end
 -- An adjacent search reads the listed runs: every segment that gave a seat back is
--- listed again first.
+-- listed again first, RELIST_SEATS seats of segments a call over all its sections.
 if adjacent then
+    local budget, all = RELIST_SEATS, true
     for _, sec in ipairs(sections) do
-        if not relist(sec) then return {"AGAIN"} end
+        budget, all = relist(sec, budget)
+        if not all then return {"AGAIN"} end
     end
 end
 local chosen

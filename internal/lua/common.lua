@@ -248,17 +248,18 @@ end
 --                      expired holds are found by score and given back lazily
 --   <base>rn:<section>:<c>  zset "<segment>:<first place>:<len>": runs of adjacent seats
 --                      of length c (10 for 10 and more), at the run's best score
---   <base>rd:<section> set of the segments of the section where a seat came free since
---                      their runs were last listed
+--   <base>rd:<section> set "<segment>:<place>": the seats of the section that came free
+--                      since their segment's runs were last listed
 --   <base>ixs          exists once every seat is indexed
 -- A seat without meta is not indexed yet: scripts leave it alone.
 --
 -- The runs are kept lazily, and only adjacent searches pay for them. A seat that stops
 -- being free changes only its entry in fr, and the runs it was in stay listed until
 -- best.lua meets them, checks them against fr and puts the runs of free seats they now
--- hold in their place. A seat that becomes free changes its entry in fr and marks its
--- segment in rd; an adjacent search first lists the runs of free seats of every marked
--- segment of its sections (best.lua: relist). So, once that is done, every run of free
+-- hold in their place. A seat that becomes free changes its entry in fr and is marked
+-- in rd; an adjacent search first lists the runs of free seats of every segment with a
+-- marked seat in its sections, and unlists the runs a marked seat joined (best.lua:
+-- relist), so that gives do not pile up listings. So, once that is done, every run of free
 -- seats (maximal: no free seat on either side in its segment) lies within a listed run,
 -- whose score (its best seat's) is never above its own and whose length is never below
 -- it — best.lua meets that one first and finds the run there.
@@ -358,7 +359,8 @@ local function take(m, exp)
     end
 end
 
--- dirty_key: the segments of section sec whose runs are owed a listing (see above).
+-- dirty_key: the seats of section sec that came free since their segment's runs were
+-- last listed (see above).
 local function dirty_key(sec) return BASE .. "rd:" .. sec end
 
 -- give: a seat that is not free becomes free; its segment's runs are owed a listing.
@@ -367,7 +369,7 @@ local function give(m)
     if s and tonumber(s) < HELD then return end
     redis.call("ZADD", free_key(m.sec), int(m.score), member(m))
     wl_dirty("s" .. m.sec)
-    redis.call("SADD", dirty_key(m.sec), m.seg)
+    redis.call("SADD", dirty_key(m.sec), m.seg .. ":" .. m.pos)
 end
 
 -- index_held: seat i of the call is now held until exp (a hold, an extension, a commit's
