@@ -352,6 +352,33 @@ func TestHoldBestListingBoundedPerCall(t *testing.T) {
 	v.indexConsistent("share")
 }
 
+// TestHoldBestDropsWhatIsNotAMark: a member of a section's marked seats that is not
+// "<segment>:<place>" is dropped by the adjacent search that meets it, which goes on to
+// choose as it would without it; left there, it would be met again by every search.
+func TestHoldBestDropsWhatIsNotAMark(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, func(c *Config) { c.MaxSeatsPerHold = 100 })
+	ctx := t.Context()
+	sh := fragmentsGivenBack(t, v, "junk", venueLayout(1, 20, 4))
+	junk := []any{"12", "3:", ":4", "a:1", "5:x", ""}
+	if err := v.rdb.SAdd(ctx, sh.k.base+"rd:0", junk...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	four := BestRequest{ShowID: "junk", Count: 4, Adjacent: true, TTL: time.Minute}
+	want, _ := bestOffline(sh, map[string]bool{}, four)
+	h, err := v.e.HoldBest(ctx, four)
+	if err != nil {
+		t.Fatalf("4 together beside members that are not marks: %v", err)
+	}
+	if got := sumOf(sh, h.SeatIDs); got != want || !adjacentSeats(sh, h.SeatIDs) {
+		t.Fatalf("4 together chose %v (score %d), the best scores %d", h.SeatIDs, got, want)
+	}
+	if left := v.rdb.SMembers(ctx, sh.k.base+"rd:0").Val(); len(left) != 0 {
+		t.Fatalf("members left in the marked seats after an adjacent search: %q", left)
+	}
+	v.indexConsistent("junk")
+}
+
 // fragmentsGivenBack creates show with layout (rows of 4 seats), holds every row's
 // second seat, has an adjacent search for 4 together replace every row's listing by
 // its fragments (it finds none), then releases the holds: every row is free again

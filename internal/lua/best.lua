@@ -164,21 +164,15 @@ local function adjacent_best()
                         drop[#drop + 1] = {key, r[k]}
                     else
                         -- The runs of free seats within lo..hi, each as far as it goes.
-                        local p, whole = lo, false
-                        while p <= hi do
-                            if S.free[p] then
-                                local a, b = free_run(S, p)
-                                if a == lo and b == hi then
-                                    whole = true
-                                else
-                                    add[#add + 1] = {run_key(sec, b - a + 1), int(run_score(S, a, b)), run_name(seg, a, b)}
-                                end
-                                consider(S, a, b)
-                                p = b + 1
+                        local whole = false
+                        each_free_run(S, lo, hi, function(a, b)
+                            if a == lo and b == hi then
+                                whole = true
                             else
-                                p = p + 1
+                                add[#add + 1] = {run_key(sec, b - a + 1), int(run_score(S, a, b)), run_name(seg, a, b)}
                             end
-                        end
+                            consider(S, a, b)
+                        end)
                         if not whole then drop[#drop + 1] = {key, r[k]} end
                     end
                 end
@@ -239,7 +233,7 @@ local function relist(sec, budget)
     local by, order = {}, {} -- segment -> its marked places
     local done = {}
     for _, mk in ipairs(marks) do
-        local seg, pos = string.match(mk, "^(%d+):?(%d*)$")
+        local seg, pos = string.match(mk, "^(%d+):(%d+)$")
         if seg then
             if not by[seg] then by[seg], order[#order + 1] = {}, seg end
             table.insert(by[seg], {mk, tonumber(pos)})
@@ -250,19 +244,14 @@ local function relist(sec, budget)
     for _, seg in ipairs(order) do
         if budget <= 0 then break end
         local S = segment(seg, sec)
-        local p = 1
-        while S and p <= S.n do
-            if S.free[p] then
-                local a, b = free_run(S, p)
+        if S then
+            each_free_run(S, 1, S.n, function(a, b)
                 redis.call("ZADD", run_key(sec, b - a + 1), int(run_score(S, a, b)), run_name(seg, a, b))
-                p = b + 1
-            else
-                p = p + 1
-            end
+            end)
         end
         for _, m in ipairs(by[seg]) do
             local q = m[2]
-            if S and q and q <= S.n and S.free[q] then
+            if S and q <= S.n and S.free[q] then
                 local a, b = free_run(S, q)
                 if a < q then redis.call("ZREM", run_key(sec, q - a), run_name(seg, a, q - 1)) end
                 if q < b then redis.call("ZREM", run_key(sec, b - q), run_name(seg, q + 1, b)) end

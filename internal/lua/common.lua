@@ -332,6 +332,21 @@ local function free_run(S, p)
     return lo, hi
 end
 
+-- each_free_run calls fn(a, b) for each run of free seats of segment S that starts
+-- within places lo..hi, each as far as it goes (b may lie past hi), in order.
+local function each_free_run(S, lo, hi, fn)
+    local p = lo
+    while p <= hi do
+        if S.free[p] then
+            local a, b = free_run(S, p)
+            fn(a, b)
+            p = b + 1
+        else
+            p = p + 1
+        end
+    end
+end
+
 -- Waitlists (engine/waitlist.go; the offers themselves: wl_lib below). WL is this
 -- call's view of them: on (nil until asked: does the show have a waitlist entry waiting
 -- or offered, <base>wl:on), the categories whose seats or places this call freed
