@@ -145,7 +145,7 @@ func (e *Engine) confirmOf(ctx context.Context, c *confirmation) (Booking, error
 
 	regenerated := false
 	for {
-		id := uuid.New()
+		id := newBookingID()
 		if c.swap != nil { // an exchange commits into its booking: the id settles it (witness)
 			id = c.swap.booking
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -62,6 +63,30 @@ func TestConfirmBooksAndMarksSold(t *testing.T) {
 }
 
 // TestLateConfirm: the owner whose hold expired confirms before, and after, the new owner.
+// TestBookingIDsFollowConfirmationOrder: a booking's id is a UUIDv7, and bookings
+// confirmed one after another have increasing ids, so that their index entries are
+// appended, not scattered.
+func TestBookingIDsFollowConfirmationOrder(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	seats := []string{"A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"}
+	v.show("ids", seats...)
+	var last uuid.UUID
+	for i, s := range seats {
+		b, err := v.e.Confirm(t.Context(), v.hold("ids", time.Minute, "alice", s), ConfirmOptions{})
+		if err != nil {
+			t.Fatalf("confirm %s: %v", s, err)
+		}
+		if b.ID.Version() != 7 {
+			t.Fatalf("booking %d has id %s, of version %d, want 7", i, b.ID, b.ID.Version())
+		}
+		if i > 0 && bytes.Compare(b.ID[:], last[:]) <= 0 {
+			t.Fatalf("booking %d has id %s, not after the one before it, %s", i, b.ID, last)
+		}
+		last = b.ID
+	}
+}
+
 func TestLateConfirm(t *testing.T) {
 	t.Parallel()
 	for _, lateFirst := range []bool{true, false} {

@@ -1287,7 +1287,7 @@ func (d *onsaleDB) confirm(ctx context.Context, buyer string, v any, _ string) (
 	h := v.(dbHold)
 	var seats []int32
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		id := uuid.New()
+		id := uuid.Must(uuid.NewV7())
 		// The hold's rows by primary key, locked in seat order as holdNamed locks them:
 		// no deadlock.
 		rows, err := tx.Query(ctx, `UPDATE onsale_seats SET booking_id = $2

@@ -503,7 +503,7 @@ func (cb *confirmBench) raw(ctx context.Context, pool *pgxpool.Pool, i int64) er
 			return errors.New("fence refused")
 		}
 		hold := sha256.Sum256([]byte(show + "\x00" + seat)) // one booking per hold: a hash of its own
-		qt.BookingCreate(ctx, []db.BookingCreateParams{{ShowID: show, BookingID: uuid.New(), Generation: 1,
+		qt.BookingCreate(ctx, []db.BookingCreateParams{{ShowID: show, BookingID: uuid.Must(uuid.NewV7()), Generation: 1,
 			Fingerprint: fp, HoldHash: hold[:], SeatIds: seats}}).QueryRow(func(_ int, _ db.BookingCreateRow, e error) { err = e })
 		return err
 	})
