@@ -49,7 +49,8 @@ type fairResult struct {
 	short                 atomic.Int64 // honest best-available holds that did not fit (fewer seats left)
 	wasted                atomic.Int64 // admitted buyers who found nothing to hold
 	shed                  atomic.Int64 // holds shed (overloaded) and tried again
-	gaveUp                atomic.Int64 // buyers shed 50 times
+	unavailable           atomic.Int64 // holds and confirmations answered unavailable and tried again
+	gaveUp                atomic.Int64 // buyers shed or answered unavailable 50 times
 	stillWaiting          int64        // honest buyers in the room when the sale ended
 	mu                    sync.Mutex
 	holdLat, waitLat      []time.Duration // honest holds; arrival to admission (room only)
@@ -154,9 +155,9 @@ func (e *env) fairVariant(ctx context.Context, p fairParams, name, show string, 
 func fairRows(r *Report, e *env, p fairParams, name string, room bool, fr *fairResult) {
 	adm := max(1, fr.admitted.Load())
 	note := fmt.Sprintf("sold %d of %d seats, 99%% in %s, all in %s; bots won %d seats (%d holds granted of %d tried, %d refused not-admitted); "+
-		"honest buyers %d, got to hold %d, refused seats-taken %.3f per buyer who held (and %d best-available asks too big for what was left), found nothing %d, shed %d, still waiting at the end %d",
+		"honest buyers %d, got to hold %d, refused seats-taken %.3f per buyer who held (and %d best-available asks too big for what was left), found nothing %d, shed %d, unavailable %d, still waiting at the end %d",
 		fr.seatsSold.Load(), p.seats, soldOutText(fr.at99()), soldOutText(fr.soldOutAfter), fr.botSeats.Load(), fr.botHolds.Load(), fr.botAttempts.Load(), fr.botRefused.Load(),
-		fr.buyers.Load(), fr.admitted.Load(), float64(fr.taken.Load())/float64(adm), fr.short.Load(), fr.wasted.Load(), fr.shed.Load(), fr.stillWaiting)
+		fr.buyers.Load(), fr.admitted.Load(), float64(fr.taken.Load())/float64(adm), fr.short.Load(), fr.wasted.Load(), fr.shed.Load(), fr.unavailable.Load(), fr.stillWaiting)
 	if room {
 		note += fmt.Sprintf("; arrival to admission p50 %.0f ms, p99 %.0f ms", p50(fr.waitLat), p99(fr.waitLat))
 	}
@@ -353,7 +354,7 @@ func (f *fairSale) join(rng *rand.Rand, holder string) {
 	since := time.Now()
 	t, err := f.eng.Join(f.s.ctx, f.show, holder)
 	if err != nil {
-		f.res.fail(err)
+		f.res.fail(fmt.Errorf("a join: %w", err))
 		return
 	}
 	if t.Admitted {
@@ -380,7 +381,7 @@ func (f *fairSale) admitWaiting(time.Duration) bool {
 	}
 	q, err := f.eng.Queue(f.s.ctx, f.show)
 	if err != nil {
-		f.res.fail(err)
+		f.res.fail(fmt.Errorf("the room's status: %w", err))
 		return true
 	}
 	f.admittedTotal.Store(q.AdmittedTotal)
@@ -413,7 +414,7 @@ func (f *fairSale) enter(w waiter) {
 			t, err = f.eng.Join(f.s.ctx, f.show, w.holder)
 		}
 		if err != nil {
-			f.res.fail(err)
+			f.res.fail(fmt.Errorf("a wait in the room: %w", err))
 			return
 		}
 		if t.Admitted {
@@ -452,7 +453,7 @@ func (f *fairSale) buy(rng *rand.Rand, holder string) {
 		return
 	}
 	if err := f.eng.Release(f.s.ctx, h); err != nil && !errors.Is(err, engine.ErrHoldLost) {
-		f.res.fail(err)
+		f.res.fail(fmt.Errorf("a release: %w", err))
 	}
 }
 
@@ -486,12 +487,18 @@ func (f *fairSale) hold(rng *rand.Rand, holder string, n int, honest bool) (engi
 		switch {
 		case err == nil:
 			return h, true
-		case errors.Is(err, engine.ErrOverloaded):
+		case errors.Is(err, engine.ErrOverloaded), errors.Is(err, engine.ErrUnavailable):
+			// Shed, or a 503: the call's bound passed (in the flood without a room the
+			// load generator starves the process it shares). A client tries again later.
 			if shed == 50 {
 				f.res.gaveUp.Add(1)
 				return h, false
 			}
-			f.res.shed.Add(1)
+			if errors.Is(err, engine.ErrUnavailable) {
+				f.res.unavailable.Add(1)
+			} else {
+				f.res.shed.Add(1)
+			}
 			shed++
 			attempt--
 			if !f.s.backOff(rng) {
@@ -511,7 +518,7 @@ func (f *fairSale) hold(rng *rand.Rand, holder string, n int, honest bool) (engi
 		case errors.Is(err, engine.ErrHolderLimit):
 			return h, false
 		default:
-			f.res.fail(err)
+			f.res.fail(fmt.Errorf("a hold of %d seats (honest %v): %w", n, honest, err))
 			return h, false
 		}
 		if !honest {
@@ -558,21 +565,26 @@ func (f *fairSale) tryHold(rng *rand.Rand, holder string, n int, honest bool) (e
 	return f.eng.Hold(f.s.ctx, engine.HoldRequest{ShowID: f.show, SeatIDs: ids, TTL: f.p.holdTTL, HolderID: holder})
 }
 
-// confirm confirms h, trying again after a shed while the sale lasts; the seats booked.
+// confirm confirms h, trying again after a shed or a 503 while the sale lasts, under
+// one idempotency key (a 503 may come after the booking committed); the seats booked.
 func (f *fairSale) confirm(h engine.Hold) (int, bool) {
+	key := uuid.NewString()
 	for f.s.ctx.Err() == nil {
-		b, err := f.eng.Confirm(f.s.ctx, h, engine.ConfirmOptions{IdempotencyKey: uuid.NewString()})
+		b, err := f.eng.Confirm(f.s.ctx, h, engine.ConfirmOptions{IdempotencyKey: key})
 		switch {
 		case err == nil:
 			return len(b.SeatIDs), true
-		case errors.Is(err, engine.ErrOverloaded):
+		case errors.Is(err, engine.ErrOverloaded), errors.Is(err, engine.ErrUnavailable):
+			if errors.Is(err, engine.ErrUnavailable) {
+				f.res.unavailable.Add(1)
+			}
 			if !f.s.sleep(100 * time.Millisecond) {
 				return 0, false
 			}
 		case errors.Is(err, engine.ErrHoldLost), errors.Is(err, engine.ErrStaleGeneration), errors.Is(err, engine.ErrSeatsUnavailable):
 			return 0, false
 		default:
-			f.res.fail(err)
+			f.res.fail(fmt.Errorf("a confirmation: %w", err))
 			return 0, false
 		}
 	}
