@@ -66,8 +66,10 @@ type Engine struct {
 	// unavailable, 0 once one answered since (queueDown).
 	queueFailedAt atomic.Int64
 	// queueScripts runs the waiting room's scripts: rdb's second (deferred)
-	// autopipeliner, a stream of pipelines of its own, or rdb itself.
+	// autopipeliner, a stream of pipelines of its own, or rdb itself; queueReads
+	// sends the room's reads outside its scripts (outsideRoom) the same way.
 	queueScripts lua.Caller
+	queueReads   redis.Cmdable
 
 	hooks hooks
 }
@@ -147,13 +149,13 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), waitlistDone: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
 	e.queueSlots = make(chan struct{}, queueConcurrency)
-	e.scripts, e.queueScripts = rdb, rdb
+	e.scripts, e.queueScripts, e.queueReads = rdb, rdb, rdb
 	if !c.NoAutoPipeline {
 		if ap := autoPipeliner(rdb); ap != nil {
 			e.scripts = ap
 		}
 		if ap := asyncPipeliner(rdb); ap != nil {
-			e.queueScripts = ap
+			e.queueScripts, e.queueReads = ap, ap
 		}
 	}
 	if c.scriptsVia != nil {
@@ -176,7 +178,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 // asyncPipeliner is rdb's deferred autopipeliner (closed with the client), whose
 // commands travel in pipelines apart from the blocking autopipeliner's: a result read
 // waits for its command. nil for a client without one.
-func asyncPipeliner(rdb redis.UniversalClient) lua.Caller {
+func asyncPipeliner(rdb redis.UniversalClient) *redis.AutoPipeliner {
 	var ap *redis.AutoPipeliner
 	var err error
 	switch c := rdb.(type) {

@@ -207,10 +207,14 @@ func (e *Engine) queueCall(ctx context.Context, sh *show, op string, st *rulesSt
 
 // queueRules are the show's rules for a waiting-room call: the wait for their first
 // read is bounded like a call (then noRules: Redis's copy decides); the call bounds
-// itself (queueCall).
+// itself (queueCall). Rules already read need no bound, and a crowd joining at once
+// does not pay a timer each.
 func (e *Engine) queueRules(ctx context.Context, sh *show) *rulesState {
-	ctx, cancel := context.WithTimeout(ctx, redisCallTimeout)
-	defer cancel()
+	if sh.rules.cur.Load() == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, redisCallTimeout)
+		defer cancel()
+	}
 	st, _ := e.rulesOf(ctx, sh)
 	return st
 }
@@ -295,7 +299,8 @@ func (e *Engine) admitLoop(ctx context.Context) {
 // outsideRoom refuses, before the hold takes one of its show's slots, a holder the
 // show's waiting room has not admitted at all (as the engine knows the rules): the
 // crowd that skips the room costs one read each, not a hold script, and never crowds
-// out admitted holders. Only a certain refusal is made here — no admission — while the
+// out admitted holders; the reads of a crowd share round trips in the room's stream of
+// pipelines (queueReads), apart from the holds'. Only a certain refusal is made here — no admission — while the
 // hold script decides everything else (an admission that ran out included). A failed
 // read leaves it to the script.
 func (e *Engine) outsideRoom(ctx context.Context, sh *show, st *rulesState, holderID string) error {
@@ -303,7 +308,7 @@ func (e *Engine) outsideRoom(ctx context.Context, sh *show, st *rulesState, hold
 		return nil
 	}
 	if holderID != "" {
-		err := e.rdb.ZScore(ctx, sh.k.base+"q:adm", holderTag(holderID)).Err()
+		err := e.queueReads.ZScore(ctx, sh.k.base+"q:adm", holderTag(holderID)).Err()
 		if err == nil || !errors.Is(err, redis.Nil) {
 			return nil
 		}
