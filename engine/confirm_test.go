@@ -62,7 +62,6 @@ func TestConfirmBooksAndMarksSold(t *testing.T) {
 	}
 }
 
-// TestLateConfirm: the owner whose hold expired confirms before, and after, the new owner.
 // TestBookingIDsFollowConfirmationOrder: a booking's id is a UUIDv7, and bookings
 // confirmed one after another have increasing ids, so that their index entries are
 // appended, not scattered.
@@ -87,6 +86,7 @@ func TestBookingIDsFollowConfirmationOrder(t *testing.T) {
 	}
 }
 
+// TestLateConfirm: the owner whose hold expired confirms before, and after, the new owner.
 func TestLateConfirm(t *testing.T) {
 	t.Parallel()
 	for _, lateFirst := range []bool{true, false} {

@@ -67,7 +67,8 @@ type Engine struct {
 	queueFailedAt atomic.Int64
 	// queueScripts runs the waiting room's scripts: rdb's second (deferred)
 	// autopipeliner, a stream of pipelines of its own, or rdb itself; queueReads
-	// sends the room's reads outside its scripts (outsideRoom) the same way.
+	// sends the room's reads outside its scripts (outsideRoom) the same way, each
+	// bounded by its caller (bounded).
 	queueScripts lua.Caller
 	queueReads   redis.Cmdable
 
@@ -260,26 +261,35 @@ var errScriptTimeout = errors.New("the script did not answer in time")
 // bound runs call and returns its command, or, if it has not answered within b.d or
 // before ctx ends, a command failed with errScriptTimeout or ctx's error.
 func (b boundedScripter) bound(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
-	done := make(chan *redis.Cmd, 1)
-	go func() {
+	c, err := bounded(ctx, b.d, func() *redis.Cmd {
 		c := call()
 		_ = c.Err() // a deferred autopipeliner's command answers here
-		done <- c
-	}()
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	var err error
-	select {
-	case c := <-done:
 		return c
-	case <-t.C:
-		err = errScriptTimeout
-	case <-ctx.Done():
-		err = ctx.Err()
+	})
+	if err != nil {
+		c = redis.NewCmd(ctx)
+		c.SetErr(err)
 	}
-	failed := redis.NewCmd(ctx)
-	failed.SetErr(err)
-	return failed
+	return c
+}
+
+// bounded runs call and returns what it returned, or errScriptTimeout if it has not
+// returned within d, or ctx's error if ctx ends first. A command queued in a deferred
+// autopipeliner does not end with its context (go-redis): this is what bounds it.
+func bounded[T any](ctx context.Context, d time.Duration, call func() T) (T, error) {
+	done := make(chan T, 1)
+	go func() { done <- call() }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var zero T
+	select {
+	case v := <-done:
+		return v, nil
+	case <-t.C:
+		return zero, errScriptTimeout
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
 }
 
 func (b boundedScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {

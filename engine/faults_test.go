@@ -323,6 +323,46 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 }
 
+// TestHoldInARoomEndsByItsDeadline: with Redis frozen (SIGSTOP) or stopped, a hold on
+// a show with a waiting room answers ErrUnavailable by its caller's deadline, with the
+// autopipeliners on and off. The look-up that refuses a holder outside the room goes
+// through the room's deferred autopipeliner, whose queued commands do not end with
+// their context: unbounded, it waited 35 s on a frozen Redis and 3.3 s on a stopped one.
+func TestHoldInARoomEndsByItsDeadline(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		noAP  bool
+		stop  bool
+		holds string
+	}{{"frozen", false, false, "ann"}, {"frozen, no autopipeliner", true, false, "ann"},
+		{"stopped", false, true, "ann"}, {"frozen, a holder outside the room", false, false, "bob"}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			v, srv := privateEnv(t, func(cfg *Config) { cfg.NoAutoPipeline = c.noAP })
+			v.show("room", seatNames(10)...)
+			v.setRules("room", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+			v.admitted("room", "ann")
+			v.hold("room", time.Minute, "ann", "S001")
+			if c.stop {
+				srv.Stop()
+			} else {
+				srv.Pause()
+				defer srv.Resume()
+			}
+			const deadline = 500 * time.Millisecond
+			ctx, cancel := context.WithTimeout(t.Context(), deadline)
+			defer cancel()
+			start := time.Now()
+			_, err := v.e.Hold(ctx, HoldRequest{ShowID: "room", SeatIDs: []string{"S002"}, HolderID: c.holds})
+			if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > deadline+time.Second {
+				t.Fatalf("a hold by %s with Redis %s and a deadline of %v: %v after %v, want ErrUnavailable by the deadline",
+					c.holds, c.name, deadline, err, took)
+			}
+		})
+	}
+}
+
 func TestBackendsDownAreUnavailable(t *testing.T) {
 	t.Parallel()
 	v, srv := privateEnv(t)

@@ -23,8 +23,9 @@ const (
 // newBookingID is a new booking's id: a UUIDv7, whose first 48 bits are the time in ms
 // (increasing within a process), so that a booking's entries land at the right edge of
 // the indexes keyed by its id (bookings, booking_seats, seat_claims) instead of on a
-// random page of each; its other 74 bits are random. A booking's id is no secret: over
-// HTTP every read and write of a booking checks its holder.
+// random page of each. Of its other 74 bits 62 are random (12 count within the ms). A
+// booking's id is no secret: over HTTP every read and write of a booking checks its
+// holder.
 func newBookingID() uuid.UUID { return uuid.Must(uuid.NewV7()) }
 
 // validID reports whether s matches ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$: no braces or

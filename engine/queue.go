@@ -299,17 +299,22 @@ func (e *Engine) admitLoop(ctx context.Context) {
 // outsideRoom refuses, before the hold takes one of its show's slots, a holder the
 // show's waiting room has not admitted at all (as the engine knows the rules): the
 // crowd that skips the room costs one read each, not a hold script, and never crowds
-// out admitted holders; the reads of a crowd share round trips in the room's stream of
-// pipelines (queueReads), apart from the holds'. Only a certain refusal is made here — no admission — while the
-// hold script decides everything else (an admission that ran out included). A failed
-// read leaves it to the script.
+// out admitted holders. The reads of a crowd share round trips in the room's stream of
+// pipelines (queueReads), apart from the holds', each bounded like a script call. Only
+// a certain refusal is made here — no admission — while the hold script decides
+// everything else (an admission that ran out included). A failed read leaves it to the
+// script.
 func (e *Engine) outsideRoom(ctx context.Context, sh *show, st *rulesState, holderID string) error {
 	if st.r.Queue == nil {
 		return nil
 	}
 	if holderID != "" {
-		err := e.queueReads.ZScore(ctx, sh.k.base+"q:adm", holderTag(holderID)).Err()
-		if err == nil || !errors.Is(err, redis.Nil) {
+		// No admission, for certain: Redis answered, and has none. A read that failed or
+		// did not answer in time (false) leaves it to the script.
+		none, _ := bounded(ctx, redisCallTimeout, func() bool {
+			return errors.Is(e.queueReads.ZScore(ctx, sh.k.base+"q:adm", holderTag(holderID)).Err(), redis.Nil)
+		})
+		if !none {
 			return nil
 		}
 	}
