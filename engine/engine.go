@@ -62,6 +62,8 @@ type Engine struct {
 	settling    settler       // the confirmations whose COMMIT's outcome is unknown (settle.go)
 	queues      queueWatch    // the waiting rooms the engine admits for (queue.go)
 	queueSlots  chan struct{} // waiting-room calls in flight (queueConcurrency)
+	// admissionReads: outsideRoom's reads in flight (admissionNone).
+	admissionReads chan struct{}
 	// queueFailedAt: unix ns of the last waiting-room call that found Redis
 	// unavailable, 0 once one answered since (queueDown).
 	queueFailedAt atomic.Int64
@@ -150,6 +152,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), waitlistDone: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
 	e.queueSlots = make(chan struct{}, queueConcurrency)
+	e.admissionReads = make(chan struct{}, admissionReads)
 	e.scripts, e.queueScripts, e.queueReads = rdb, rdb, rdb
 	if !c.NoAutoPipeline {
 		if ap := autoPipeliner(rdb); ap != nil {

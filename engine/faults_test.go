@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -360,6 +361,33 @@ func TestHoldInARoomEndsByItsDeadline(t *testing.T) {
 					c.holds, c.name, deadline, err, took)
 			}
 		})
+	}
+}
+
+// TestReadsOutsideTheRoomAreBounded: with Redis frozen, a crowd's holds outside the
+// room leave at most admissionReads look-ups waiting, not one a try: each would wait in
+// the room's pipeline for as long as Redis stays frozen. Not parallel: it counts
+// goroutines.
+func TestReadsOutsideTheRoomAreBounded(t *testing.T) {
+	v, srv := privateEnv(t)
+	v.show("room", seatNames(10)...)
+	v.setRules("room", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	v.admitted("room", "ann")
+	srv.Pause()
+	defer srv.Resume()
+	before := runtime.NumGoroutine()
+	const tries = 3 * admissionReads
+	for i := range tries {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		_, err := v.e.Hold(ctx, HoldRequest{ShowID: "room", SeatIDs: []string{"S002"}, HolderID: fmt.Sprintf("bot-%d", i)})
+		cancel()
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("hold %d outside the room with Redis frozen: %v, want ErrUnavailable", i, err)
+		}
+	}
+	if grown := runtime.NumGoroutine() - before; grown > admissionReads+tries/3 {
+		t.Fatalf("%d holds outside the room with Redis frozen left %d more goroutines waiting (reads in flight: at most %d)",
+			tries, grown, admissionReads)
 	}
 }
 

@@ -299,25 +299,38 @@ func (e *Engine) admitLoop(ctx context.Context) {
 // outsideRoom refuses, before the hold takes one of its show's slots, a holder the
 // show's waiting room has not admitted at all (as the engine knows the rules): the
 // crowd that skips the room costs one read each, not a hold script, and never crowds
-// out admitted holders. The reads of a crowd share round trips in the room's stream of
-// pipelines (queueReads), apart from the holds', each bounded like a script call. Only
-// a certain refusal is made here — no admission — while the hold script decides
-// everything else (an admission that ran out included). A failed read leaves it to the
-// script.
+// out admitted holders. Only a certain refusal is made here — no admission — while the
+// hold script decides everything else (an admission that ran out included). A read
+// that fails, or is not made (admissionNone), leaves it to the script.
 func (e *Engine) outsideRoom(ctx context.Context, sh *show, st *rulesState, holderID string) error {
 	if st.r.Queue == nil {
 		return nil
 	}
-	if holderID != "" {
-		// No admission, for certain: Redis answered, and has none. A read that failed or
-		// did not answer in time (false) leaves it to the script.
-		none, _ := bounded(ctx, redisCallTimeout, func() bool {
-			return errors.Is(e.queueReads.ZScore(ctx, sh.k.base+"q:adm", holderTag(holderID)).Err(), redis.Nil)
-		})
-		if !none {
-			return nil
-		}
+	if holderID != "" && !e.admissionNone(ctx, sh, holderTag(holderID)) {
+		return nil
 	}
 	e.watchQueue(sh.id)
 	return fmt.Errorf("%w: show %s has a waiting room and the holder is not admitted", ErrNotAdmitted, sh.id)
 }
+
+// admissionNone reports whether Redis says tag has no admission to sh's room. The reads
+// of a crowd share round trips in the room's stream of pipelines (queueReads), apart
+// from the holds'. A command queued there does not end with its context, so each read
+// is bounded like a script call, and at most admissionReads are in flight: past that
+// (a Redis that stopped answering holds every one of them until the pipeline's read
+// times out) a read is not made, and the script decides.
+func (e *Engine) admissionNone(ctx context.Context, sh *show, tag string) bool {
+	select {
+	case e.admissionReads <- struct{}{}:
+	default:
+		return false
+	}
+	err, waited := bounded(ctx, redisCallTimeout, func() error {
+		defer func() { <-e.admissionReads }()
+		return e.queueReads.ZScore(ctx, sh.k.base+"q:adm", tag).Err()
+	})
+	return waited == nil && errors.Is(err, redis.Nil)
+}
+
+// admissionReads bounds admissionNone's reads in flight per engine.
+const admissionReads = 64
