@@ -315,14 +315,14 @@ func (e *Engine) outsideRoom(ctx context.Context, sh *show, st *rulesState, hold
 
 // admissionNone reports whether Redis says tag has no admission to sh's room. The reads
 // of a crowd share round trips in the room's stream of pipelines (queueReads), apart
-// from the holds'. A command queued there does not end with its context, so each read
-// is bounded like a script call, and at most admissionReads are in flight: past that
-// (a Redis that stopped answering holds every one of them until the pipeline's read
-// times out) a read is not made, and the script decides.
+// from the holds'. A command queued there does not end with its context (a Redis that
+// stopped answering holds it until the pipeline's read times out), so each read is
+// bounded like a script call, and at most admissionReads are in flight: the others
+// wait for one to end, as long as their caller lets them.
 func (e *Engine) admissionNone(ctx context.Context, sh *show, tag string) bool {
 	select {
 	case e.admissionReads <- struct{}{}:
-	default:
+	case <-ctx.Done():
 		return false
 	}
 	err, waited := bounded(ctx, redisCallTimeout, func() error {
@@ -333,4 +333,4 @@ func (e *Engine) admissionNone(ctx context.Context, sh *show, tag string) bool {
 }
 
 // admissionReads bounds admissionNone's reads in flight per engine.
-const admissionReads = 64
+const admissionReads = 256
