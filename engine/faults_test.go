@@ -366,8 +366,10 @@ func TestHoldInARoomEndsByItsDeadline(t *testing.T) {
 
 // TestReadsOutsideTheRoomAreBounded: with Redis frozen, a crowd's holds outside the
 // room leave at most admissionReads look-ups waiting, not one a try: each would wait in
-// the room's pipeline for as long as Redis stays frozen. Not parallel: it counts
-// goroutines.
+// the room's pipeline for as long as Redis stays frozen. With every slot taken, a hold
+// without a deadline (as over HTTP), by an admitted holder, still answers ErrUnavailable
+// within the bounds: holdAdmissionWait for a slot, redisCallTimeout for the script.
+// Not parallel: it counts goroutines.
 func TestReadsOutsideTheRoomAreBounded(t *testing.T) {
 	v, srv := privateEnv(t)
 	v.show("room", seatNames(10)...)
@@ -388,6 +390,33 @@ func TestReadsOutsideTheRoomAreBounded(t *testing.T) {
 	if grown := runtime.NumGoroutine() - before; grown > admissionReads+admissionReads/2 {
 		t.Fatalf("%d holds outside the room with Redis frozen left %d more goroutines waiting (reads in flight: at most %d)",
 			tries, grown, admissionReads)
+	}
+	if taken := len(v.e.admissionReads); taken != admissionReads {
+		t.Fatalf("%d of %d read slots taken after the crowd, want all: the case below needs them taken", taken, admissionReads)
+	}
+	start := time.Now()
+	_, err := v.e.Hold(context.Background(), HoldRequest{ShowID: "room", SeatIDs: []string{"S003"}, HolderID: "ann"})
+	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > holdAdmissionWait+redisCallTimeout+time.Second {
+		t.Fatalf("an admitted holder's hold without a deadline, every read slot taken: %v after %v, want ErrUnavailable within %v",
+			err, took, holdAdmissionWait+redisCallTimeout)
+	}
+}
+
+// TestReadSlotsComeBack: more holds outside the room than admissionReads, one after
+// another on a healthy Redis, are each refused as not admitted, and leave every read
+// slot free.
+func TestReadSlotsComeBack(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	v.show("room", seatNames(10)...)
+	v.setRules("room", SaleRules{Queue: &WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
+	for i := range admissionReads + 10 {
+		if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "room", SeatIDs: []string{"S001"}, HolderID: fmt.Sprintf("bot-%d", i)}); !errors.Is(err, ErrNotAdmitted) {
+			t.Fatalf("hold %d outside the room: %v, want ErrNotAdmitted", i, err)
+		}
+	}
+	if taken := len(v.e.admissionReads); taken != 0 {
+		t.Fatalf("%d read slots still taken after %d holds that all answered", taken, admissionReads+10)
 	}
 }
 

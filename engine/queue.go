@@ -317,12 +317,10 @@ func (e *Engine) outsideRoom(ctx context.Context, sh *show, st *rulesState, hold
 // of a crowd share round trips in the room's stream of pipelines (queueReads), apart
 // from the holds'. A command queued there does not end with its context (a Redis that
 // stopped answering holds it until the pipeline's read times out), so each read is
-// bounded like a script call, and at most admissionReads are in flight: the others
-// wait for one to end, as long as their caller lets them.
+// bounded like a script call, and at most admissionReads are in flight. A read that
+// finds none free within holdAdmissionWait is not made: the script decides.
 func (e *Engine) admissionNone(ctx context.Context, sh *show, tag string) bool {
-	select {
-	case e.admissionReads <- struct{}{}:
-	case <-ctx.Done():
+	if !e.admissionSlot(ctx) {
 		return false
 	}
 	err, waited := bounded(ctx, redisCallTimeout, func() error {
@@ -334,3 +332,23 @@ func (e *Engine) admissionNone(ctx context.Context, sh *show, tag string) bool {
 
 // admissionReads bounds admissionNone's reads in flight per engine.
 const admissionReads = 256
+
+// admissionSlot takes one of the admissionReads slots, waiting no longer than
+// holdAdmissionWait or ctx for one to come free; it reports whether it took one.
+func (e *Engine) admissionSlot(ctx context.Context) bool {
+	select {
+	case e.admissionReads <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(holdAdmissionWait)
+	defer t.Stop()
+	select {
+	case e.admissionReads <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
