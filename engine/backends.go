@@ -148,7 +148,28 @@ type scriptCall struct {
 // returns their replies in order. When Redis answered a call that its function is not
 // there (it lost the library: FUNCTION FLUSH, a restart, a failover), the library is
 // loaded on every master and each such call is made again, on its own.
+// A pipeline Redis does not answer by ctx's deadline is answered errScriptTimeout for
+// every call then, whatever go-redis's own dial retries would take (boundedScripter);
+// it goes on in the background, and its calls may still run in Redis, as calls whose
+// replies were lost could.
 func (e *Engine) runScripts(ctx context.Context, calls []scriptCall) []*redis.Cmd {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return e.pipeScripts(ctx, calls)
+	}
+	cmds, err := bounded(ctx, time.Until(deadline), func() []*redis.Cmd { return e.pipeScripts(ctx, calls) })
+	if err != nil {
+		cmds = make([]*redis.Cmd, len(calls))
+		for i := range cmds {
+			cmds[i] = redis.NewCmd(ctx)
+			cmds[i].SetErr(err)
+		}
+	}
+	return cmds
+}
+
+// pipeScripts is runScripts without its bound.
+func (e *Engine) pipeScripts(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := e.rdb.Pipeline()
 	for i, c := range calls {

@@ -153,12 +153,14 @@ func TestPausedOwnerIsRefused(t *testing.T) {
 }
 
 // TestHoldLostBeforeCommit: the hold expires after the writes, before COMMIT. The second
-// Redis check rolls everything back.
+// Redis check rolls everything back. The hold lives long enough (2 s) for its batch's
+// first check to find it current on a busy machine: one that expired before that check
+// is an ordinary lost hold, refused without writes or an event.
 func TestHoldLostBeforeCommit(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.show("s1", "A1", "A2")
-	h := v.hold("s1", 100*time.Millisecond, "alice", "A1", "A2")
+	h := v.hold("s1", 2*time.Second, "alice", "A1", "A2")
 	v.e.hooks.beforeCommit = func(context.Context) { v.waitExpired(h) }
 	before := v.dbSnapshot()
 	_, err := v.e.Confirm(t.Context(), h, ConfirmOptions{IdempotencyKey: "k1"})

@@ -28,10 +28,11 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	if len(batch) == 0 {
 		return
 	}
-	// A Redis that does not answer (frozen, down) is waited for no longer than the
-	// step's bound (stallGuard), nor than the last of the callers would when each has a
-	// deadline; a check Redis runs after that reserves nothing (reserve.lua).
-	by := time.Now().Add(e.cfg.StatementTimeout + stallGrace)
+	// A Redis that does not answer (frozen, down) is waited for no longer than a script
+	// call on a caller's path (redisCallTimeout), nor than the last of the callers would
+	// when each has a deadline; a check Redis runs after that reserves nothing
+	// (reserve.lua).
+	by := time.Now().Add(redisCallTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(by) {
 		by = d
 	}
