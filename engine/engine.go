@@ -38,6 +38,7 @@ type Engine struct {
 
 	policyCheckedAt  atomic.Int64 // unix nanoseconds of the last good eviction-policy check
 	policyRechecking atomic.Bool  // a background recheck of it runs
+	libraryWarned    atomic.Bool  // keepLibrary has logged a failure as a warning
 
 	tracer trace.Tracer  // nil: no tracing, and no cost
 	outbox *outbox       // sold-marker writes owed to Redis, and the loop that repays them

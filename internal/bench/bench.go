@@ -179,6 +179,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		{"feed", "seat-map feed: a sale watched by 1,000 SSE subscribers, then 5,000", e.feedWorkload},
 		{"best", "best-available: cost by how sold the show is, and the sale, pick vs best", e.bestWorkload},
 		{"hold", "hold: engine vs raw script", e.holdWorkload},
+		{"join", "waiting room: what a join costs Redis, with one library and with stale ones beside it", e.joinWorkload},
 		{"shape", "shape: seats per hold, hot show vs 100 shows", e.shapeWorkload},
 		{"memory", "memory", e.memoryWorkload},
 		{"confirm", "confirm: engine vs raw SQL", e.confirmWorkload},

@@ -8,7 +8,8 @@
 //
 // The library's name, and each function's, carry a hash of its code
 // (holdfast_<12 hex digits>, holdfast_<12 hex digits>_hold), so that the libraries of
-// two versions of holdfast live side by side in one Redis during a rolling deploy. The
+// two versions of holdfast live side by side in one Redis during a rolling deploy
+// (DeleteStale deletes those of versions no engine runs any more). The
 // library must be on the server a call goes to: the engine loads it on every master
 // with its eviction-policy check (its first Redis call, then once a minute), and
 // [Function.Run] (the engine's pipelines likewise) loads it, on every master of a
@@ -222,10 +223,8 @@ func Load(ctx context.Context, c any) error {
 	switch x := c.(type) {
 	case Loader:
 		return x.LoadLibrary(ctx)
-	case *redis.ClusterClient:
-		return x.ForEachMaster(ctx, each)
-	case *redis.Ring:
-		return x.ForEachShard(ctx, each)
+	case *redis.ClusterClient, *redis.Ring:
+		return EachServer(ctx, x.(redis.UniversalClient), each)
 	case functionLoader:
 		return LoadOn(ctx, x)
 	}
@@ -286,4 +285,67 @@ func build() lib {
 	sum := sha1.Sum([]byte(b.String()))
 	name := "holdfast_" + hex.EncodeToString(sum[:6])
 	return lib{name: name, code: "#!lua name=" + name + "\n" + strings.ReplaceAll(b.String(), fnPrefix, name+"_")}
+}
+
+// IsLibraryName reports whether name is the name of a holdfast library, of this
+// version or another (holdfast_<12 hex digits>).
+func IsLibraryName(name string) bool {
+	hexPart, ok := strings.CutPrefix(name, "holdfast_")
+	if !ok || len(hexPart) != 12 {
+		return false
+	}
+	_, err := hex.DecodeString(hexPart)
+	return err == nil && strings.ToLower(hexPart) == hexPart
+}
+
+// libraryAdmin lists and deletes a server's function libraries.
+type libraryAdmin interface {
+	FunctionList(ctx context.Context, q redis.FunctionListQuery) *redis.FunctionListCmd
+	FunctionDelete(ctx context.Context, libName string) *redis.StringCmd
+}
+
+// DeleteStale deletes from the one server c talks to every holdfast library of
+// another version (IsLibraryName, not LibraryName) that inUse says no engine uses, and
+// returns the names it deleted. Every library loaded costs each script call on that
+// server something, and Redis keeps them across restarts; one deleted while an engine
+// of its version still runs is loaded again by its next call (Function.Run).
+// Libraries of other names are left alone.
+func DeleteStale(ctx context.Context, c libraryAdmin, inUse func(ctx context.Context, name string) (bool, error)) ([]string, error) {
+	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "holdfast_*"}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list the function libraries: %w", err)
+	}
+	var deleted []string
+	for _, l := range libs {
+		if l.Name == LibraryName() || !IsLibraryName(l.Name) {
+			continue
+		}
+		used, err := inUse(ctx, l.Name)
+		if err != nil {
+			return deleted, err
+		}
+		if used {
+			continue
+		}
+		if err := c.FunctionDelete(ctx, l.Name).Err(); err != nil && !strings.Contains(err.Error(), "does not exist") {
+			return deleted, fmt.Errorf("delete the function library %s: %w", l.Name, err)
+		}
+		deleted = append(deleted, l.Name)
+	}
+	return deleted, nil
+}
+
+// EachServer calls fn with a client of each server c's calls go to: every master of a
+// Cluster, every shard of a Ring, the one server of a plain or failover client. Any
+// other client is an error.
+func EachServer(ctx context.Context, c redis.UniversalClient, fn func(ctx context.Context, c *redis.Client) error) error {
+	switch x := c.(type) {
+	case *redis.ClusterClient:
+		return x.ForEachMaster(ctx, fn)
+	case *redis.Ring:
+		return x.ForEachShard(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, x)
+	}
+	return fmt.Errorf("lua: cannot reach the servers of a %T", c)
 }

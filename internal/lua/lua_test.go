@@ -167,6 +167,26 @@ func TestLibraryNameIsItsCodesHash(t *testing.T) {
 	}
 }
 
+// TestIsLibraryName: what DeleteStale may delete is a library of this version's name
+// shape, whatever its hash, and nothing else.
+func TestIsLibraryName(t *testing.T) {
+	for name, want := range map[string]bool{
+		LibraryName():             true,
+		"holdfast_0123456789ab":   true,
+		"holdfast_0123456789AB":   false,
+		"holdfast_0123456789a":    false,
+		"holdfast_0123456789abc":  false,
+		"holdfast_state_test":     false,
+		"holdfast_0123456789ab_x": false,
+		"tickets_0123456789ab":    false,
+		"":                        false,
+	} {
+		if got := IsLibraryName(name); got != want {
+			t.Errorf("IsLibraryName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
 func TestMissing(t *testing.T) {
 	for err, want := range map[error]bool{
 		nil:                                  false,
