@@ -51,6 +51,8 @@ type Engine struct {
 	sweeping atomic.Bool
 	// waitlistDone is closed when the waitlist loop has ended.
 	waitlistDone chan struct{}
+	// libraryDone is closed when the library loop (library.go) has ended.
+	libraryDone chan struct{}
 
 	gc      *committer      // the confirmations' queue and batches (groupcommit.go)
 	views   views           // the seat maps kept current (view.go)
@@ -150,7 +152,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), waitlistDone: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
+	e := &Engine{gc: gc, pool: pool, q: db.New(pool), rdb: rdb, cfg: c, log: c.Logger, m: m, done: make(chan struct{}), waitlistDone: make(chan struct{}), libraryDone: make(chan struct{}), shows: newShowCache(c.MaxCachedShows)}
 	e.outbox = &outbox{}
 	e.queueSlots = make(chan struct{}, queueConcurrency)
 	e.admissionReads = make(chan struct{}, admissionReads)
@@ -177,6 +179,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	e.views.m = map[string]*view{}
 	go e.repayMarkers(ctx)
 	go e.waitlistLoop(ctx)
+	go e.libraryLoop(ctx)
 	return e, nil
 }
 
@@ -346,6 +349,7 @@ func (e *Engine) Close() {
 		e.settling.wg.Wait()
 		<-e.done
 		<-e.waitlistDone
+		<-e.libraryDone
 		e.sweeps.Wait()
 		e.relays.close()
 	}()

@@ -28,11 +28,14 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	if len(batch) == 0 {
 		return
 	}
-	// A Redis that does not answer (frozen, down) is waited for no longer than a script
-	// call on a caller's path (redisCallTimeout), nor than the last of the callers would
-	// when each has a deadline; a check Redis runs after that reserves nothing
-	// (reserve.lua).
-	by := time.Now().Add(redisCallTimeout)
+	// A check Redis runs after the step's bound (stallGuard), or after the last of the
+	// callers would wait when each has a deadline, reserves nothing (reserve.lua). The
+	// batch waits for the checks no longer than a script call on a caller's path
+	// (redisCallTimeout) within that: a check that answers later, having reserved its
+	// hold, is given back (unreserveBatch) or lapses. The two bounds differ so that the
+	// late-check rule, which compares Redis's clock with the engine's, tolerates the
+	// step's bound of clock skew, not 1.5 s.
+	by := time.Now().Add(e.cfg.StatementTimeout + stallGrace)
 	if d, ok := ctx.Deadline(); ok && d.Before(by) {
 		by = d
 	}
@@ -41,7 +44,11 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 			by = latest
 		}
 	}
-	ctx, cancel := context.WithDeadline(ctx, by)
+	wait := time.Now().Add(redisCallTimeout)
+	if by.Before(wait) {
+		wait = by
+	}
+	ctx, cancel := context.WithDeadline(ctx, wait)
 	defer cancel()
 	spans := e.steps(batch, "holdfast.confirm.verify")
 	for _, r := range batch {

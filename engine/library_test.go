@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +36,10 @@ func TestStaleLibrariesAreDeleted(t *testing.T) {
 		leased:  strings.ReplaceAll(lua.LibraryCode(), lua.LibraryName(), leased),
 		foreign: "#!lua name=tickets\nredis.register_function('tickets_one', function() return 1 end)",
 	}
+	// Leased before it is loaded: the engine's loop may clean up meanwhile.
+	if err := rdb.Set(ctx, libraryLeaseKey(leased), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
 	err := lua.EachServer(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
 		if err := lua.LoadOn(ctx, c); err != nil {
 			return err
@@ -47,15 +54,12 @@ func TestStaleLibrariesAreDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Set(ctx, libraryLeaseKey(leased), "1", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
 
 	v.e.keepLibrary(ctx)
 
-	masters := 0
+	var masters atomic.Int32 // the callbacks run at once on a Cluster
 	err = lua.EachServer(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
-		masters++
+		masters.Add(1)
 		have := map[string]bool{}
 		all, err := c.FunctionList(ctx, redis.FunctionListQuery{}).Result()
 		for _, l := range all {
@@ -71,8 +75,8 @@ func TestStaleLibrariesAreDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if testsvc.ClusterMode() && masters < 2 {
-		t.Fatalf("checked %d masters of a Redis Cluster", masters)
+	if testsvc.ClusterMode() && masters.Load() < 2 {
+		t.Fatalf("checked %d masters of a Redis Cluster", masters.Load())
 	}
 	ttl, err := rdb.PTTL(ctx, libraryLeaseKey(lua.LibraryName())).Result()
 	if err != nil || ttl <= libraryLease-time.Minute || ttl > libraryLease {
@@ -82,5 +86,55 @@ func TestStaleLibrariesAreDeleted(t *testing.T) {
 	v.show("s1", "A1")
 	if _, err := v.e.Hold(ctx, HoldRequest{ShowID: "s1", SeatIDs: []string{"A1"}, HolderID: "alice", TTL: time.Minute}); err != nil {
 		t.Fatalf("hold after the clean-up: %v", err)
+	}
+}
+
+// TestLibraryLeasesAreTheServers: an engine whose keys are in another database than 0
+// leases its library in database 0, where every engine of the server looks, whatever
+// its own database (a library is the server's); and it does so from its start, on a
+// loop of its own, whatever its marker-repair interval.
+func TestLibraryLeasesAreTheServers(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.StartRedis(t)
+	db1 := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: 1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = db1.Close() })
+	newEnvWith(t, testsvc.Database(t), db1, func(c *Config) { c.MarkerRepairInterval = 24 * time.Hour })
+	db0 := srv.Client()
+	key := libraryLeaseKey(lua.LibraryName())
+	waitFor(t, "the lease in database 0", 10*time.Second, func() bool {
+		ttl, err := db0.PTTL(t.Context(), key).Result()
+		return err == nil && ttl > libraryLease-time.Minute
+	})
+	if n, err := db1.Exists(t.Context(), key).Result(); err != nil || n != 0 {
+		t.Fatalf("the lease is in the engine's own database too (%d, %v): an engine on database 0 would not see one there", n, err)
+	}
+}
+
+// TestCleanUpsAtOnce: engines cleaning up the same stale libraries at once each
+// succeed: a library another deleted first is not an error.
+func TestCleanUpsAtOnce(t *testing.T) {
+	t.Parallel()
+	c := testsvc.StartRedis(t).Client()
+	ctx := t.Context()
+	for i := range 20 {
+		name := fmt.Sprintf("holdfast_00000000d%03x", i)
+		if err := c.FunctionLoad(ctx, strings.ReplaceAll(lua.LibraryCode(), lua.LibraryName(), name)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	none := func(context.Context, string) (bool, error) { return false, nil }
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = lua.DeleteStale(ctx, c, none) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("clean-up %d: %v", i, err)
+		}
+	}
+	if libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "holdfast_*"}).Result(); err != nil || len(libs) != 0 {
+		t.Fatalf("%d stale libraries left (%v)", len(libs), err)
 	}
 }

@@ -159,14 +159,12 @@ func (o *outbox) take() ([]string, []int64) {
 // repayMarkers is the engine's background loop: every MarkerRepairInterval it deletes
 // the outbox rows whose markers it wrote, and writes the markers of rows left behind;
 // every moveSweepEvery it starts a relay of the hold moves left pending to the event
-// feed (sweepMoves, moves.go); every libraryCheckEvery it renews the lease on the
-// scripts' library and deletes the stale ones (keepLibrary, library.go). It ends when
-// the engine is closed.
+// feed (sweepMoves, moves.go). It ends when the engine is closed.
 func (e *Engine) repayMarkers(ctx context.Context) {
 	defer close(e.done)
 	t := time.NewTicker(e.cfg.MarkerRepairInterval)
 	defer t.Stop()
-	var probed, swept, libraryKept time.Time
+	var probed, swept time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -193,10 +191,6 @@ func (e *Engine) repayMarkers(ctx context.Context) {
 		if time.Since(swept) >= moveSweepEvery {
 			swept = time.Now()
 			e.sweepMoves(ctx)
-		}
-		if time.Since(libraryKept) >= libraryCheckEvery {
-			libraryKept = time.Now()
-			e.keepLibrary(ctx)
 		}
 	}
 }

@@ -327,7 +327,8 @@ func DeleteStale(ctx context.Context, c libraryAdmin, inUse func(ctx context.Con
 		if used {
 			continue
 		}
-		if err := c.FunctionDelete(ctx, l.Name).Err(); err != nil && !strings.Contains(err.Error(), "does not exist") {
+		// "Library not found": another engine's clean-up deleted it first.
+		if err := c.FunctionDelete(ctx, l.Name).Err(); err != nil && !strings.Contains(err.Error(), "not found") {
 			return deleted, fmt.Errorf("delete the function library %s: %w", l.Name, err)
 		}
 		deleted = append(deleted, l.Name)
