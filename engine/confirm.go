@@ -36,7 +36,7 @@ var (
 // holdCommitting is what verify.lua and reserve.lua answer for a hold that a batch has
 // reserved and not yet decided; holdBooked is verifyDecided's word for a reserved hold
 // whose booking the database has (its sold markers are owed); holdLate is reserve.lua's
-// for a check it ran after its batch stopped waiting for the reply (nothing reserved).
+// for a check it ran past its late-check bound (nothing reserved).
 const (
 	holdCommitting = -2
 	holdBooked     = -3

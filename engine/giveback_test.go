@@ -1,14 +1,19 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/internal/lua"
+	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
 // TestLapsedGiveBackRacesRecommit : a batch of commit id x reserved a hold and
@@ -168,7 +173,7 @@ func TestLostReplyGiveBackRacesRecommit(t *testing.T) {
 	}
 	var releaseErr, giveBackErr error
 	v.e.hooks.afterReserve = func(context.Context) {
-		if failed := v.e.unreserve([]giveBack{{lost, lost.nonce}}); len(failed) > 0 {
+		if failed := v.e.unreserve([]giveBack{{lost, lost.nonce, time.Time{}}}); len(failed) > 0 {
 			giveBackErr = errors.New("the give-back got no answer")
 			return
 		}
@@ -238,5 +243,46 @@ func TestGiveBackNamesItsCheck(t *testing.T) {
 	}
 	if n := giveBack(late); n != 1 || v.holdValue("gn", "A1") != before {
 		t.Fatalf("the later check's give-back: %d seats, hold %q, want 1 and %q", n, v.holdValue("gn", "A1"), before)
+	}
+}
+
+// TestLateCheckIsGivenBack: a batch's check whose connection is delayed past the
+// batch's wait (1.5 s) but not past its late-check bound runs in Redis after the
+// give-back of its lost reply was answered, and reserves the hold. The give-back is
+// made again once that bound has passed, so the hold is its owner's again then, not
+// only when the reservation lapses (reserveLife, 15.5 s), and the confirmation's retry
+// books it.
+func TestLateCheckIsGivenBack(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.StartRedis(t)
+	proxy := testsvc.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	v := newEnvWith(t, testsvc.Database(t), rdb)
+	ctx := t.Context()
+	v.show("s1", "A1")
+	h := v.hold("s1", 10*time.Minute, "alice", "A1")
+	var armed atomic.Bool
+	armed.Store(true)
+	const delay = 2500 * time.Millisecond // past the batch's wait, before its bound (6 s)
+	proxy.Cut = func(chunk []byte) bool {
+		if bytes.Contains(chunk, []byte("_reserve")) && armed.CompareAndSwap(true, false) {
+			time.Sleep(delay) // this connection only: the give-back goes on another
+		}
+		return false
+	}
+	start := time.Now()
+	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("confirm with its check delayed: %v, want ErrUnavailable", err)
+	}
+	waitFor(t, "the delayed check to reserve the hold", 5*time.Second, func() bool {
+		return strings.Contains(v.holdValue("s1", "A1"), "|")
+	})
+	bound := v.cfg.StatementTimeout + stallGrace
+	waitFor(t, "the hold given back after the check's bound", bound+3*time.Second-time.Since(start), func() bool {
+		return !strings.Contains(v.holdValue("s1", "A1"), "|")
+	})
+	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"}); err != nil {
+		t.Fatalf("the retry: %v", err)
 	}
 }

@@ -80,9 +80,11 @@ type confirmReq struct {
 	reserved bool   // its hold is reserved for its batch in Redis (reserve.lua)
 	offer    string // its hold's offer, as reserve.lua read it: its booking's
 	// its reservation's reply was lost: its hold may be reserved for its batch, by a
-	// check Redis ran before the batch stopped waiting (reserve.lua refuses a later one)
+	// check Redis runs until checkBy (reserve.lua refuses a later one), which may be
+	// after the batch stopped waiting for it
 	unanswered bool
-	nonce      string // its last check's (nonce.go): a give-back names it
+	nonce      string    // its last check's (nonce.go): a give-back names it
+	checkBy    time.Time // its last check's late-check bound (reserveBatch)
 
 	// Set while a seat's fence is locked elsewhere (deferFenceBusy).
 	busySince  time.Time

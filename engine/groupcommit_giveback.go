@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/holdfast/holdfast/internal/lua"
@@ -17,6 +18,11 @@ import (
 type giveBack struct {
 	r     *confirmReq
 	nonce string
+	// until is when a check of nonce can no longer reserve (its late-check bound), for
+	// one whose reply was lost: it may run in Redis after an earlier give-back did
+	// (its connection delayed), so the give-back is made again until then. Zero for a
+	// check that answered.
+	until time.Time
 }
 
 // unreserveBatch gives back, as they were, the holds the batch reserved and did not
@@ -32,9 +38,9 @@ func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
 		switch {
 		case !r.reserved && !r.unanswered, errors.Is(r.err, errCommitUnknown), committedOK && r.err == nil:
 		case r.unanswered:
-			later = append(later, giveBack{r, r.nonce})
+			later = append(later, giveBack{r, r.nonce, r.checkBy})
 		default:
-			now = append(now, giveBack{r, r.nonce})
+			now = append(now, giveBack{r, r.nonce, time.Time{}})
 		}
 	}
 	failed := e.unreserve(now)
@@ -72,10 +78,11 @@ func (e *Engine) unreserve(owners []giveBack) []giveBack {
 }
 
 // giveBackLater gives back, in the background, the holds of owners that Redis did not
-// answer for: again every Config.MarkerRepairInterval until it does, until their
-// reservations have lapsed by themselves (reserveLife), or until the engine closes.
-// Meanwhile Release and Extend of them wait (ErrUnavailable when their context ends
-// first).
+// answer for: again every Config.MarkerRepairInterval until it does and their check can
+// no longer reserve (giveBack.until: a last give-back after it undoes a check Redis ran
+// late), until their reservations have lapsed by themselves (reserveLife), or until
+// the engine closes. Meanwhile Release and Extend of them wait (ErrUnavailable when
+// their context ends first).
 func (e *Engine) giveBackLater(owners []giveBack) {
 	if len(owners) == 0 {
 		return
@@ -94,7 +101,11 @@ func (e *Engine) giveBackLater(owners []giveBack) {
 				e.log.Warn("holds their batch did not commit were not given back; their reservations lapsed", "holds", len(owners))
 				return
 			}
-			owners = e.unreserve(owners)
+			sent := time.Now()
+			failed := e.unreserve(owners)
+			owners = slices.DeleteFunc(owners, func(o giveBack) bool {
+				return !slices.Contains(failed, o) && sent.After(o.until)
+			})
 		}
 	}()
 }

@@ -52,7 +52,7 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 	defer cancel()
 	spans := e.steps(batch, "holdfast.confirm.verify")
 	for _, r := range batch {
-		r.nonce = newNonce()
+		r.nonce, r.checkBy = newNonce(), by
 	}
 	for i, cmd := range e.runScripts(ctx, e.reserveCalls(batch, by)) {
 		r := batch[i]
@@ -65,7 +65,7 @@ func (e *Engine) reserveBatch(ctx context.Context, batch []*confirmReq) {
 			var answered redis.Error
 			r.err, r.unanswered = err, !errors.As(err, &answered)
 		case cur == holdLate:
-			r.err = unavailable("redis", errors.New("Redis ran the hold's check after its batch stopped waiting for it"))
+			r.err = unavailable("redis", errors.New("Redis ran the hold's check past its late-check bound"))
 		case cur == holdCommitting:
 			r.err = errCommitting
 		case cur <= 0:
@@ -110,8 +110,8 @@ func (e *Engine) reserveReply(cmd *redis.Cmd) (int64, string, error) {
 
 // reserveCalls are the reserve.lua calls of batch's holds, each under its confirmation's
 // nonce: a first reservation, or, for a hold reserved by the same confirmation already,
-// one that renews it. by is when the caller stops waiting for the replies: a call Redis
-// runs later reserves nothing.
+// one that renews it. by is the calls' late-check bound: a call Redis runs later
+// reserves nothing.
 func (e *Engine) reserveCalls(batch []*confirmReq, by time.Time) []scriptCall {
 	life := e.reserveLife().Milliseconds()
 	calls := make([]scriptCall, len(batch))

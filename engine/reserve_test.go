@@ -287,8 +287,8 @@ func TestLapsedReservationOfABooking(t *testing.T) {
 	}
 }
 
-// TestLateCheckReservesNothing: a batch's check that Redis runs only after the batch
-// stopped waiting for its reply (Redis was frozen with the call queued) changes nothing:
+// TestLateCheckReservesNothing: a batch's check that Redis runs only past its late-check
+// bound (Redis was frozen with the call queued) changes nothing:
 // the hold stays as it was, its owner's.
 func TestLateCheckReservesNothing(t *testing.T) {
 	t.Parallel()

@@ -9,8 +9,10 @@
 -- has lapsed (owned in common.lua) and the hold is as it was, whatever the hold's TTL
 -- and whatever reply was lost (a batch that stopped waiting, a process that died). A
 -- batch deciding longer (a COMMIT left pending) calls again with the same commit id,
--- which moves the end on. A call that runs after its batch stopped waiting for the
--- reply (ARGV[7]: Redis was frozen or slow) reserves nothing.
+-- which moves the end on. A call that runs past its late-check bound (ARGV[7]: Redis was
+-- frozen or slow, or the call's connection delayed) reserves nothing; the batch may
+-- stop waiting for the reply sooner, and then gives back what the call reserved until
+-- that bound has passed (engine/groupcommit_giveback.go).
 --
 -- Each check carries a nonce, kept with the reservation: a give-back (unreserve.lua)
 -- names the nonce of the check it gives back, and leaves alone a reservation that a later
@@ -29,7 +31,7 @@
 -- ARGV[6]    reservation life in ms: the reservation ends, and the hold lives at least,
 --            this long from now: long enough for the batch to decide and, should its
 --            process die after COMMIT, for the marker repair to write the sold markers
--- ARGV[7]    the time (Unix ms) after which the batch no longer reads the reply
+-- ARGV[7]    the late-check bound: the time (Unix ms) after which the call reserves nothing
 -- ARGV[8..]  seat ids
 --
 -- Returns, like verify.lua, {the hold's current generation, its remaining life in ms},
