@@ -246,12 +246,12 @@ func TestGiveBackNamesItsCheck(t *testing.T) {
 	}
 }
 
-// TestLateCheckIsGivenBack: a batch's check whose connection is delayed past the
-// batch's wait (1.5 s) but not past its late-check bound runs in Redis after the
-// give-back of its lost reply was answered, and reserves the hold. The give-back is
-// made again once that bound has passed, so the hold is its owner's again then, not
-// only when the reservation lapses (reserveLife, 15.5 s), and the confirmation's retry
-// books it.
+// TestLateCheckIsGivenBack: a batch's check whose connection is held past the batch's
+// wait (1.5 s) reaches Redis only after a give-back of its lost reply went through on
+// another connection, and reserves the hold then (before its late-check bound). The
+// give-back is made again until that bound has passed, so once it has the hold is its
+// owner's again, not only when the reservation lapses (reserveLife, 15.5 s), and the
+// confirmation's retry books it.
 func TestLateCheckIsGivenBack(t *testing.T) {
 	t.Parallel()
 	srv := testsvc.StartRedis(t)
@@ -262,25 +262,41 @@ func TestLateCheckIsGivenBack(t *testing.T) {
 	ctx := t.Context()
 	v.show("s1", "A1")
 	h := v.hold("s1", 10*time.Minute, "alice", "A1")
-	var armed atomic.Bool
+	var armed, gaveBack atomic.Bool
 	armed.Store(true)
-	const delay = 2500 * time.Millisecond // past the batch's wait, before its bound (6 s)
+	released := make(chan struct{})
 	proxy.Cut = func(chunk []byte) bool {
-		if bytes.Contains(chunk, []byte("_reserve")) && armed.CompareAndSwap(true, false) {
-			time.Sleep(delay) // this connection only: the give-back goes on another
+		switch {
+		case bytes.Contains(chunk, []byte("_unreserve")):
+			gaveBack.Store(true)
+		case bytes.Contains(chunk, []byte("_reserve")) && armed.CompareAndSwap(true, false):
+			// This connection only: held until a give-back has passed on another one
+			// (and its reply had time to come back), well before the check's bound.
+			for held := time.Now(); !gaveBack.Load() && time.Since(held) < 4*time.Second; {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(200 * time.Millisecond)
+			close(released)
 		}
 		return false
 	}
 	start := time.Now()
 	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"}); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("confirm with its check delayed: %v, want ErrUnavailable", err)
+		t.Fatalf("confirm with its check held: %v, want ErrUnavailable", err)
 	}
-	waitFor(t, "the delayed check to reserve the hold", 5*time.Second, func() bool {
-		return strings.Contains(v.holdValue("s1", "A1"), "|")
-	})
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held check was never let through")
+	}
+	if !gaveBack.Load() {
+		t.Fatal("no give-back passed before the held check: the case is not the one tested")
+	}
+	// The check runs in Redis now, after that give-back, and reserves the hold. Once its
+	// bound has passed, a give-back made since has undone it.
 	bound := v.cfg.StatementTimeout + stallGrace
-	waitFor(t, "the hold given back after the check's bound", bound+3*time.Second-time.Since(start), func() bool {
-		return !strings.Contains(v.holdValue("s1", "A1"), "|")
+	waitFor(t, "the hold given back once its check's bound has passed", bound+3*time.Second, func() bool {
+		return time.Since(start) > bound+v.cfg.MarkerRepairInterval && !strings.Contains(v.holdValue("s1", "A1"), "|")
 	})
 	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"}); err != nil {
 		t.Fatalf("the retry: %v", err)
