@@ -39,48 +39,17 @@ func (e *env) joinWorkload(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
-	ids := make([]string, 2000)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("J%04d", i)
-	}
-	// Each round joins a room of its own, from empty: the rounds compare alike.
-	room := func(round int) (string, error) {
-		show := fmt.Sprintf("room-join-%d", round)
-		if err := eng.CreateShow(ctx, show, ids); err != nil {
-			return "", err
-		}
-		return show, eng.SetSaleRules(ctx, show, engine.SaleRules{HolderLimit: 6, Queue: &engine.WaitingRoom{OpensAt: time.Now().Add(-time.Second)}})
-	}
-	time.Sleep(time.Second) // the engine's first library clean-up has run
 	var alone, crowded []joinRound
 	for round := range joinRounds {
 		stale := round%2 == 1
-		if stale {
-			if err := e.loadStaleLibraries(ctx); err != nil {
-				return err
-			}
-		}
-		// A round of warm-up first, not measured: Redis's Lua collector settles.
-		warm, err := room(100 + round)
-		if err == nil {
-			_, err = e.joinRound(ctx, eng, warm, round)
-		}
-		var jr joinRound
-		if show, rerr := room(round); err == nil && rerr == nil {
-			jr, err = e.joinRound(ctx, eng, show, round)
-		} else if err == nil {
-			err = rerr
+		jr, err := e.joinRoundOf(ctx, eng, round, stale)
+		if err != nil {
+			return err
 		}
 		if stale {
-			if derr := e.deleteStaleLibraries(ctx); err == nil {
-				err = derr
-			}
 			crowded = append(crowded, jr)
 		} else {
 			alone = append(alone, jr)
-		}
-		if err != nil {
-			return err
 		}
 		e.progress("   round %d (%s): Redis CPU %.1f µs a join, the function %.1f µs", round,
 			map[bool]string{false: "one library", true: "eleven more"}[stale], jr.cpuPerJoin, jr.scriptPerCall)
@@ -92,14 +61,58 @@ func (e *env) joinWorkload(ctx context.Context, r *Report) error {
 	return nil
 }
 
+// joinRoundOf is one round, with the stale libraries loaded beside the engine's when
+// stale: a round of warm-up first, not measured (Redis's Lua collector settles), then
+// the measured one, each on a room of its own from empty, so that rounds compare alike.
+func (e *env) joinRoundOf(ctx context.Context, eng *engine.Engine, round int, stale bool) (jr joinRound, err error) {
+	if stale {
+		if err := e.loadStaleLibraries(ctx); err != nil {
+			return jr, err
+		}
+		defer func() {
+			if derr := e.deleteStaleLibraries(ctx); err == nil {
+				err = derr
+			}
+		}()
+	}
+	ids := make([]string, 2000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("J%04d", i)
+	}
+	for _, n := range []int{100 + round, round} {
+		show := fmt.Sprintf("room-join-%d", n)
+		if err := eng.CreateShow(ctx, show, ids); err != nil {
+			return jr, err
+		}
+		rules := engine.SaleRules{HolderLimit: 6, Queue: &engine.WaitingRoom{OpensAt: time.Now().Add(-time.Second)}}
+		if err := eng.SetSaleRules(ctx, show, rules); err != nil {
+			return jr, err
+		}
+		if jr, err = e.joinRound(ctx, eng, show, round); err != nil {
+			return jr, err
+		}
+	}
+	return jr, nil
+}
+
+// redisMeter is what Redis has spent so far: CPU seconds, script calls and their time.
+type redisMeter struct {
+	cpu, calls float64
+	scripts    time.Duration
+}
+
+func (e *env) readRedisMeter(ctx context.Context) (m redisMeter, err error) {
+	if m.cpu, err = e.redisCPU(ctx); err != nil {
+		return m, err
+	}
+	m.calls, m.scripts, err = e.scriptStats(ctx)
+	return m, err
+}
+
 // joinRound has joinCallers callers join joinsPerRound new holders to show's room, and
 // measures what Redis spent.
 func (e *env) joinRound(ctx context.Context, eng *engine.Engine, show string, round int) (joinRound, error) {
-	cpu0, err := e.redisCPU(ctx)
-	if err != nil {
-		return joinRound{}, err
-	}
-	calls0, script0, err := e.fcalls(ctx)
+	before, err := e.readRedisMeter(ctx)
 	if err != nil {
 		return joinRound{}, err
 	}
@@ -125,18 +138,15 @@ func (e *env) joinRound(ctx context.Context, eng *engine.Engine, show string, ro
 	if err := failed.Load(); err != nil {
 		return joinRound{}, fmt.Errorf("a join: %w", *err)
 	}
-	cpu1, err := e.redisCPU(ctx)
-	if err != nil {
-		return joinRound{}, err
-	}
-	calls1, script1, err := e.fcalls(ctx)
+	after, err := e.readRedisMeter(ctx)
 	if err != nil {
 		return joinRound{}, err
 	}
 	lat := slices.Concat(lats...)
 	slices.Sort(lat)
-	return joinRound{cpuPerJoin: (cpu1 - cpu0) * 1e6 / joinsPerRound, scriptPerCall: float64((script1 - script0).Microseconds()) / (calls1 - calls0),
-		lat: lat, elapsed: elapsed}, nil
+	return joinRound{cpuPerJoin: (after.cpu - before.cpu) * 1e6 / joinsPerRound,
+		scriptPerCall: float64((after.scripts - before.scripts).Microseconds()) / (after.calls - before.calls),
+		lat:           lat, elapsed: elapsed}, nil
 }
 
 // joinRows adds a variant's row (its rounds together) and returns its median Redis CPU
@@ -167,28 +177,6 @@ func median(xs []float64) float64 {
 		return 0
 	}
 	return (s[(n-1)/2] + s[n/2]) / 2
-}
-
-// fcalls is how many FCALLs Redis has run and the time it spent in them (INFO
-// commandstats).
-func (e *env) fcalls(ctx context.Context) (calls float64, spent time.Duration, err error) {
-	err = e.infoFields(ctx, "commandstats", func(name, value string) {
-		if name != "cmdstat_fcall" {
-			return
-		}
-		for _, f := range strings.Split(value, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			var n float64
-			_, _ = fmt.Sscan(v, &n)
-			switch k {
-			case "calls":
-				calls = n
-			case "usec":
-				spent = time.Duration(n) * time.Microsecond
-			}
-		}
-	})
-	return calls, spent, err
 }
 
 // staleLibrary is the name of the i-th library of another version the join rounds

@@ -144,21 +144,31 @@ func (e *env) infoFields(ctx context.Context, section string, fn func(name, valu
 // EVALSHA and EVAL, from INFO commandstats): their own work, without the network I/O
 // that redisCPU also counts.
 func (e *env) scriptTime(ctx context.Context) (time.Duration, error) {
-	var usec int64
-	err := e.infoFields(ctx, "commandstats", func(name, value string) {
+	_, spent, err := e.scriptStats(ctx)
+	return spent, err
+}
+
+// scriptStats is how many script calls Redis has run and the time it spent in them
+// (scriptTime).
+func (e *env) scriptStats(ctx context.Context) (calls float64, spent time.Duration, err error) {
+	err = e.infoFields(ctx, "commandstats", func(name, value string) {
 		switch name {
 		case "cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_eval":
 		default:
 			return
 		}
 		for _, f := range strings.Split(value, ",") {
-			if n, ok := strings.CutPrefix(f, "usec="); ok {
-				u, _ := strconv.ParseInt(n, 10, 64)
-				usec += u
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				spent += time.Duration(n) * time.Microsecond
 			}
 		}
 	})
-	return time.Duration(usec) * time.Microsecond, err
+	return calls, spent, err
 }
 
 // redisCPU is the Redis server's CPU seconds so far (user and system).
