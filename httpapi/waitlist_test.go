@@ -70,7 +70,9 @@ func (a *api) waitOffer(show, category, holder string) any {
 
 // TestWaitlistEventsOverHTTP: the holder's waitlist stream says their entry (position
 // 1), then their offer when a release makes it, and ends with "ended" 410 offer-expired
-// once the offer expired unconfirmed. Without an entry the stream is 404.
+// once the offer expired unconfirmed. Without an entry the stream is 404. The offer
+// lives 3 s, six of the stream's reads (waitEventEvery): 700 ms was missed on a busy
+// machine, its one or two reads late.
 func TestWaitlistEventsOverHTTP(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t, testsvc.Redis(t), engine.Config{}, Options{})
@@ -81,7 +83,7 @@ func TestWaitlistEventsOverHTTP(t *testing.T) {
 	if _, resp := a.openSSE("/v1/shows/we/waitlist/events", as); resp.StatusCode != 404 {
 		t.Fatalf("the stream of no entry: %d, want 404", resp.StatusCode)
 	}
-	a.want(a.do("POST", "/v1/shows/we/waitlist", "ann", "", map[string]any{"count": 1, "offer_ttl_ms": 700}), 201, "")
+	a.want(a.do("POST", "/v1/shows/we/waitlist", "ann", "", map[string]any{"count": 1, "offer_ttl_ms": 3000}), 201, "")
 	s, resp := a.openSSE("/v1/shows/we/waitlist/events", as)
 	if s == nil {
 		t.Fatalf("the stream: %d", resp.StatusCode)
@@ -95,7 +97,7 @@ func TestWaitlistEventsOverHTTP(t *testing.T) {
 	if ev.event != "entry" || offer == nil || fmt.Sprint(offer["seats"]) != "[S1]" {
 		t.Fatalf("second event %+v, want the offer of S1", ev)
 	}
-	if ev := s.next(5 * time.Second); ev.event != "ended" || ev.data["status"] != 410.0 || ev.data["type"] != "urn:holdfast:problem:offer-expired" {
+	if ev := s.next(10 * time.Second); ev.event != "ended" || ev.data["status"] != 410.0 || ev.data["type"] != "urn:holdfast:problem:offer-expired" {
 		t.Fatalf("last event %+v, want ended 410 offer-expired", ev)
 	}
 }
