@@ -210,46 +210,94 @@ func TestLostReplyGiveBackRacesRecommit(t *testing.T) {
 func TestGiveBackNamesItsCheck(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
-	ctx := t.Context()
-	v.show("gn", "A1")
-	h := v.hold("gn", 10*time.Minute, "", "A1")
-	before := v.holdValue("gn", "A1")
-	sh, err := v.e.show(ctx, "gn")
+	c := v.checksOf("gn")
+	early, late := newNonce(), newNonce()
+	c.reserve(late, early)
+	if n := c.giveBack(early); n != 0 {
+		t.Fatalf("the earlier check's give-back freed %d seats of the later check's reservation (%q)", n, v.holdValue("gn", "A1"))
+	}
+	if n := c.giveBack(late); n != 1 || v.holdValue("gn", "A1") != c.before {
+		t.Fatalf("the later check's give-back: %d seats, hold %q, want 1 and %q", n, v.holdValue("gn", "A1"), c.before)
+	}
+}
+
+// TestGiveBackAcrossEngines: an exchange's commit whose check's reply was lost on one
+// engine, retried on another under the same commit id (its booking's). The first
+// engine has drawn many nonces, the second few; the first engine's give-back of its
+// lost check, sent after the retry's check, must leave the retry's reservation alone.
+func TestGiveBackAcrossEngines(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	c := v.checksOf("ga")
+	var first, second nonceSource // two processes
+	for range 100 {
+		first.next()
+	}
+	lost := first.next()
+	retry := second.next()
+	c.reserve(lost, retry)
+	if n := c.giveBack(lost); n != 0 {
+		t.Fatalf("the first engine's give-back (nonce %s) freed %d seats of the retry's reservation (nonce %s): %q",
+			lost, n, retry, v.holdValue("ga", "A1"))
+	}
+	if n := c.giveBack(retry); n != 1 || v.holdValue("ga", "A1") != c.before {
+		t.Fatalf("the retry's give-back: %d seats, hold %q, want 1 and %q", n, v.holdValue("ga", "A1"), c.before)
+	}
+}
+
+// checks drives a batch's checks (reserve.lua) and give-backs (unreserve.lua) of one
+// commit id on a hold of seat A1 by hand.
+type checks struct {
+	v      *env
+	h      Hold
+	ks     []string
+	id     string
+	before string // the hold's value before any check
+}
+
+// checksOf creates show with seat A1, holds it, and returns its checks for a new
+// commit id.
+func (v *env) checksOf(show string) *checks {
+	v.t.Helper()
+	v.show(show, "A1")
+	h := v.hold(show, 10*time.Minute, "", "A1")
+	sh, err := v.e.show(v.t.Context(), show)
 	if err != nil {
-		t.Fatal(err)
+		v.t.Fatal(err)
 	}
 	ks, err := sh.scriptKeys("", h.SeatIDs)
 	if err != nil {
-		t.Fatal(err)
+		v.t.Fatal(err)
 	}
-	x := commitID(uuid.New())
-	early, late := newNonce(), newNonce()
+	return &checks{v: v, h: h, ks: ks, id: commitID(uuid.New()), before: v.holdValue(show, "A1")}
+}
+
+// reserve runs a check under each nonce, in order; each must reserve the hold.
+func (c *checks) reserve(nonces ...string) {
+	c.v.t.Helper()
 	by := time.Now().Add(5 * time.Second).UnixMilli()
-	for _, nonce := range []string{late, early} {
-		args := scriptArgs("", []any{h.Token, h.Generation, x, nonce, v.e.reserveLife().Milliseconds(), by}, h.SeatIDs)
-		if res, err := reserveInts(lua.Reserve.Run(ctx, v.rdb, ks, args...)); err != nil || res[0] != h.Generation {
-			t.Fatalf("reserve under nonce %s: %v %v", nonce, res, err)
+	for _, nonce := range nonces {
+		args := scriptArgs("", []any{c.h.Token, c.h.Generation, c.id, nonce, c.v.e.reserveLife().Milliseconds(), by}, c.h.SeatIDs)
+		if res, err := reserveInts(lua.Reserve.Run(c.v.t.Context(), c.v.rdb, c.ks, args...)); err != nil || res[0] != c.h.Generation {
+			c.v.t.Fatalf("reserve under nonce %s: %v %v", nonce, res, err)
 		}
 	}
-	giveBack := func(nonce string) int64 {
-		res, err := lua.Unreserve.Run(ctx, v.rdb, ks, scriptArgs("", []any{x, nonce}, h.SeatIDs)...).Slice()
-		if err != nil {
-			t.Fatalf("unreserve under nonce %s: %v", nonce, err)
-		}
-		return res[0].(int64)
+}
+
+// giveBack gives back the check of nonce and returns the seats it freed.
+func (c *checks) giveBack(nonce string) int64 {
+	c.v.t.Helper()
+	res, err := lua.Unreserve.Run(c.v.t.Context(), c.v.rdb, c.ks, scriptArgs("", []any{c.id, nonce}, c.h.SeatIDs)...).Slice()
+	if err != nil {
+		c.v.t.Fatalf("unreserve under nonce %s: %v", nonce, err)
 	}
-	if n := giveBack(early); n != 0 {
-		t.Fatalf("the earlier check's give-back freed %d seats of the later check's reservation (%q)", n, v.holdValue("gn", "A1"))
-	}
-	if n := giveBack(late); n != 1 || v.holdValue("gn", "A1") != before {
-		t.Fatalf("the later check's give-back: %d seats, hold %q, want 1 and %q", n, v.holdValue("gn", "A1"), before)
-	}
+	return res[0].(int64)
 }
 
 // TestLateCheckIsGivenBack: a batch's check whose connection is held past the batch's
 // wait (1.5 s) reaches Redis only after a give-back of its lost reply went through on
 // another connection, and reserves the hold then (before its late-check bound). The
-// give-back is made again until that bound has passed, so once it has the hold is its
+// give-back is made again after that bound has passed, so once it has the hold is its
 // owner's again, not only when the reservation lapses (reserveLife, 15.5 s), and the
 // confirmation's retry books it.
 func TestLateCheckIsGivenBack(t *testing.T) {
@@ -263,11 +311,13 @@ func TestLateCheckIsGivenBack(t *testing.T) {
 	v.show("s1", "A1")
 	h := v.hold("s1", 10*time.Minute, "alice", "A1")
 	var armed, gaveBack atomic.Bool
+	var giveBacks atomic.Int32
 	armed.Store(true)
 	released := make(chan struct{})
 	proxy.Cut = func(chunk []byte) bool {
 		switch {
 		case bytes.Contains(chunk, []byte("_unreserve")):
+			giveBacks.Add(1)
 			gaveBack.Store(true)
 		case bytes.Contains(chunk, []byte("_reserve")) && armed.CompareAndSwap(true, false):
 			// This connection only: held until a give-back has passed on another one
@@ -298,6 +348,11 @@ func TestLateCheckIsGivenBack(t *testing.T) {
 	waitFor(t, "the hold given back once its check's bound has passed", bound+3*time.Second, func() bool {
 		return time.Since(start) > bound+v.cfg.MarkerRepairInterval && !strings.Contains(v.holdValue("s1", "A1"), "|")
 	})
+	// Redis answered every give-back: one while the check could still reserve and one
+	// after its bound do it, not one every repair interval until the bound (24).
+	if n := giveBacks.Load(); n > 4 {
+		t.Errorf("%d give-backs of the lost check, want at most 4", n)
+	}
 	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"}); err != nil {
 		t.Fatalf("the retry: %v", err)
 	}

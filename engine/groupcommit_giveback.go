@@ -78,19 +78,20 @@ func (e *Engine) unreserve(owners []giveBack) []giveBack {
 }
 
 // giveBackLater gives back, in the background, the holds of owners that Redis did not
-// answer for: again every Config.MarkerRepairInterval until it does and their check can
-// no longer reserve (giveBack.until: a last give-back after it undoes a check Redis ran
-// late), until their reservations have lapsed by themselves (reserveLife), or until
-// the engine closes. Meanwhile Release and Extend of them wait (ErrUnavailable when
-// their context ends first).
+// answer for: again every Config.MarkerRepairInterval until it answers, and once more
+// after their check can no longer reserve (giveBack.until: that last give-back undoes a
+// check Redis ran late), until their reservations have lapsed by themselves
+// (reserveLife), or until the engine closes. Meanwhile Release and Extend of them wait
+// (ErrUnavailable when their context ends first).
 func (e *Engine) giveBackLater(owners []giveBack) {
 	if len(owners) == 0 {
 		return
 	}
 	lapsed := time.Now().Add(e.reserveLife())
 	go func() {
+		wait := e.cfg.MarkerRepairInterval
 		for len(owners) > 0 {
-			t := time.NewTimer(e.cfg.MarkerRepairInterval)
+			t := time.NewTimer(wait)
 			select {
 			case <-e.viewCtx.Done():
 				t.Stop()
@@ -106,6 +107,19 @@ func (e *Engine) giveBackLater(owners []giveBack) {
 			owners = slices.DeleteFunc(owners, func(o giveBack) bool {
 				return !slices.Contains(failed, o) && sent.After(o.until)
 			})
+			wait = e.nextGiveBack(owners, failed)
 		}
 	}()
+}
+
+// nextGiveBack is how long giveBackLater waits before its next round: the repair
+// interval while Redis leaves some unanswered, else until the first remaining check
+// can no longer reserve (their give-backs were answered; one more after that bound is
+// all they need).
+func (e *Engine) nextGiveBack(owners, failed []giveBack) time.Duration {
+	if len(failed) > 0 || len(owners) == 0 {
+		return e.cfg.MarkerRepairInterval
+	}
+	first := slices.MinFunc(owners, func(a, b giveBack) int { return a.until.Compare(b.until) }).until
+	return max(e.cfg.MarkerRepairInterval, time.Until(first)+time.Millisecond)
 }
