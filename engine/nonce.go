@@ -16,8 +16,9 @@ import (
 // reservation alone. A reservation keeps the largest nonce of its checks whatever order
 // Redis ran them in.
 //
-// Nonces are the wall clock in microseconds, or one more than the last drawn when the
-// clock has not moved on: in increasing order within a process, and across processes
+// Nonces are the wall clock in nanoseconds, or one more than the last drawn when the
+// clock has not moved on (a draw takes longer than a nanosecond, so the counter does not
+// run ahead of the clock): in increasing order within a process, and across processes
 // whose clocks agree to within the time between two checks of one commit id (a retry
 // comes a round trip or more after the check it retries).
 type nonceSource struct{ last atomic.Uint64 }
@@ -29,7 +30,7 @@ var reserveNonces nonceSource
 func (s *nonceSource) next() string {
 	for {
 		last := s.last.Load()
-		n := max(last+1, uint64(time.Now().UnixMicro()))
+		n := max(last+1, uint64(time.Now().UnixNano()))
 		if s.last.CompareAndSwap(last, n) {
 			return fmt.Sprintf("%016x", n)
 		}

@@ -5,8 +5,8 @@
 -- begin (at the end of this file). A function library may not create globals, and has no
 -- KEYS and ARGV: the call's keys and arguments are the two locals below, set by begin.
 --
--- State a call keeps at the top level (KEYS, ARGV, N, BASE, WL) lives from one call
--- to the next: begin sets every name of it anew, and a name added to it must be added
+-- State a call keeps at the top level (KEYS, ARGV, N, BASE, WL, GROUP) lives from one
+-- call to the next: begin sets every name of it anew, and a name added to it must be added
 -- there (lua_test.go checks that begin sets every top-level local that a function of the
 -- library assigns, but WLF: see wl_lib).
 --
@@ -26,9 +26,16 @@
 
 local KEYS, ARGV = {}, {}
 
+-- GROUP is a group call's shared state (holds.lua: several holds of one show in one
+-- call), nil in any other call: the clock, read once (now_ms); the given sale rules'
+-- parses and the rules key found equal to them (rules_parse, sale_rules); and the
+-- holds' feed entries not written yet (feed, group_flush).
+local GROUP = nil
+
 local function bad(what) return redis.error_reply("HOLDFAST_BADARG " .. what) end
 
 local function now_ms()
+    if GROUP then return GROUP.now end
     local t = redis.call("TIME")
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -430,7 +437,7 @@ end
 -- version: a Redis that lost its copy, or missed a change in a failover, is given it back
 -- before the script decides anything. A copy of an earlier show than Redis knows, or of a
 -- closed one, decides nothing: the script refuses (see sale_rules).
-local function rules_parse(s)
+local function parse_rules(s)
     if type(s) ~= "string" then return nil end
     local head, places, areas = string.match(s, "^(.*) (%d+) (%d+)$")
     local e, v, lim, opens, rate, ttl, seats = string.match(head or "", "^(%d+) (%d+) (%d+) (%-?%d+) (%d+%.?%d*) (%d+) (%d+)$")
@@ -442,6 +449,18 @@ local function rules_parse(s)
     return {e = tonumber(e), v = tonumber(v), limit = tonumber(lim), opens = tonumber(opens), rate = tonumber(rate),
         ttl = tonumber(ttl), seats = tonumber(seats), places = tonumber(places), areas = tonumber(areas),
         queue = tonumber(opens) >= 0}
+end
+
+-- rules_parse is parse_rules, once per rules string in a group call (its members share
+-- the tables: no script changes one).
+local function rules_parse(s)
+    if not GROUP then return parse_rules(s) end
+    local r = GROUP.parsed[s]
+    if r == nil then
+        r = parse_rules(s) or false
+        GROUP.parsed[s] = r
+    end
+    return r or nil
 end
 
 -- rules_epoch reads the rules key's value s: the epoch it is of (0 for none), whether
@@ -463,8 +482,12 @@ end
 -- times a Redis command called from Lua.
 local function sale_rules(given, raw)
     local key = BASE .. "rules"
+    if GROUP and GROUP.rules == key .. " " .. raw then return given end
     local cur = redis.call("GET", key)
-    if cur == raw then return given end
+    if cur == raw then
+        if GROUP then GROUP.rules = key .. " " .. raw end
+        return given
+    end
     local e, closed, have = rules_epoch(cur)
     if e > given.e then return nil, {"STALE"} end
     if e == given.e then
@@ -472,6 +495,7 @@ local function sale_rules(given, raw)
         if have and have.v >= given.v then return have end
     end
     redis.call("SET", key, raw)
+    if GROUP then GROUP.rules = key .. " " .. raw end
     return given
 end
 
@@ -1076,10 +1100,42 @@ end
 -- waitlist offers the call owes (flush, in wl_lib): a seat it freed and offered is left out of
 -- its "d", and each offer follows as an entry of its own (its hold's expiry), so that no
 -- map shows an offered seat free. Returns the call's entry's id.
+--
+-- In a group call the holds' entries ("h" and "x" alone) wait in GROUP.held, one per
+-- expiry, and go out as one entry each (group_flush) before any other entry and at the
+-- group's end: the order of the entries is the order of the calls', and a hold's reply
+-- gets its entry's id then (GROUP.ids).
 local FEED_LEN = 4096
+local function feed_write(base, fields)
+    local n = redis.call("INCR", base .. "feed:n")
+    return redis.call("XADD", base .. "feed", "MAXLEN", "~", FEED_LEN, "*", "n", n, unpack(fields))
+end
+
+local function group_flush()
+    for _, x in ipairs(GROUP.order) do
+        local e = GROUP.held[x]
+        local id = feed_write(GROUP.base, {"h", table.concat(e.seats, " "), "x", x})
+        for _, m in ipairs(e.members) do GROUP.ids[m] = id end
+    end
+    GROUP.held, GROUP.order = {}, {}
+end
+
 local function feed_entry(fields)
-    local n = redis.call("INCR", BASE .. "feed:n")
-    return redis.call("XADD", BASE .. "feed", "MAXLEN", "~", FEED_LEN, "*", "n", n, unpack(fields))
+    if GROUP then group_flush() end
+    return feed_write(BASE, fields)
+end
+
+-- group_hold keeps a group member's hold entry (seats held until x) for group_flush.
+local function group_hold(seats, x)
+    local e = GROUP.held[x]
+    if not e then
+        e = {seats = {}, members = {}}
+        GROUP.held[x] = e
+        GROUP.order[#GROUP.order + 1] = x
+    end
+    GROUP.base = BASE
+    e.seats[#e.seats + 1] = seats
+    e.members[#e.members + 1] = GROUP.member
 end
 
 -- wl_feed writes the feed entries of the offers made so far.
@@ -1100,6 +1156,11 @@ local function feed(fields)
                 fields[i + 1] = table.concat(keep, " ")
             end
         end
+    end
+    if GROUP and #fields == 4 and fields[1] == "h" and fields[3] == "x" then
+        group_hold(fields[2], fields[4])
+        wl_feed()
+        return ""
     end
     local id = feed_entry(fields)
     wl_feed()
@@ -1141,8 +1202,21 @@ end
 -- arguments (fresh tables: a script may take items off them, idem_open), and the rest of
 -- the state a call keeps at the top level starts anew, so that no call sees anything a
 -- call before it left, of its show or another (not even a call that failed half-way).
-local function begin(keys, args)
+-- begin_member starts a member of a group call (holds.lua) the same way, but for GROUP,
+-- which the members share: group_begin starts it.
+local function begin_member(keys, args)
     KEYS, ARGV = keys, args
     N, BASE = 0, ""
     WL = wl_new()
+end
+
+local function begin(keys, args)
+    GROUP = nil
+    begin_member(keys, args)
+end
+
+local function group_begin()
+    local t = redis.call("TIME")
+    GROUP = {now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), parsed = {}, rules = nil,
+        held = {}, order = {}, ids = {}, member = 0, base = ""}
 end

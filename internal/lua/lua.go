@@ -79,8 +79,12 @@ var (
 	transferLua string
 	//go:embed wl.lua
 	wlLua string
+	//go:embed holds.lua
+	holdsLua string
 
-	Hold    = newFunction("hold", "", holdLua)
+	Hold = newFunction("hold", "", holdLua)
+	// Holds is a group of holds of one show in one call, each Hold's own.
+	Holds   = newFunction("holds", "", holdsLua, Hold)
 	Extend  = newFunction("extend", "", extendLua)
 	Release = newFunction("release", "allow-oom", releaseLua) // deletes, and leaves one small tombstone: works when Redis is full
 	Verify  = newFunction("verify", "no-writes", verifyLua)
@@ -129,15 +133,21 @@ type Function struct {
 	script string // its file's name without .lua, the end of the function's name
 	flags  string // its Redis flags: "", "allow-oom" or "no-writes"
 	body   string
+	uses   []*Function // the functions whose bodies it calls (BODY.<script>)
 }
 
-func newFunction(script, flags, body string) *Function {
-	return &Function{script: script, flags: flags, body: body}
+func newFunction(script, flags, body string, uses ...*Function) *Function {
+	return &Function{script: script, flags: flags, body: body, uses: uses}
+}
+
+// define is the Lua that defines the function's body as BODY.<script>.
+func (f *Function) define() string {
+	return fmt.Sprintf("\n-- %s.lua\nBODY.%s = function()\n%s\nend\n", f.script, f.script, f.body)
 }
 
 // functions is every function of the library, in the order it registers them.
 func functions() []*Function {
-	return []*Function{Hold, Extend, Release, Verify, Reserve, Unreserve, Regen, Mark, Lower, Index, Best,
+	return []*Function{Hold, Holds, Extend, Release, Verify, Reserve, Unreserve, Regen, Mark, Lower, Index, Best,
 		Queue, Counts, Recount, Close, Areas, Shrink, Reclaim, Rest, Transfer, Wait}
 }
 
@@ -199,7 +209,13 @@ func (f *Function) Script() string {
 	if f.flags != "" {
 		shebang += " flags=" + f.flags
 	}
-	return shebang + "\nlocal CALL_KEYS, CALL_ARGV = KEYS, ARGV\n" + commonLua + "\nbegin(CALL_KEYS, CALL_ARGV)\n" + f.body
+	var b strings.Builder
+	b.WriteString(shebang + "\nlocal CALL_KEYS, CALL_ARGV = KEYS, ARGV\n" + commonLua + "\nlocal BODY = {}\n")
+	for _, u := range f.uses {
+		b.WriteString(u.define())
+	}
+	b.WriteString("\nbegin(CALL_KEYS, CALL_ARGV)\n" + f.body)
+	return b.String()
 }
 
 // Missing reports whether err is Redis's answer to a call of a function it does not
@@ -268,19 +284,21 @@ var library = sync.OnceValue(build)
 // library is hashed.
 const fnPrefix = "@holdfast_fn@"
 
-// build makes the library: common.lua, then each script's body as the callback of its
-// function, which begins the call (common.lua: begin) first. The name is the hash of the
-// code with the names left out.
+// build makes the library: common.lua, then each script's body as BODY.<script>, which
+// its function's callback calls once it has begun the call (common.lua: begin), and
+// which a group function calls for each of its members (holds.lua). The name is the
+// hash of the code with the names left out.
 func build() lib {
 	var b strings.Builder
-	b.WriteString(commonLua)
+	b.WriteString(commonLua + "\nlocal BODY = {}\n")
 	for _, f := range functions() {
 		flags := ""
 		if f.flags != "" {
 			flags = fmt.Sprintf("%q", f.flags)
 		}
-		fmt.Fprintf(&b, "\n-- %s.lua\nredis.register_function{function_name = %q, flags = {%s}, callback = function(keys, args)\nbegin(keys, args)\n%s\nend}\n",
-			f.script, fnPrefix+f.script, flags, f.body)
+		b.WriteString(f.define())
+		fmt.Fprintf(&b, "redis.register_function{function_name = %q, flags = {%s}, callback = function(keys, args)\nbegin(keys, args)\nreturn BODY.%s()\nend}\n",
+			fnPrefix+f.script, flags, f.script)
 	}
 	sum := sha1.Sum([]byte(b.String()))
 	name := "holdfast_" + hex.EncodeToString(sum[:6])
