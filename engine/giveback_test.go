@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/internal/lua"
-	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
 // TestLapsedGiveBackRacesRecommit : a batch of commit id x reserved a hold and
@@ -302,11 +300,7 @@ func (c *checks) giveBack(nonce string) int64 {
 // confirmation's retry books it.
 func TestLateCheckIsGivenBack(t *testing.T) {
 	t.Parallel()
-	srv := testsvc.StartRedis(t)
-	proxy := testsvc.StartProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	v := newEnvWith(t, testsvc.Database(t), rdb)
+	v, proxy := newProxiedEnv(t)
 	ctx := t.Context()
 	v.show("s1", "A1")
 	h := v.hold("s1", 10*time.Minute, "alice", "A1")

@@ -69,6 +69,17 @@ func seatNames(n int) []string {
 	return s
 }
 
+// newProxiedEnv is an env whose Redis (a private server) the engine reaches through a
+// proxy the test can hold or cut (testsvc.Proxy).
+func newProxiedEnv(t *testing.T) (*env, *testsvc.Proxy) {
+	t.Helper()
+	srv := testsvc.StartRedis(t)
+	proxy := testsvc.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return newEnvWith(t, testsvc.Database(t), rdb), proxy
+}
+
 func (v *env) show(id string, seats ...string) {
 	v.t.Helper()
 	if err := v.e.CreateShow(v.t.Context(), id, seats); err != nil {

@@ -23,6 +23,7 @@ type metrics struct {
 	admissionRefusals *prometheus.CounterVec
 	confirmQueueWait  prometheus.Histogram
 	confirmBatchSize  prometheus.Histogram
+	holdGroup         prometheus.Histogram
 	batchRewrites     prometheus.Counter
 	feedLag           prometheus.Histogram
 	failovers         prometheus.Counter
@@ -75,6 +76,9 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 		confirmBatchSize: histogram("holdfast_confirm_batch_size",
 			"Confirmations per group-committed PostgreSQL transaction.",
 			1, 2, 4, 8, 16, 32, 64, 128, 256),
+		holdGroup: histogram("holdfast_hold_group_size",
+			"Holds per group call to Redis (holds of one show that waited while its hold calls were in flight); a lone hold is not counted.",
+			2, 4, 8, 16, 32, 64),
 		feedLag: histogram("holdfast_seatmap_feed_lag_seconds",
 			"Time from a change's feed entry in Redis to its application to this engine's seat map.",
 			.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5),
@@ -103,21 +107,28 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 		"Age of the oldest marker_outbox row (0 when none), as of the last health probe: the repair is behind when it grows.")
 	m.webhookSent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "holdfast_webhook_attempts_total",
 		Help: "Webhook delivery attempts by result: delivered (a 2xx), refused (another status), failed (no answer in time, or none)."}, []string{"result"})
-	if reg != nil {
-		queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "holdfast_confirm_queue_length",
-			Help: "Confirmations waiting in the queue for a batch now.",
-		}, confirmQueue)
-		pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_webhook_oldest_undelivered_seconds",
-			Help: "Age of the oldest event the webhook endpoint has not acknowledged (0 when none, or when no --webhook-url), as this engine last read it."}, m.webhookAge)
-		for _, c := range []prometheus.Collector{queue, pending, m.webhookSent, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize, m.batchRewrites,
-			m.failovers, m.stalls, m.unproven, m.settled, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
+	if reg == nil {
+		return m, nil
+	}
+	return m, m.register(reg, confirmQueue)
+}
+
+// register registers m's collectors with reg, and the gauges read when scraped: the
+// confirmation queue's length (confirmQueue) and the oldest undelivered webhook event.
+func (m *metrics) register(reg prometheus.Registerer, confirmQueue func() float64) error {
+	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "holdfast_confirm_queue_length",
+		Help: "Confirmations waiting in the queue for a batch now.",
+	}, confirmQueue)
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_webhook_oldest_undelivered_seconds",
+		Help: "Age of the oldest event the webhook endpoint has not acknowledged (0 when none, or when no --webhook-url), as this engine last read it."}, m.webhookAge)
+	for _, c := range []prometheus.Collector{queue, pending, m.webhookSent, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize, m.holdGroup, m.batchRewrites,
+		m.failovers, m.stalls, m.unproven, m.settled, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
+		if err := reg.Register(c); err != nil {
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // counter, histogram and gauge make the collectors of their kind, unregistered.

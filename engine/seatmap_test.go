@@ -509,7 +509,10 @@ func TestFeedIsBounded(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(seats); i += 16 {
-				if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "big", SeatIDs: []string{seats[i]}, TTL: time.Minute}); err != nil {
+				// An expiry of each hold's own: holds of one expiry that go to Redis
+				// together write one entry (holds.lua).
+				ttl := time.Minute + time.Duration(i)*time.Millisecond
+				if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "big", SeatIDs: []string{seats[i]}, TTL: ttl}); err != nil {
 					t.Error(err)
 					return
 				}

@@ -1,9 +1,11 @@
 -- common.lua: the argument checks and the ownership test that every holdfast script
 -- shares: the top level of the Redis Functions library that lua.go makes of the scripts.
 -- Redis runs it once, when the library is loaded (FUNCTION LOAD); each script's body
--- becomes a function of the library (lua.go: register_function) whose first act is
--- begin (at the end of this file). A function library may not create globals, and has no
--- KEYS and ARGV: the call's keys and arguments are the two locals below, set by begin.
+-- becomes BODY.<script>, which the library's function of that script (lua.go:
+-- register_function) calls after begin (at the end of this file), and a group function
+-- (holds.lua) after begin_member for each of its members. A function library may not
+-- create globals, and has no KEYS and ARGV: the call's keys and arguments are the two
+-- locals below, set by begin.
 --
 -- State a call keeps at the top level (KEYS, ARGV, N, BASE, WL, GROUP) lives from one
 -- call to the next: begin sets every name of it anew, and a name added to it must be added

@@ -1,7 +1,7 @@
 // Package lua holds holdfast's Redis scripts as one Redis Functions library: common.lua
 // (the shared argument checks and the in-Redis ownership test) is its top level, and
 // each script's body is one of its functions (hold, extend, ...), registered with the
-// script's flags. Redis runs the top level once, when the library is loaded (FUNCTION
+// script's flags; holds, a group of holds in one call, runs hold's body for each. Redis runs the top level once, when the library is loaded (FUNCTION
 // LOAD), not at every call as it runs an EVAL script's: each call (FCALL) runs its
 // script's body alone, after begin (common.lua) has set its keys, its arguments and the
 // per-call state anew.
