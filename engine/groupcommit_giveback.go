@@ -18,12 +18,17 @@ import (
 type giveBack struct {
 	r     *confirmReq
 	nonce string
-	// until is when a check of nonce can no longer reserve (its late-check bound), for
-	// one whose reply was lost: it may run in Redis after an earlier give-back did
-	// (its connection delayed), so the give-back is made again until then. Zero for a
-	// check that answered.
+	// until is when a check of nonce can no longer reserve (its late-check bound, and
+	// lateCheckSkew), for one whose reply was lost: it may run in Redis after an earlier
+	// give-back did (its connection delayed), so the give-back is made again after
+	// then. Zero for a check that answered.
 	until time.Time
 }
+
+// lateCheckSkew is how far behind the engine's clock Redis's may be for a check's last
+// give-back still to come after the check can no longer reserve: reserve.lua compares
+// the check's bound with Redis's clock, and the give-back follows the engine's.
+const lateCheckSkew = time.Second
 
 // unreserveBatch gives back, as they were, the holds the batch reserved and did not
 // commit (refused, rolled back), in one pipeline, so that their owners may release,
@@ -38,7 +43,7 @@ func (e *Engine) unreserveBatch(batch []*confirmReq, committedOK bool) {
 		switch {
 		case !r.reserved && !r.unanswered, errors.Is(r.err, errCommitUnknown), committedOK && r.err == nil:
 		case r.unanswered:
-			later = append(later, giveBack{r, r.nonce, r.checkBy})
+			later = append(later, giveBack{r, r.nonce, r.checkBy.Add(lateCheckSkew)})
 		default:
 			now = append(now, giveBack{r, r.nonce, time.Time{}})
 		}

@@ -113,7 +113,7 @@ func (e *Engine) holdOn(ctx context.Context, sh *show, req HoldRequest, seats []
 	}
 	ks, args = key.apply(e, ks, args)
 	for attempt := 0; ; attempt++ {
-		res, err := e.runHold(ctx, sh, ks, args)
+		res, err := e.runGrouped(ctx, e.holdCalls(sh), ks, args)
 		if err != nil {
 			return Hold{}, e.redisErr(err)
 		}

@@ -23,7 +23,7 @@ type metrics struct {
 	admissionRefusals *prometheus.CounterVec
 	confirmQueueWait  prometheus.Histogram
 	confirmBatchSize  prometheus.Histogram
-	holdGroup         prometheus.Histogram
+	groupSize         *prometheus.HistogramVec
 	batchRewrites     prometheus.Counter
 	feedLag           prometheus.Histogram
 	failovers         prometheus.Counter
@@ -76,9 +76,11 @@ func newMetrics(reg prometheus.Registerer, confirmQueue func() float64) (*metric
 		confirmBatchSize: histogram("holdfast_confirm_batch_size",
 			"Confirmations per group-committed PostgreSQL transaction.",
 			1, 2, 4, 8, 16, 32, 64, 128, 256),
-		holdGroup: histogram("holdfast_hold_group_size",
-			"Holds per group call to Redis (holds of one show that waited while its hold calls were in flight); a lone hold is not counted.",
-			2, 4, 8, 16, 32, 64),
+		groupSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "holdfast_group_call_size",
+			Help:    "Calls per group call to Redis, by script (hold): calls of one show that waited while two of its calls were in flight. A lone call is not counted.",
+			Buckets: []float64{2, 4, 8, 16, 32, 64},
+		}, []string{"script"}),
 		feedLag: histogram("holdfast_seatmap_feed_lag_seconds",
 			"Time from a change's feed entry in Redis to its application to this engine's seat map.",
 			.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5),
@@ -122,7 +124,7 @@ func (m *metrics) register(reg prometheus.Registerer, confirmQueue func() float6
 	}, confirmQueue)
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_webhook_oldest_undelivered_seconds",
 		Help: "Age of the oldest event the webhook endpoint has not acknowledged (0 when none, or when no --webhook-url), as this engine last read it."}, m.webhookAge)
-	for _, c := range []prometheus.Collector{queue, pending, m.webhookSent, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize, m.holdGroup, m.batchRewrites,
+	for _, c := range []prometheus.Collector{queue, pending, m.webhookSent, m.ops, m.duration, m.fenceRefusals, m.counterRepairs, m.markerRepairs, m.markerDeferred, m.seatMapRebuilds, m.seatMapMerges, m.feedLag, m.admissionRefusals, m.confirmQueueWait, m.confirmBatchSize, m.groupSize, m.batchRewrites,
 		m.failovers, m.stalls, m.unproven, m.settled, m.lostBookings, m.reconciled, m.backendUp, m.outboxRows, m.outboxOldest} {
 		if err := reg.Register(c); err != nil {
 			return err

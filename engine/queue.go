@@ -10,9 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/holdfast/holdfast/internal/lua"
+	"github.com/redis/go-redis/v9"
 )
 
 // Join puts a holder in a show's waiting room and returns their ticket. It is

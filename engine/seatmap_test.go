@@ -510,7 +510,7 @@ func TestFeedIsBounded(t *testing.T) {
 			defer wg.Done()
 			for i := w; i < len(seats); i += 16 {
 				// An expiry of each hold's own: holds of one expiry that go to Redis
-				// together write one entry (holds.lua).
+				// together write one entry (group.lua).
 				ttl := time.Minute + time.Duration(i)*time.Millisecond
 				if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "big", SeatIDs: []string{seats[i]}, TTL: ttl}); err != nil {
 					t.Error(err)

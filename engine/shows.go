@@ -36,7 +36,7 @@ type show struct {
 	slotsOnce sync.Once
 	slots     chan struct{} // holds in flight (Config.MaxHoldsInFlight): a semaphore
 
-	holdGroups holdGroups // its hold calls to Redis in flight and the holds waiting for one (holdgroup.go)
+	holdGroups callGroups // its hold calls to Redis in flight and the holds waiting for one (groups.go)
 
 	rules   showRules                 // the sale rules (sale.go)
 	queue   atomic.Pointer[queueRead] // the last read of its waiting room (queue.go)

@@ -3,7 +3,7 @@
 -- Redis runs it once, when the library is loaded (FUNCTION LOAD); each script's body
 -- becomes BODY.<script>, which the library's function of that script (lua.go:
 -- register_function) calls after begin (at the end of this file), and a group function
--- (holds.lua) after begin_member for each of its members. A function library may not
+-- (group.lua) after begin_member for each of its members. A function library may not
 -- create globals, and has no KEYS and ARGV: the call's keys and arguments are the two
 -- locals below, set by begin.
 --
@@ -28,7 +28,7 @@
 
 local KEYS, ARGV = {}, {}
 
--- GROUP is a group call's shared state (holds.lua: several holds of one show in one
+-- GROUP is a group call's shared state (group.lua: several calls of one show in one
 -- call), nil in any other call: the clock, read once (now_ms); the given sale rules'
 -- parses and the rules key found equal to them (rules_parse, sale_rules); and the
 -- holds' feed entries not written yet (feed, group_flush).
@@ -1204,7 +1204,7 @@ end
 -- arguments (fresh tables: a script may take items off them, idem_open), and the rest of
 -- the state a call keeps at the top level starts anew, so that no call sees anything a
 -- call before it left, of its show or another (not even a call that failed half-way).
--- begin_member starts a member of a group call (holds.lua) the same way, but for GROUP,
+-- begin_member starts a member of a group call (group.lua) the same way, but for GROUP,
 -- which the members share: group_begin starts it.
 local function begin_member(keys, args)
     KEYS, ARGV = keys, args

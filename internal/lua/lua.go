@@ -1,7 +1,8 @@
 // Package lua holds holdfast's Redis scripts as one Redis Functions library: common.lua
 // (the shared argument checks and the in-Redis ownership test) is its top level, and
 // each script's body is one of its functions (hold, extend, ...), registered with the
-// script's flags; holds, a group of holds in one call, runs hold's body for each. Redis runs the top level once, when the library is loaded (FUNCTION
+// script's flags; group, several calls of one script in one call, runs that script's
+// body for each. Redis runs the top level once, when the library is loaded (FUNCTION
 // LOAD), not at every call as it runs an EVAL script's: each call (FCALL) runs its
 // script's body alone, after begin (common.lua) has set its keys, its arguments and the
 // per-call state anew.
@@ -79,12 +80,10 @@ var (
 	transferLua string
 	//go:embed wl.lua
 	wlLua string
-	//go:embed holds.lua
-	holdsLua string
+	//go:embed group.lua
+	groupLua string
 
-	Hold = newFunction("hold", "", holdLua)
-	// Holds is a group of holds of one show in one call, each Hold's own.
-	Holds   = newFunction("holds", "", holdsLua, Hold)
+	Hold    = newFunction("hold", "", holdLua)
 	Extend  = newFunction("extend", "", extendLua)
 	Release = newFunction("release", "allow-oom", releaseLua) // deletes, and leaves one small tombstone: works when Redis is full
 	Verify  = newFunction("verify", "no-writes", verifyLua)
@@ -126,6 +125,9 @@ var (
 	Transfer = newFunction("transfer", "", transferLua)
 	// Wait is a show's waitlists: a join, an entry's read, the engine's sweep.
 	Wait = newFunction("wl", "", wlLua)
+	// Group is several calls of Hold on one show in one call, each the script's own
+	// (GroupArgs).
+	Group = newFunction("group", "", groupLua, Hold)
 )
 
 // Function is one function of the library: a script.
@@ -147,8 +149,23 @@ func (f *Function) define() string {
 
 // functions is every function of the library, in the order it registers them.
 func functions() []*Function {
-	return []*Function{Hold, Holds, Extend, Release, Verify, Reserve, Unreserve, Regen, Mark, Lower, Index, Best,
-		Queue, Counts, Recount, Close, Areas, Shrink, Reclaim, Rest, Transfer, Wait}
+	return []*Function{Hold, Extend, Release, Verify, Reserve, Unreserve, Regen, Mark, Lower, Index, Best,
+		Queue, Counts, Recount, Close, Areas, Shrink, Reclaim, Rest, Transfer, Wait, Group}
+}
+
+// ScriptName is the function's script: its file's name without .lua.
+func (f *Function) ScriptName() string { return f.script }
+
+// GroupArgs lays out the arguments of a Group call of f: each member's keys and
+// arguments (f's), one member's after another's.
+func GroupArgs(f *Function, keys [][]string, args [][]any) ([]string, []any) {
+	var ks []string
+	out := []any{f.script, len(keys)}
+	for i := range keys {
+		ks = append(ks, keys[i]...)
+		out = append(append(out, len(keys[i]), len(args[i])), args[i]...)
+	}
+	return ks, out
 }
 
 // Name is the function's name in Redis: the library's, "_", the script's.
@@ -286,7 +303,7 @@ const fnPrefix = "@holdfast_fn@"
 
 // build makes the library: common.lua, then each script's body as BODY.<script>, which
 // its function's callback calls once it has begun the call (common.lua: begin), and
-// which a group function calls for each of its members (holds.lua). The name is the
+// which a group function calls for each of its members (group.lua). The name is the
 // hash of the code with the names left out.
 func build() lib {
 	var b strings.Builder
