@@ -300,13 +300,28 @@ func bounded[T any](ctx context.Context, d time.Duration, call func() T) (T, err
 }
 
 func (b boundedScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
+	ctx, cancel := b.sendBound(ctx)
+	defer cancel()
 	return b.bound(ctx, func() *redis.Cmd { return b.Caller.FCall(ctx, function, keys, args...) })
 }
 
 // Eval sends EVAL through rdb, within d (lua.Evaler: where the library cannot be loaded).
 func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	ctx, cancel := b.sendBound(ctx)
+	defer cancel()
 	return b.bound(ctx, func() *redis.Cmd { return b.rdb.Eval(ctx, script, keys, args...) })
 }
+
+// sendBound is the context a call is sent under: ctx, ending sendMargin after the call's
+// bound, and cancelled once the caller has its answer, so that go-redis does not send
+// the call again (after a lost connection) once its caller has been told it failed.
+// The margin lets the bound answer first (errScriptTimeout).
+func (b boundedScripter) sendBound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.d+sendMargin)
+}
+
+// sendMargin is how long after its bound a call's context ends (sendBound).
+const sendMargin = 100 * time.Millisecond
 
 // LoadLibrary loads the library on every master of rdb (lua.Loader).
 func (b boundedScripter) LoadLibrary(ctx context.Context) error {

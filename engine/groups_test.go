@@ -330,6 +330,39 @@ func TestGroupedHoldsNotMadeAfterTheirCallersLeft(t *testing.T) {
 	}
 }
 
+// TestLoneHoldNotMadeAfterItsCallerLeft: the same for a hold sent alone by a caller
+// whose context has no deadline: the call is cut at its bound (ErrUnavailable), then its
+// request, stalled until then and past go-redis's read timeout, is lost with its
+// connection. The call is sent under a context that ends with its bound (sendBound), so
+// go-redis does not send it again; sent under the caller's context alone, it did.
+func TestLoneHoldNotMadeAfterItsCallerLeft(t *testing.T) {
+	t.Parallel()
+	v, proxy := newProxiedEnv(t)
+	v.show("lh", "A1")
+	returned, severed := make(chan struct{}), make(chan struct{})
+	var n atomic.Int32
+	hold := []byte(lua.Hold.Name() + "\r\n")
+	proxy.Cut = func(chunk []byte) bool {
+		if bytes.Contains(chunk, hold) && n.Add(1) == 1 {
+			<-returned
+			time.Sleep(3500 * time.Millisecond)
+			proxy.Sever()
+			close(severed)
+		}
+		return false
+	}
+	_, err := v.e.Hold(context.Background(), HoldRequest{ShowID: "lh", SeatIDs: []string{"A1"}, TTL: 10 * time.Minute})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a hold whose call was stalled: %v, want ErrUnavailable", err)
+	}
+	close(returned)
+	<-severed
+	time.Sleep(2 * time.Second) // time for go-redis to send it again, if it would
+	if val := v.holdValue("lh", "A1"); val != "" {
+		t.Fatalf("A1 held (%q) after its caller was told ErrUnavailable and its request was lost", val)
+	}
+}
+
 // TestWaitingHoldCancelledIsNotSent: of two holds waiting for a group, A3's context
 // ends just as the calls in flight end and take the waiting ones (take): the take,
 // queued first on the show's mutex, wins over A3's caller taking it out, and leaves A3
