@@ -12,10 +12,12 @@ import (
 
 // Group calls. A show's holds go to Redis at most callsPerShow calls at a time: a hold
 // that finds that many in flight waits, and the holds waiting when one ends go out
-// together, up to maxGroup, as one call of the group function (group.lua). Redis decides each as its script alone would, in order,
-// and the group shares what its members would each pay alike: the call, the clock, the
-// sale rules' parse and read, and the holds' feed entry. A lone call goes out at once,
-// as one call of its script, and pays nothing for this.
+// together, up to maxGroup, as one call of the group function (group.lua). Redis
+// decides each as its script alone would, in order, and the group shares what its
+// members would each pay alike: the call, the clock, the sale rules' parse and read,
+// and the holds' feed entry. A lone call goes out at once, as one call of its script,
+// and pays nothing for this. Every call, alone or grouped, goes through e.scripts
+// (boundedScripter), which bounds it.
 
 // callsPerShow is how many calls of a grouped script on one show are in flight at once:
 // two keep Redis busy with one while the other's reply travels.
@@ -59,8 +61,8 @@ func (e *Engine) holdCalls(sh *show) grouped { return grouped{&sh.holdGroups, lu
 // runGrouped runs one call of to's script (its keys and arguments), alone or in a
 // group, and returns its reply. It returns by ctx's end: a call still waiting then is
 // not sent; one already sent may still run, as when its reply is lost (a hold expires
-// by its TTL), but not after the
-// latest deadline of its group's callers, nor after the call's bound (groupContext).
+// by its TTL), but not after the latest deadline of its group's callers (groupContext)
+// nor after the call's bound (boundedScripter).
 func (e *Engine) runGrouped(ctx context.Context, to grouped, ks []string, args []any) ([]any, error) {
 	c := &scriptCallReq{ctx: ctx, ks: ks, args: args, reply: make(chan callReply, 1)}
 	g := to.g
@@ -165,23 +167,22 @@ func (e *Engine) sendGroup(to grouped, calls []*scriptCallReq) {
 }
 
 // groupContext is a group call's context: the first caller's values, ending at the
-// latest of its callers' deadlines, and no later than the script call's bound
-// (redisCallTimeout) from now, so that go-redis stops sending it again (after a lost
-// connection) once no caller waits for it.
+// latest of its callers' deadlines (none when a caller has none), so that go-redis
+// stops sending it again (after a lost connection) once no caller waits for it. The
+// call's bound (boundedScripter) ends it sooner.
 func groupContext(calls []*scriptCallReq) (context.Context, context.CancelFunc) {
-	end := time.Now().Add(redisCallTimeout)
-	latest, all := time.Time{}, true
+	ctx := context.WithoutCancel(calls[0].ctx)
+	var latest time.Time
 	for _, c := range calls {
 		d, ok := c.ctx.Deadline()
-		all = all && ok
+		if !ok {
+			return context.WithCancel(ctx)
+		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	if all && latest.Before(end) {
-		end = latest
-	}
-	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), end)
+	return context.WithDeadline(ctx, latest)
 }
 
 // groupArgs lays out a group call of fn's calls (group.lua).
