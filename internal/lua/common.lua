@@ -30,8 +30,9 @@ local KEYS, ARGV = {}, {}
 
 -- GROUP is a group call's shared state (group.lua: several calls of one show in one
 -- call), nil in any other call: the clock, read once (now_ms); the given sale rules'
--- parses and the rules key found equal to them (rules_parse, sale_rules); and the
--- holds' feed entries not written yet (feed, group_flush).
+-- parses and the rules string the show's key was found equal to (rules_parse,
+-- sale_rules: the members are of one show); and the holds' feed entries not written
+-- yet (feed, group_flush).
 local GROUP = nil
 
 local function bad(what) return redis.error_reply("HOLDFAST_BADARG " .. what) end
@@ -484,10 +485,10 @@ end
 -- times a Redis command called from Lua.
 local function sale_rules(given, raw)
     local key = BASE .. "rules"
-    if GROUP and GROUP.rules == key .. " " .. raw then return given end
+    if GROUP and GROUP.rules == raw then return given end
     local cur = redis.call("GET", key)
     if cur == raw then
-        if GROUP then GROUP.rules = key .. " " .. raw end
+        if GROUP then GROUP.rules = raw end
         return given
     end
     local e, closed, have = rules_epoch(cur)
@@ -497,7 +498,7 @@ local function sale_rules(given, raw)
         if have and have.v >= given.v then return have end
     end
     redis.call("SET", key, raw)
-    if GROUP then GROUP.rules = key .. " " .. raw end
+    if GROUP then GROUP.rules = raw end
     return given
 end
 
@@ -1218,7 +1219,6 @@ local function begin(keys, args)
 end
 
 local function group_begin()
-    local t = redis.call("TIME")
-    GROUP = {now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), parsed = {}, rules = nil,
-        held = {}, order = {}, ids = {}, member = 0, base = ""}
+    local now = now_ms() -- begin left GROUP nil: the clock's
+    GROUP = {now = now, parsed = {}, rules = nil, held = {}, order = {}, ids = {}, member = 0, base = ""}
 end
