@@ -49,7 +49,7 @@ local ttl, cap, count, adjacent = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber
 local given = rules_parse(ARGV[8])
 if not given then return bad("rules") end
 
-if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+if not show_known() then return {"NOSTATE"} end
 local rules, closed = sale_rules(given, ARGV[8])
 if not rules then return closed end
 if redis.call("EXISTS", BASE .. "ixs") == 0 then return {"NOINDEX"} end

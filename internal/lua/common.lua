@@ -31,11 +31,21 @@ local KEYS, ARGV = {}, {}
 -- GROUP is a group call's shared state (group.lua: several calls of one show in one
 -- call), nil in any other call: the clock, read once (now_ms); the given sale rules'
 -- parses and the rules string the show's key was found equal to (rules_parse,
--- sale_rules: the members are of one show); and the holds' feed entries not written
--- yet (feed, group_flush).
+-- sale_rules: the members are of one show); that the show's counter is there
+-- (show_known) and that it has no waitlist entries (wl_on), once found; and the holds'
+-- feed entries not written yet (feed, group_flush).
 local GROUP = nil
 
 local function bad(what) return redis.error_reply("HOLDFAST_BADARG " .. what) end
+
+-- show_known: whether the show's counter (KEYS[1]) is there: Redis knows the show. A
+-- group's members share it (group.lua) and no hold deletes it, so a group reads it once.
+local function show_known()
+    if GROUP and GROUP.known == KEYS[1] then return true end
+    if redis.call("EXISTS", KEYS[1]) == 0 then return false end
+    if GROUP then GROUP.known = KEYS[1] end
+    return true
+end
 
 local function now_ms()
     if GROUP then return GROUP.now end
@@ -65,8 +75,9 @@ end
 -- back once: the ZREM that removes its entry is the one that counts.
 local function is_place(s) return string.match(s, "^[%w][%w._-]*~[1-9]%d*~%x+$") ~= nil end
 
--- place_of is a place key's area and count (nil for a seat).
+-- place_of is a place key's area and count (nil for a seat: a seat id has no "~").
 local function place_of(s)
+    if not string.find(s, "~", 1, true) then return nil end
     local a, c = string.match(s, "^([%w][%w._-]*)~([1-9]%d*)~%x+$")
     if not a then return nil end
     return a, tonumber(c)
@@ -365,11 +376,23 @@ local function wl_new() return {dirty = {}, any = false, taken = {}, feeds = {},
 local WL = wl_new()
 local WL_OFFERS = 32 -- offers one call makes at most (offer_cat)
 
+-- wl_on: whether the show has waitlist entries (<base>wl:on), read once a call. A group
+-- of holds reads it once while it finds none: a hold adds no entry.
+local function wl_on()
+    if WL.on ~= nil then return WL.on end
+    if GROUP and GROUP.wl_off == BASE then
+        WL.on = false
+    else
+        WL.on = redis.call("EXISTS", BASE .. "wl:on") == 1
+        if GROUP and not WL.on then GROUP.wl_off = BASE end
+    end
+    return WL.on
+end
+
 -- wl_dirty: a seat of section number sec ("s" .. sec) or a place of area a ("a" .. a) has
 -- come free; its category is offered to its waitlist before the call ends.
 local function wl_dirty(k)
-    if WL.on == nil then WL.on = redis.call("EXISTS", BASE .. "wl:on") == 1 end
-    if not WL.on then return end
+    if not wl_on() then return end
     local cat = redis.call("HGET", BASE .. "wl:map", k)
     if cat then WL.dirty[cat], WL.any = true, true end
 end
@@ -403,8 +426,11 @@ end
 -- its owner), and extending it must not list the seat again.
 -- unsold says the caller has just read the seat's marker and found it unsold.
 local function index_held(i, seat_id, exp, unsold)
-    local m = meta_get(seat_id, bucket_of(i))
-    if not m then return end
+    local b = bucket_of(i)
+    local v = redis.call("HGET", BASE .. "mt:" .. b, seat_id)
+    if not v then return end
+    -- take needs the seat's section and member alone.
+    local m = {seat = seat_id, b = b, sec = string.match(v, "^%d+ (%d+) ")}
     if not unsold and is_sold(redis.call("HGET", sk(i), seat_id)) then take(m, nil) else take(m, exp) end
 end
 
@@ -1083,8 +1109,7 @@ end
 -- a new token (reclaim.lua, transfer.lua): when it is a waitlist's offer, its entry
 -- ends (the offer is no longer the entry's to confirm).
 local function wl_done(token)
-    if WL.on == nil then WL.on = redis.call("EXISTS", BASE .. "wl:on") == 1 end
-    if WL.on and token then wl_lib().done(token) end
+    if wl_on() and token then wl_lib().done(token) end
 end
 
 -- The change feed. Every script that changes what a seat map shows appends one entry to
@@ -1181,8 +1206,7 @@ end
 -- seats or places of is brought up to now and offered (flush, in wl_lib): what expired goes to
 -- the waitlist first.
 local function wl_precheck(fixed, now)
-    if WL.on == nil then WL.on = redis.call("EXISTS", BASE .. "wl:on") == 1 end
-    if not WL.on then return end
+    if not wl_on() then return end
     for i = 1, N do
         local s = seat(i, fixed)
         local a = place_of(s)

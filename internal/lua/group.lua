@@ -2,8 +2,10 @@
 -- own: its keys, its arguments and its reply, decided in order as if each were called
 -- after the one before it. The script a group may run is hold.lua. The
 -- group shares what its members would each do alike (common.lua: GROUP): one reading of
--- the clock, one parse of each sale-rules string given and one read of the show's, and
--- one feed entry for the holds of one expiry (each hold's reply carries that entry's id).
+-- the clock, one parse of each sale-rules string given and one read of the show's, one
+-- check that Redis knows the show and, while it has none, that it has no waitlist
+-- entries, and one feed entry for the holds of one expiry (each hold's reply carries
+-- that entry's id).
 --
 -- KEYS       each member's keys (its script's), one member's after another's
 -- ARGV[1]    the script: "hold"

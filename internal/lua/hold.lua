@@ -39,7 +39,7 @@ local ttl, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
 local given = rules_parse(ARGV[5])
 if not given then return bad("rules") end
 
-if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+if not show_known() then return {"NOSTATE"} end
 local rules, closed = sale_rules(given, ARGV[5])
 if not rules then return closed end
 
@@ -110,9 +110,11 @@ for i = 1, n do
     place_held(seat(i, F), now + ttl)
 end
 if tag ~= "" and redis.call("PTTL", KEYS[2]) < ttl then redis.call("PEXPIRE", KEYS[2], ttl) end
-sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl)
+if rules.queue then sale_granted(rules, {unpack(ARGV, F + 1, F + n)}, now + ttl) end
 local id = feed({"h", seat_list(F), "x", int(now + ttl)})
-local kept = {"OK", gen, now + ttl, now, ""}
-for i = 1, n do kept[#kept + 1] = seat(i, F) end
-idem_keep(I, token, kept, 0)
+if I.rec ~= "" then
+    local kept = {"OK", gen, now + ttl, now, ""}
+    for i = 1, n do kept[#kept + 1] = seat(i, F) end
+    idem_keep(I, token, kept, 0)
+end
 return {"OK", gen, now + ttl, now, id}

@@ -33,7 +33,7 @@ if not is_hex(seed, 32) then return bad("seed") end
 if string.sub(KEYS[1], -4) ~= ":gen" then return bad("keys") end
 BASE = string.sub(KEYS[1], 1, -4)
 if KEYS[2] ~= BASE .. "holder:" .. tag then return bad("keys") end
-if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+if not show_known() then return {"NOSTATE"} end
 local booked = {}
 for i = 4, #ARGV do booked[ARGV[i]] = true end
 

@@ -51,7 +51,7 @@ local cap = tonumber(ARGV[7])
 local given = rules_parse(ARGV[8])
 if not given then return bad("rules") end
 
-if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+if not show_known() then return {"NOSTATE"} end
 local created, _, commit, lapsed = owned(n, token, gen, tag)
 if not created then return {"LOST"} end
 if commit ~= "" then return {"BUSY"} end

@@ -37,7 +37,7 @@ if op ~= "sweep" then
     if not is_hex(tag, 32) then return bad("holder tag") end
     if cat ~= "" and (not string.match(cat, "^[%w][%w ._-]*$") or #cat > 32) then return bad("category") end
 end
-if redis.call("EXISTS", KEYS[1]) == 0 then return {"NOSTATE"} end
+if not show_known() then return {"NOSTATE"} end
 local now = now_ms()
 
 -- The waitlist horizon (<base>wl:at, the feed's "w"): a seat map shows a hold expired
