@@ -18,6 +18,8 @@
 -- raised an error (the members before it and after it stand).
 
 local MAX_GROUP = 64
+-- Only holds: wl_on keeps "no waitlist entries" for the group's later members because
+-- a hold adds none (a waitlist join would).
 local run = ({hold = BODY.hold})[ARGV[1]]
 if not run then return bad("script") end
 if not is_uint(ARGV[2] or "", 1, MAX_GROUP) then return bad("member count") end
