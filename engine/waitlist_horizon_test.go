@@ -140,19 +140,26 @@ func TestWaitlistHorizonWaitsForTheWholeSweep(t *testing.T) {
 	if err := v.e.CreateShowVenue(ctx, "rb6", Venue{Seats: seats}); err != nil {
 		t.Fatal(err)
 	}
+	// The holds must outlive the joins: a seat that expired before anyone waited is
+	// shown free at once (a join starts the horizon at its time).
+	const life = 5 * time.Second
+	start := time.Now()
 	var last Hold
 	for h := range 6 {
 		ids := make([]string, 100)
 		for i := range ids {
 			ids[i] = seats[h*100+i].ID
 		}
-		last = v.hold("rb6", 1500*time.Millisecond, fmt.Sprint("x", h), ids...)
+		last = v.hold("rb6", life, fmt.Sprint("x", h), ids...)
 	}
 	for j := range 7 {
 		v.join("rb6", fmt.Sprint("w", j), "A", 100, 3*time.Second)
 	}
 	if _, err := v.e.SeatMap(ctx, "rb6"); err != nil {
 		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= life {
+		t.Fatalf("the holds and joins took %v, longer than the holds' life (%v): the entries did not wait for the seats", took, life)
 	}
 	offered := func(holder string) bool {
 		w, err := v.e.WaitEntry(ctx, "rb6", holder, "A")
