@@ -16,8 +16,8 @@ import (
 // decides each as its script alone would, in order, and the group shares what its
 // members would each pay alike: the call, the clock, the sale rules' parse and read,
 // the show's counter and waitlist checks, and the holds' feed entry. A lone call goes
-// out at once, as one call of its script, and pays nothing for this. Every call, alone or grouped, goes through e.scripts
-// (boundedScripter), which bounds it.
+// out at once, as one call of its script, and pays nothing for this. Every call, alone
+// or grouped, goes through e.scripts (boundedScripter), which bounds it.
 
 // callsPerShow is how many calls of a grouped script on one show are in flight at once:
 // two keep Redis busy with one while the other's reply travels.

@@ -30,6 +30,7 @@ func TestCompactSeatMap(t *testing.T) {
 	// client would.
 	r := a.do("GET", "/v1/shows/big/seats", "", "", nil)
 	for start := time.Now(); r.status == 503 && r.body["type"] == problemPrefix+"backend-unavailable" && time.Since(start) < 30*time.Second; {
+		time.Sleep(100 * time.Millisecond)
 		r = a.do("GET", "/v1/shows/big/seats", "", "", nil)
 	}
 	a.want(r, 200, "")
