@@ -183,7 +183,9 @@ func TestMarkerWritesAreRepaired(t *testing.T) {
 		t.Parallel()
 		v, _ := privateEnv(t)
 		v.show("s1", "A1")
-		h := v.hold("s1", 300*time.Millisecond, "alice", "A1")
+		// The reservation sets the hold's life; a short one could lapse before the batch
+		// reserves it on a loaded machine (CI saw it: ErrHoldLost).
+		h := v.hold("s1", time.Minute, "alice", "A1")
 		// Redis stops taking writes once the batch has reserved the hold: the
 		// reservation is a write, so a confirmation begun while Redis refuses writes
 		// answers ErrUnavailable with nothing written (TestConfirmNeedsRedisWrites).

@@ -451,7 +451,11 @@ func TestDeleteShowKeepsAShowWhoseHoldMoved(t *testing.T) {
 	for _, pending := range []bool{false, true} {
 		show := fmt.Sprint("s-", pending)
 		v.show(show, "A1")
-		h := v.hold(show, 300*time.Millisecond, "alice", "A1")
+		life := time.Minute // released below
+		if pending {
+			life = time.Second // left to expire
+		}
+		h := v.hold(show, life, "alice", "A1")
 		if pending {
 			v.e.hooks.beforeRelay = func(context.Context) bool { return false }
 		}
