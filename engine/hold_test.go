@@ -206,7 +206,7 @@ func TestExtendBoundedByMaxAge(t *testing.T) {
 		c.DefaultHoldTTL = time.Second
 	})
 	v.show("s1", "A1", "A2")
-	h := v.hold("s1", 500*time.Millisecond, "alice", "A1", "A2")
+	h := v.hold("s1", 800*time.Millisecond, "alice", "A1", "A2")
 	ext, err := v.e.Extend(t.Context(), h, time.Second)
 	if err != nil {
 		t.Fatalf("extend within the age: %v", err)
@@ -253,7 +253,7 @@ func TestHolderCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Released seats stop counting.
-	short := v.hold("s1", 100*time.Millisecond, "alice", seats[13], seats[14], seats[15])
+	short := v.hold("s1", time.Second, "alice", seats[13], seats[14], seats[15]) // outlives the next call on a loaded machine
 	if _, err := v.e.Hold(t.Context(), HoldRequest{ShowID: "s1", SeatIDs: seats[0:1], HolderID: "alice"}); !errors.Is(err, ErrHolderLimit) {
 		t.Fatalf("alice at her cap again: %v, want ErrHolderLimit", err)
 	}

@@ -161,7 +161,7 @@ func TestPausedPartialConfirmFenced(t *testing.T) {
 	v := newEnv(t)
 	v.show("s1", "A1", "A2")
 	other := v.twin()
-	old := v.hold("s1", 150*time.Millisecond, "alice", "A1", "A2")
+	old := v.hold("s1", time.Second, "alice", "A1", "A2") // current at the first check on a loaded machine
 	values := map[string]string{"A1": v.holdValue("s1", "A1"), "A2": v.holdValue("s1", "A2")}
 	var newer Booking
 	v.e.hooks.beforeWrite = func(ctx context.Context) {

@@ -499,7 +499,7 @@ func TestWaitlistExpiredSeatGoesToTheWaitlistFirst(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
 	v.waitVenue("wf", 10)
-	h := v.hold("wf", 100*time.Millisecond, "xavier", "A1", "A2", "A3", "A4")
+	h := v.hold("wf", time.Second, "xavier", "A1", "A2", "A3", "A4") // outlives ann's join on a loaded machine
 	v.join("wf", "ann", "A", 4, time.Minute)
 	for {
 		// Each try may find the seats before their expiry (taken: xavier's), or after
