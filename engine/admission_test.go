@@ -72,7 +72,9 @@ func TestAdmissionRefusesWhatCannotFinish(t *testing.T) {
 	if !errors.Is(err, ErrHoldLost) {
 		t.Fatalf("confirm with no connection for its hold's life: %v after %v", err, took)
 	}
-	if late := time.Since(h.ExpiresAt); late > 50*time.Millisecond {
+	// Refused by its hold's end: waiting for a connection, it would wait until release
+	// below. A loaded machine's timers fire late (88 ms once in CI), hence the margin.
+	if late := time.Since(h.ExpiresAt); late > 500*time.Millisecond {
 		t.Fatalf("refused %v after the hold's expiry", late)
 	}
 	if n := testutil.ToFloat64(v.e.m.admissionRefusals.WithLabelValues("too_late")); n != 1 {
