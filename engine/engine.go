@@ -168,8 +168,8 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 	if c.scriptsVia != nil {
 		e.scripts = c.scriptsVia(e.scripts)
 	}
-	e.scripts = boundedScripter{e.scripts, rdb, redisCallTimeout}
-	e.queueScripts = boundedScripter{e.queueScripts, rdb, redisCallTimeout}
+	e.scripts = newBoundedScripter(e.scripts, rdb, redisCallTimeout)
+	e.queueScripts = newBoundedScripter(e.queueScripts, rdb, redisCallTimeout)
 	if c.TracerProvider != nil {
 		e.tracer = c.TracerProvider.Tracer(tracerName)
 	}
@@ -249,17 +249,36 @@ func (a *adaptiveScripter) FCall(ctx context.Context, function string, keys []st
 	return a.pick().FCall(ctx, function, keys, args...)
 }
 
-// boundedScripter answers every script call within d. A Redis that refuses connections
-// makes go-redis dial and retry for seconds, whatever the context says, and a caller
-// must hear ErrUnavailable sooner. The call itself goes on in the background and may
-// still run in Redis: no more than a reply lost to a read timeout could do already (a
-// hold no one heard of expires by its TTL; a release, an extension or a waiting-room call
-// is safe to have happened after all; a check only reads).
+// boundedScripter answers every script call within d. A call that goes straight to a
+// plain client (*redis.Client, which New requires to honour context deadlines) runs on
+// its caller's goroutine under a context that ends at d: go-redis v9 then ends its dial,
+// its retries, its wait for a pooled connection and its read by that deadline
+// (TestInlineCallsEndByTheirBound). Any other call — through an autopipeliner, whose
+// queued commands do not end with their context, or a Cluster client, whose state
+// reloads were not shown to — runs in a goroutine of its own and is answered
+// errScriptTimeout at d while it goes on in the background. (go-redis sets a read's
+// deadline from its context but does not watch the context's cancellation: an inline
+// call whose caller cancels while Redis does not answer ends at its bound, not at once.)
+// Either way the call may
+// still run in Redis after its caller was told it failed: no more than a reply lost to a
+// read timeout could do already (a hold no one heard of expires by its TTL; a release,
+// an extension or a waiting-room call is safe to have happened after all; a check only
+// reads).
 // It loads the library (lua.Load) where rdb's calls go, within d too.
 type boundedScripter struct {
 	lua.Caller
 	rdb redis.UniversalClient
 	d   time.Duration
+	// inline is rdb when its calls may run on their caller's goroutine; nil otherwise.
+	inline lua.Caller
+}
+
+func newBoundedScripter(via lua.Caller, rdb redis.UniversalClient, d time.Duration) boundedScripter {
+	b := boundedScripter{Caller: via, rdb: rdb, d: d}
+	if c, ok := rdb.(*redis.Client); ok && c.Options().ContextTimeoutEnabled {
+		b.inline = c
+	}
+	return b
 }
 
 // errScriptTimeout is a script call that did not answer within its bound.
@@ -300,13 +319,28 @@ func bounded[T any](ctx context.Context, d time.Duration, call func() T) (T, err
 }
 
 func (b boundedScripter) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
+	via := b.Caller
+	if a, ok := via.(*adaptiveScripter); ok {
+		via = a.pick()
+		defer a.done()
+	}
+	if b.inline != nil && via == b.inline {
+		ctx, cancel := context.WithTimeout(ctx, b.d)
+		defer cancel()
+		return via.FCall(ctx, function, keys, args...)
+	}
 	ctx, cancel := b.sendBound(ctx)
 	defer cancel()
-	return b.bound(ctx, func() *redis.Cmd { return b.Caller.FCall(ctx, function, keys, args...) })
+	return b.bound(ctx, func() *redis.Cmd { return via.FCall(ctx, function, keys, args...) })
 }
 
 // Eval sends EVAL through rdb, within d (lua.Evaler: where the library cannot be loaded).
 func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	if b.inline != nil {
+		ctx, cancel := context.WithTimeout(ctx, b.d)
+		defer cancel()
+		return b.rdb.Eval(ctx, script, keys, args...)
+	}
 	ctx, cancel := b.sendBound(ctx)
 	defer cancel()
 	return b.bound(ctx, func() *redis.Cmd { return b.rdb.Eval(ctx, script, keys, args...) })

@@ -364,6 +364,68 @@ func TestHoldInARoomEndsByItsDeadline(t *testing.T) {
 	}
 }
 
+// TestInlineCallsEndByTheirBound: a script call that goes straight to a plain client
+// runs on its caller's goroutine (boundedScripter), with no goroutine to answer for it
+// at its bound: go-redis must end it there itself. With Redis frozen, stopped or never
+// there, more calls at once than the client has connections, by callers that set no
+// deadline, each answer an error within the bound (and a loaded machine's second).
+func TestInlineCallsEndByTheirBound(t *testing.T) {
+	t.Parallel()
+	const bound = 300 * time.Millisecond
+	for _, how := range []string{"frozen", "frozen, new client", "stopped", "never there"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			srv := testsvc.StartRedis(t)
+			connect := func() *redis.Client {
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 4})
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+			rdb := connect()
+			if how == "never there" {
+				srv.Stop()
+			} else {
+				var wg sync.WaitGroup
+				for range 4 { // every pooled connection open
+					wg.Go(func() { _ = rdb.Ping(t.Context()).Err() })
+				}
+				wg.Wait()
+			}
+			switch how {
+			case "frozen":
+				srv.Pause()
+				defer srv.Resume()
+			case "frozen, new client":
+				srv.Pause()
+				defer srv.Resume()
+				rdb = connect()
+			case "stopped":
+				srv.Stop()
+			}
+			b := newBoundedScripter(rdb, rdb, bound)
+			if b.inline != lua.Caller(rdb) {
+				t.Fatal("a plain client's calls do not run inline")
+			}
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Go(func() {
+					start := time.Now()
+					var err error
+					if i%4 == 0 {
+						err = b.Eval(context.Background(), "return 1", []string{"k"}).Err()
+					} else {
+						err = b.FCall(context.Background(), "holdfast_any", []string{"k"}).Err()
+					}
+					if took := time.Since(start); err == nil || took > bound+time.Second {
+						t.Errorf("call %d with Redis %s: %v after %v, want an error within %v", i, how, err, took, bound)
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
+
 // TestReadsOutsideTheRoomAreBounded: with Redis frozen, a crowd's holds outside the
 // room leave at most admissionReads look-ups waiting, not one a try: each would wait in
 // the room's pipeline for as long as Redis stays frozen. With every slot taken, a hold
