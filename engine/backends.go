@@ -149,7 +149,7 @@ type scriptCall struct {
 // there (it lost the library: FUNCTION FLUSH, a restart, a failover), the library is
 // loaded on every master and each such call is made again, on its own.
 // A pipeline Redis does not answer by ctx's deadline is answered errScriptTimeout for
-// every call then, whatever go-redis's own dial retries would take (boundedScripter);
+// every call then, whatever go-redis's own dial retries would take (bounded);
 // it goes on in the background, and its calls may still run in Redis, as calls whose
 // replies were lost could.
 func (e *Engine) runScripts(ctx context.Context, calls []scriptCall) []*redis.Cmd {

@@ -66,7 +66,7 @@ func TestCloseWithBackendsHung(t *testing.T) {
 	t.Cleanup(pg.Thaw) // before the pool closes and the server stops
 	t.Cleanup(srv.Resume)
 	calls := newScriptCalls()
-	v := newEnvWith(t, migratedPool(t, pg.URL()), srv.Client(), func(c *Config) { c.scriptsVia = calls.wrap })
+	v := newEnvWith(t, migratedPool(t, pg.URL()), srv.Client(), func(c *Config) { c.scriptsSeen = calls.track })
 	v.show("hung", "A1", "A2", "A3")
 	if _, err := v.e.SeatMap(t.Context(), "hung"); err != nil {
 		t.Fatal(err)

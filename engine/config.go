@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/holdfast/holdfast/internal/lua"
 )
 
 // Config tunes an [Engine]. Every field is optional: the zero value means the default.
@@ -114,10 +113,10 @@ type Config struct {
 	// flight (batchWait). 0: siblingWait.
 	siblingWait time.Duration
 
-	// scriptsVia, a test seam, wraps the engine's way to run scripts below the bound of
-	// each call (boundedScripter): what it sees ends when the call has ended in Redis,
-	// not when its caller stopped waiting. nil in production.
-	scriptsVia func(lua.Caller) lua.Caller
+	// scriptsSeen, a test seam, is told of each script call's start on a caller's path
+	// (boundedScripter), and the function it returns of the call's end: when the call
+	// has ended in Redis, not when its caller stopped waiting. nil in production.
+	scriptsSeen func() (ended func(*redis.Cmd))
 
 	// ConfirmConns is how many batches run at once, each on its own PostgreSQL
 	// connection of the pool: about the database server's cores. More batches in flight

@@ -165,10 +165,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg *Config) (*Engine, e
 			e.queueScripts, e.queueReads = ap, ap
 		}
 	}
-	if c.scriptsVia != nil {
-		e.scripts = c.scriptsVia(e.scripts)
-	}
-	e.scripts = newBoundedScripter(e.scripts, rdb, redisCallTimeout)
+	scripts := newBoundedScripter(e.scripts, rdb, redisCallTimeout)
+	scripts.seen = c.scriptsSeen
+	e.scripts = scripts
 	e.queueScripts = newBoundedScripter(e.queueScripts, rdb, redisCallTimeout)
 	if c.TracerProvider != nil {
 		e.tracer = c.TracerProvider.Tracer(tracerName)
@@ -251,19 +250,20 @@ func (a *adaptiveScripter) FCall(ctx context.Context, function string, keys []st
 
 // boundedScripter answers every script call within d. A call that goes straight to a
 // plain client (*redis.Client, which New requires to honour context deadlines) runs on
-// its caller's goroutine under a context that ends at d: go-redis v9 then ends its dial,
-// its retries, its wait for a pooled connection and its read by that deadline
-// (TestInlineCallsEndByTheirBound). Any other call — through an autopipeliner, whose
-// queued commands do not end with their context, or a Cluster client, whose state
-// reloads were not shown to — runs in a goroutine of its own and is answered
-// errScriptTimeout at d while it goes on in the background. (go-redis sets a read's
-// deadline from its context but does not watch the context's cancellation: an inline
-// call whose caller cancels while Redis does not answer ends at its bound, not at once.)
-// Either way the call may
-// still run in Redis after its caller was told it failed: no more than a reply lost to a
-// read timeout could do already (a hold no one heard of expires by its TTL; a release,
-// an extension or a waiting-room call is safe to have happened after all; a check only
-// reads).
+// its caller's goroutine under a context that ends at d: go-redis v9 stops waiting for
+// a dial, its retries, a pooled connection and its read at that deadline
+// (TestInlineCallsEndByTheirBound; a dial may go on in the background). Any other call
+// — through an autopipeliner, whose queued commands do not end with their context, or
+// a Cluster client, whose state reloads were not shown to — runs in a goroutine of its
+// own while its caller waits for d at most. Either way a call its bound ended answers
+// errScriptTimeout, never its caller's context error (the caller's deadline had not
+// passed). go-redis sets a read's deadline from its context but does not watch the
+// context's cancellation: an inline call whose caller cancels while Redis does not
+// answer ends at its bound, not at once.
+// The call may still run in Redis after its caller was told it failed: no more than a
+// reply lost to a read timeout could do already (a hold no one heard of expires by its
+// TTL; a release, an extension or a waiting-room call is safe to have happened after
+// all; a check only reads).
 // It loads the library (lua.Load) where rdb's calls go, within d too.
 type boundedScripter struct {
 	lua.Caller
@@ -271,6 +271,9 @@ type boundedScripter struct {
 	d   time.Duration
 	// inline is rdb when its calls may run on their caller's goroutine; nil otherwise.
 	inline lua.Caller
+	// seen, a test seam (Config.scriptsSeen), is told of each call's start, and the
+	// function it returns of its end.
+	seen func() func(*redis.Cmd)
 }
 
 func newBoundedScripter(via lua.Caller, rdb redis.UniversalClient, d time.Duration) boundedScripter {
@@ -284,12 +287,37 @@ func newBoundedScripter(via lua.Caller, rdb redis.UniversalClient, d time.Durati
 // errScriptTimeout is a script call that did not answer within its bound.
 var errScriptTimeout = errors.New("the script did not answer in time")
 
+// start tells the test seam that a call starts; what it returns tells it the call ended.
+func (b boundedScripter) start() func(*redis.Cmd) {
+	if b.seen == nil {
+		return func(*redis.Cmd) {}
+	}
+	return b.seen()
+}
+
+// inlineBound is the context an inline call runs under: ctx, ending at the bound.
+func (b boundedScripter) inlineBound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.d)
+}
+
+// answer is an inline call's command c, made under bctx (inlineBound of ctx), once it
+// has ended: failed with errScriptTimeout if the bound, not ctx, ended it.
+func (b boundedScripter) answer(ctx, bctx context.Context, c *redis.Cmd, ended func(*redis.Cmd)) *redis.Cmd {
+	ended(c)
+	if c.Err() != nil && bctx.Err() != nil && ctx.Err() == nil {
+		c.SetErr(errScriptTimeout)
+	}
+	return c
+}
+
 // bound runs call and returns its command, or, if it has not answered within b.d or
 // before ctx ends, a command failed with errScriptTimeout or ctx's error.
 func (b boundedScripter) bound(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 	c, err := bounded(ctx, b.d, func() *redis.Cmd {
+		ended := b.start()
 		c := call()
 		_ = c.Err() // a deferred autopipeliner's command answers here
+		ended(c)
 		return c
 	})
 	if err != nil {
@@ -325,9 +353,10 @@ func (b boundedScripter) FCall(ctx context.Context, function string, keys []stri
 		defer a.done()
 	}
 	if b.inline != nil && via == b.inline {
-		ctx, cancel := context.WithTimeout(ctx, b.d)
+		bctx, cancel := b.inlineBound(ctx)
 		defer cancel()
-		return via.FCall(ctx, function, keys, args...)
+		ended := b.start()
+		return b.answer(ctx, bctx, via.FCall(bctx, function, keys, args...), ended)
 	}
 	ctx, cancel := b.sendBound(ctx)
 	defer cancel()
@@ -337,9 +366,10 @@ func (b boundedScripter) FCall(ctx context.Context, function string, keys []stri
 // Eval sends EVAL through rdb, within d (lua.Evaler: where the library cannot be loaded).
 func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	if b.inline != nil {
-		ctx, cancel := context.WithTimeout(ctx, b.d)
+		bctx, cancel := b.inlineBound(ctx)
 		defer cancel()
-		return b.rdb.Eval(ctx, script, keys, args...)
+		ended := b.start()
+		return b.answer(ctx, bctx, b.rdb.Eval(bctx, script, keys, args...), ended)
 	}
 	ctx, cancel := b.sendBound(ctx)
 	defer cancel()

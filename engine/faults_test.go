@@ -368,7 +368,8 @@ func TestHoldInARoomEndsByItsDeadline(t *testing.T) {
 // runs on its caller's goroutine (boundedScripter), with no goroutine to answer for it
 // at its bound: go-redis must end it there itself. With Redis frozen, stopped or never
 // there, more calls at once than the client has connections, by callers that set no
-// deadline, each answer an error within the bound (and a loaded machine's second).
+// deadline, each answer an error within the bound (and a loaded machine's second); one
+// the bound ended says so (errScriptTimeout), not that its caller's deadline passed.
 func TestInlineCallsEndByTheirBound(t *testing.T) {
 	t.Parallel()
 	const bound = 300 * time.Millisecond
@@ -416,8 +417,12 @@ func TestInlineCallsEndByTheirBound(t *testing.T) {
 					} else {
 						err = b.FCall(context.Background(), "holdfast_any", []string{"k"}).Err()
 					}
-					if took := time.Since(start); err == nil || took > bound+time.Second {
+					took := time.Since(start)
+					if err == nil || took > bound+time.Second {
 						t.Errorf("call %d with Redis %s: %v after %v, want an error within %v", i, how, err, took, bound)
+					}
+					if errors.Is(err, context.DeadlineExceeded) || took >= bound && !errors.Is(err, errScriptTimeout) {
+						t.Errorf("call %d with Redis %s, by a caller without a deadline: %v, want errScriptTimeout", i, how, err)
 					}
 				})
 			}

@@ -304,7 +304,7 @@ func testLinearizablePlaces(t *testing.T, savepoints bool) {
 	calls := newScriptCalls()
 	v, srv := privateEnv(t, func(c *Config) {
 		c.ConfirmSavepoints = savepoints
-		c.scriptsVia = calls.wrap
+		c.scriptsSeen = calls.track
 	})
 	if err := v.e.CreateShowVenue(t.Context(), "linp", Venue{Areas: []Area{{ID: "FLOOR", Capacity: placesCap}}}); err != nil {
 		t.Fatal(err)

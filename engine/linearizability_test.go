@@ -20,7 +20,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/holdfast/holdfast/internal/lua"
 	"github.com/holdfast/holdfast/internal/testsvc"
 )
 
@@ -214,7 +213,7 @@ func testLinearizableUnderFaults(t *testing.T, savepoints bool) {
 	calls := newScriptCalls()
 	v, srv := privateEnv(t, func(c *Config) {
 		c.ConfirmSavepoints = savepoints
-		c.scriptsVia = calls.wrap
+		c.scriptsSeen = calls.track
 	})
 	seats := []string{"L1", "L2", "L3", "L4"}
 	v.show("lin", seats...)
@@ -481,11 +480,10 @@ func afterScripts(calls *scriptCalls, barrier func(ctx context.Context) error) {
 	}
 }
 
-// scriptCalls is the engine's way to run scripts (Config.scriptsVia), seen from below
-// its bound: which calls have started and not yet ended. Calls are numbered in the
-// order they start.
+// scriptCalls is the engine's script calls (Config.scriptsSeen), seen from below their
+// bound: which have started and not yet ended. Calls are numbered in the order they
+// start.
 type scriptCalls struct {
-	lua.Caller
 	mu      sync.Mutex
 	ended   sync.Cond // signalled whenever a call ends
 	next    int64
@@ -498,26 +496,19 @@ func newScriptCalls() *scriptCalls {
 	return c
 }
 
-func (c *scriptCalls) wrap(s lua.Caller) lua.Caller {
-	c.Caller = s
-	return c
-}
-
 // track records a call's start; the function it returns records its end, once its
 // reply has been read.
-func (c *scriptCalls) track() func(cmd *redis.Cmd) *redis.Cmd {
+func (c *scriptCalls) track() func(*redis.Cmd) {
 	c.mu.Lock()
 	id := c.next
 	c.next++
 	c.pending[id] = true
 	c.mu.Unlock()
-	return func(cmd *redis.Cmd) *redis.Cmd {
-		_ = cmd.Err() // a deferred autopipeliner's command answers here
+	return func(*redis.Cmd) {
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.ended.Broadcast()
 		c.mu.Unlock()
-		return cmd
 	}
 }
 
@@ -541,10 +532,6 @@ func (c *scriptCalls) waitEnded() {
 			return
 		}
 	}
-}
-
-func (c *scriptCalls) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
-	return c.track()(c.Caller.FCall(ctx, function, keys, args...))
 }
 
 // widest is the largest number of operations of the history open at one moment: the
@@ -576,7 +563,7 @@ func widest(history []porcupine.Operation) int {
 func TestUnknownHoldsSettleByTheirBound(t *testing.T) {
 	t.Parallel()
 	calls := newScriptCalls()
-	v, srv := privateEnv(t, func(c *Config) { c.scriptsVia = calls.wrap })
+	v, srv := privateEnv(t, func(c *Config) { c.scriptsSeen = calls.track })
 	seats := make([]string, 12)
 	for i := range seats {
 		seats[i] = fmt.Sprintf("S%02d", i)
