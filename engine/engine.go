@@ -301,10 +301,12 @@ func (b boundedScripter) inlineBound(ctx context.Context) (context.Context, cont
 }
 
 // answer is an inline call's command c, made under bctx (inlineBound of ctx), once it
-// has ended: failed with errScriptTimeout if the bound, not ctx, ended it.
+// has ended: failed with errScriptTimeout if the bound, not ctx, ended it (a reply of
+// Redis's own, an error reply or nil, stays as it is).
 func (b boundedScripter) answer(ctx, bctx context.Context, c *redis.Cmd, ended func(*redis.Cmd)) *redis.Cmd {
 	ended(c)
-	if c.Err() != nil && bctx.Err() != nil && ctx.Err() == nil {
+	var reply redis.Error
+	if err := c.Err(); err != nil && !errors.As(err, &reply) && bctx.Err() != nil && ctx.Err() == nil {
 		c.SetErr(errScriptTimeout)
 	}
 	return c
