@@ -295,15 +295,14 @@ func (b boundedScripter) start() func(*redis.Cmd) {
 	return b.seen()
 }
 
-// inlineBound is the context an inline call runs under: ctx, ending at the bound.
-func (b boundedScripter) inlineBound(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, b.d)
-}
-
-// answer is an inline call's command c, made under bctx (inlineBound of ctx), once it
-// has ended: failed with errScriptTimeout if the bound, not ctx, ended it (a reply of
-// Redis's own, an error reply or nil, stays as it is).
-func (b boundedScripter) answer(ctx, bctx context.Context, c *redis.Cmd, ended func(*redis.Cmd)) *redis.Cmd {
+// inlineCall makes call on its caller's goroutine, under ctx ending at the bound. A call
+// the bound, not ctx, ended answers errScriptTimeout; a reply of Redis's own (an error
+// reply, nil) stays as it is.
+func (b boundedScripter) inlineCall(ctx context.Context, call func(context.Context) *redis.Cmd) *redis.Cmd {
+	bctx, cancel := context.WithTimeout(ctx, b.d)
+	defer cancel()
+	ended := b.start()
+	c := call(bctx)
 	ended(c)
 	var reply redis.Error
 	if err := c.Err(); err != nil && !errors.As(err, &reply) && bctx.Err() != nil && ctx.Err() == nil {
@@ -355,10 +354,7 @@ func (b boundedScripter) FCall(ctx context.Context, function string, keys []stri
 		defer a.done()
 	}
 	if b.inline != nil && via == b.inline {
-		bctx, cancel := b.inlineBound(ctx)
-		defer cancel()
-		ended := b.start()
-		return b.answer(ctx, bctx, via.FCall(bctx, function, keys, args...), ended)
+		return b.inlineCall(ctx, func(ctx context.Context) *redis.Cmd { return via.FCall(ctx, function, keys, args...) })
 	}
 	ctx, cancel := b.sendBound(ctx)
 	defer cancel()
@@ -368,10 +364,7 @@ func (b boundedScripter) FCall(ctx context.Context, function string, keys []stri
 // Eval sends EVAL through rdb, within d (lua.Evaler: where the library cannot be loaded).
 func (b boundedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	if b.inline != nil {
-		bctx, cancel := b.inlineBound(ctx)
-		defer cancel()
-		ended := b.start()
-		return b.answer(ctx, bctx, b.rdb.Eval(bctx, script, keys, args...), ended)
+		return b.inlineCall(ctx, func(ctx context.Context) *redis.Cmd { return b.rdb.Eval(ctx, script, keys, args...) })
 	}
 	ctx, cancel := b.sendBound(ctx)
 	defer cancel()

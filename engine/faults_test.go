@@ -376,18 +376,20 @@ func TestInlineCallsEndByTheirBound(t *testing.T) {
 	for _, how := range []string{"frozen", "frozen, new client", "stopped", "never there"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			srv := testsvc.StartRedis(t)
-			connect := func() *redis.Client {
-				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 4})
+			connect := func(addr string) *redis.Client {
+				c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 4})
 				t.Cleanup(func() { _ = c.Close() })
 				return c
 			}
-			rdb := connect()
+			var srv *testsvc.RedisServer
+			var rdb *redis.Client
 			if how == "never there" {
-				srv.Stop()
+				rdb = connect("127.0.0.1:1") // no server, and no test's server will take it
 			} else {
+				srv = testsvc.StartRedis(t)
+				rdb = connect(srv.Addr())
 				var wg sync.WaitGroup
-				for range 4 { // every pooled connection open
+				for range 4 { // connections in the pool
 					wg.Go(func() { _ = rdb.Ping(t.Context()).Err() })
 				}
 				wg.Wait()
@@ -399,7 +401,7 @@ func TestInlineCallsEndByTheirBound(t *testing.T) {
 			case "frozen, new client":
 				srv.Pause()
 				defer srv.Resume()
-				rdb = connect()
+				rdb = connect(srv.Addr())
 			case "stopped":
 				srv.Stop()
 			}
