@@ -698,7 +698,7 @@ func TestChaosHoldReplyLost(t *testing.T) {
 	proxy := testsvc.StartProxy(t, srv.Addr())
 	fn := []byte(lua.Hold.Name())
 	var n atomic.Int64
-	proxy.Cut = func(chunk []byte) bool { return bytes.Contains(chunk, fn) && n.Add(1)%4 == 0 }
+	proxy.SetCut(func(chunk []byte) bool { return bytes.Contains(chunk, fn) && n.Add(1)%4 == 0 })
 	opt := testsvc.RedisOptions(t, "redis://"+proxy.Addr()+"/0")
 	opt.MaxRetries = 5
 	rdb := redis.NewClient(opt)

@@ -308,7 +308,7 @@ func TestLateCheckIsGivenBack(t *testing.T) {
 	var giveBacks atomic.Int32
 	armed.Store(true)
 	released := make(chan struct{})
-	proxy.Cut = func(chunk []byte) bool {
+	proxy.SetCut(func(chunk []byte) bool {
 		switch {
 		case bytes.Contains(chunk, []byte("_unreserve")):
 			giveBacks.Add(1)
@@ -323,7 +323,7 @@ func TestLateCheckIsGivenBack(t *testing.T) {
 			close(released)
 		}
 		return false
-	}
+	})
 	start := time.Now()
 	if _, err := v.e.Confirm(ctx, h, ConfirmOptions{IdempotencyKey: "k"}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("confirm with its check held: %v, want ErrUnavailable", err)

@@ -241,7 +241,7 @@ func twoStopped(t *testing.T, proxy *testsvc.Proxy, then func(k int32)) (stopped
 	t.Cleanup(let)
 	calls := [][]byte{[]byte(lua.Hold.Name() + "\r\n"), []byte(lua.Group.Name() + "\r\n")}
 	var n atomic.Int32
-	proxy.Cut = func(chunk []byte) bool {
+	proxy.SetCut(func(chunk []byte) bool {
 		if !bytes.Contains(chunk, calls[0]) && !bytes.Contains(chunk, calls[1]) {
 			return false
 		}
@@ -251,7 +251,7 @@ func twoStopped(t *testing.T, proxy *testsvc.Proxy, then func(k int32)) (stopped
 			then(k)
 		}
 		return false
-	}
+	})
 	return n.Load, let
 }
 
@@ -342,7 +342,7 @@ func TestLoneHoldNotMadeAfterItsCallerLeft(t *testing.T) {
 	returned, severed := make(chan struct{}), make(chan struct{})
 	var n atomic.Int32
 	hold := []byte(lua.Hold.Name() + "\r\n")
-	proxy.Cut = func(chunk []byte) bool {
+	proxy.SetCut(func(chunk []byte) bool {
 		if bytes.Contains(chunk, hold) && n.Add(1) == 1 {
 			<-returned
 			time.Sleep(3500 * time.Millisecond)
@@ -350,7 +350,7 @@ func TestLoneHoldNotMadeAfterItsCallerLeft(t *testing.T) {
 			close(severed)
 		}
 		return false
-	}
+	})
 	_, err := v.e.Hold(context.Background(), HoldRequest{ShowID: "lh", SeatIDs: []string{"A1"}, TTL: 10 * time.Minute})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a hold whose call was stalled: %v, want ErrUnavailable", err)

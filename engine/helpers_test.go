@@ -331,8 +331,8 @@ func proxiedDatabase(t *testing.T) (base, pool *pgxpool.Pool, proxy *testsvc.Pro
 // set (then unset): the COMMIT reaches the server, its reply never comes back.
 func cutAtCommit(proxy *testsvc.Proxy) (armed *atomic.Bool) {
 	armed = new(atomic.Bool)
-	proxy.Cut = func(chunk []byte) bool {
+	proxy.SetCut(func(chunk []byte) bool {
 		return armed.Load() && bytes.Contains(bytes.ToLower(chunk), []byte("commit\x00")) && armed.CompareAndSwap(true, false)
-	}
+	})
 	return armed
 }

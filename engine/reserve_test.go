@@ -177,7 +177,7 @@ func TestLostReservationReplyIsGivenBack(t *testing.T) {
 	before := v.holdValue("lr", "A1")
 	var cut atomic.Bool
 	fn := []byte(lua.Reserve.Name())
-	proxy.Cut = func(chunk []byte) bool { return cut.Load() && bytes.Contains(chunk, fn) }
+	proxy.SetCut(func(chunk []byte) bool { return cut.Load() && bytes.Contains(chunk, fn) })
 	cut.Store(true)
 	ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
 	_, err := v.e.Confirm(ctx, h, ConfirmOptions{})

@@ -9,17 +9,15 @@ import (
 	"time"
 )
 
-// Proxy is a TCP proxy on loopback for fault tests. It can lose replies (Cut), stop
+// Proxy is a TCP proxy on loopback for fault tests. It can lose replies (SetCut), stop
 // relaying in both directions while keeping the connections open (Partition: a network
 // partition, as a replication link sees one) or only the replies (HoldReplies), delay
 // every chunk (Delay) and drop every connection (Sever).
 type Proxy struct {
 	ln     net.Listener
 	target string
-	// Cut sees each client->server chunk; returning true forwards the chunk, then closes
-	// both sides without relaying the reply.
-	Cut  func(chunk []byte) bool
-	Cuts atomic.Int64
+	cut    atomic.Pointer[func(chunk []byte) bool] // SetCut
+	Cuts   atomic.Int64
 
 	delay atomic.Int64 // ns added before each chunk is relayed
 
@@ -71,6 +69,11 @@ func (p *Proxy) HoldReplies(on bool) {
 	p.mu.Unlock()
 	p.healed.Broadcast()
 }
+
+// SetCut has f see each client->server chunk from now on, on connections open already
+// too; f returning true forwards the chunk, then closes both sides without relaying the
+// reply.
+func (p *Proxy) SetCut(f func(chunk []byte) bool) { p.cut.Store(&f) }
 
 // Delay adds d before each chunk is relayed, in both directions (0: none).
 func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
@@ -160,7 +163,8 @@ func (p *Proxy) accept() {
 				n, err := client.Read(buf)
 				if n > 0 {
 					chunk := buf[:n]
-					cut := p.Cut != nil && p.Cut(bytes.Clone(chunk))
+					f := p.cut.Load()
+					cut := f != nil && (*f)(bytes.Clone(chunk))
 					if cut {
 						// Stop relaying replies first, then let the request through.
 						cutting.Store(true)
